@@ -10,4 +10,4 @@ mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use post::{DeleteEvent, LightPost};
-pub use store::{DeleteReport, FeedQuery, InsertReport, PostStore, QueryOutcome, StoreStats, TrimReport};
+pub use store::{StoreConfig, DeleteReport, FeedQuery, InsertReport, PostStore, QueryOutcome, StoreStats, TrimReport};

@@ -22,7 +22,12 @@ pub struct FeedQuery<'a> { pub viewer_id: i64, pub authors: &'a [i64], pub exclu
 #[derive(Clone, Debug, Default)]
 pub struct QueryOutcome { pub posts: Vec<LightPost>, pub timed_out: bool, pub eligible: usize }
 
+#[derive(Clone, Debug)]
+pub struct StoreConfig { pub retention_secs: i64, pub max_posting_list_size: usize, pub clock: Arc<dyn Clock> }
+impl Default for StoreConfig { fn default() -> Self { unimplemented!() } }
+
 impl PostStore {
+    pub fn with_config(config: StoreConfig) -> Self { unimplemented!() }
     pub fn new(retention_secs: i64) -> Self { unimplemented!() }
     pub fn with_clock(retention_secs: i64, clock: Arc<dyn Clock>) -> Self { unimplemented!() }
     pub fn retention_secs(&self) -> i64 { unimplemented!() }
