@@ -7,6 +7,8 @@ pub mod clock;
 pub mod config;
 pub mod post;
 mod store;
+#[cfg(feature = "synth")]
+pub mod synth;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use post::{DeleteEvent, LightPost};
