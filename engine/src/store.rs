@@ -1,45 +1,670 @@
-//! API skeleton; the implementation lands in the next commit.
-#![allow(missing_docs, unused)]
-use crate::{Clock, DeleteEvent, LightPost};
-use std::sync::Arc;
+//! [`PostStore`]: insert, delete and trim, following the reference rules (see `BEHAVIOUR.md`).
+//!
+//! Concurrency: any number of threads may call any method at once. Readers (queries) take no
+//! lock. Writers serialise per author only (the author's mutex guards its three timelines); the
+//! maps are lock-free (papaya) and the arena is lock-free.
+//!
+//! Two orderings keep concurrent inserts and deletes honest (bug 20 of the reference):
+//! - insert publishes `post_id -> slot`, then (after a SeqCst fence) re-checks the tombstones;
+//! - delete writes the tombstone, then (after a SeqCst fence) removes `post_id -> slot`.
+//!
+//! Whichever runs second sees the other's write, so a create racing its delete is either
+//! removed by the delete or undone by itself: it is never left live.
+
+use crate::arena::{Arena, CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
+use crate::post::{DeleteEvent, LightPost};
+use crate::timeline::{MAX_CAPACITY, Timeline, TinyPost};
+use crossbeam_epoch::Guard;
+use std::sync::atomic::{AtomicIsize, Ordering, fence};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+pub(crate) type IdHasher = foldhash::fast::RandomState;
+pub(crate) type IdMap<V> = papaya::HashMap<i64, V, IdHasher>;
+
+/// How a store is set up.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Posts older than this many seconds are expired (never returned, trimmed away).
+    pub retention_secs: i64,
+    /// Entries per timeline before the oldest is evicted; 1 ..= 16384.
+    pub max_posting_list_size: usize,
+    /// Where "now" comes from.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            retention_secs: DEFAULT_RETENTION_SECS,
+            max_posting_list_size: MAX_POSTING_LIST_SIZE,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// What `insert_posts` did with a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InsertReport {
+    /// Posts stored and indexed.
+    pub inserted: usize,
+    /// Dropped: older than the retention window (or a negative `created_at`).
+    pub too_old: usize,
+    /// Dropped: `created_at` after now.
+    pub in_future: usize,
+    /// Dropped: the post was deleted before (live tombstone).
+    pub tombstoned: usize,
+    /// Dropped: the post is already stored (the stored record is kept unchanged).
+    pub duplicate: usize,
+}
+
+/// What `mark_as_deleted` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeleteReport {
+    /// Stored posts removed.
+    pub removed: usize,
+    /// Tombstones written or refreshed (one per event).
+    pub tombstoned: usize,
+}
+
+/// What a trim removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrimReport {
+    /// Timeline entries removed (all three timelines).
+    pub entries_removed: usize,
+    /// Post records freed back to the arena.
+    pub posts_freed: usize,
+    /// Tombstones that expired.
+    pub tombstones_expired: usize,
+    /// Authors dropped because all their timelines became empty.
+    pub authors_dropped: usize,
+}
+
+/// Sizes, for metrics. Cheap except `timeline_bytes`, which walks every author.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Authors with at least one timeline.
+    pub authors: usize,
+    /// Stored post records.
+    pub posts: usize,
+    /// Entries in originals timelines.
+    pub original_entries: usize,
+    /// Entries in secondary (replies + reposts) timelines.
+    pub secondary_entries: usize,
+    /// Entries in videos timelines.
+    pub video_entries: usize,
+    /// Live tombstones (deleted post ids remembered).
+    pub tombstones: usize,
+    /// Bytes of arena chunks allocated for post records.
+    pub arena_bytes_reserved: usize,
+    /// Bytes of arena slots holding live posts.
+    pub arena_bytes_used: usize,
+    /// Bytes of timeline ring buffers.
+    pub timeline_bytes: usize,
+}
+
+/// Which of an author's timelines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Originals = 0,
+    Secondary = 1,
+    Videos = 2,
+}
+
+impl Kind {
+    pub(crate) fn primary_of(post: &CompactPost) -> Self {
+        if post.is_original() {
+            Kind::Originals
+        } else {
+            Kind::Secondary
+        }
+    }
+
+    fn holder(self) -> u32 {
+        if self == Kind::Videos {
+            IN_VIDEO
+        } else {
+            IN_PRIMARY
+        }
+    }
+}
+
+/// One author's timelines. Readers use them freely; writers hold `writer`.
+pub(crate) struct Author {
+    /// True once the author was dropped from the map; a writer that sees it retries.
+    writer: Mutex<bool>,
+    pub(crate) timelines: [Timeline; 3],
+}
+
+impl Author {
+    fn new() -> Self {
+        Self {
+            writer: Mutex::new(false),
+            timelines: [Timeline::new(), Timeline::new(), Timeline::new()],
+        }
+    }
+}
+
+/// A repost remembered until its source arrives (bug 13 of the reference).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PendingRepost {
+    post_id: i64,
+    author_id: i64,
+    created_at: u32,
+}
+
+/// The post store.
 #[derive(Debug)]
-pub struct PostStore;
+pub struct PostStore {
+    pub(crate) retention_secs: i64,
+    cap: usize,
+    clock: Arc<dyn Clock>,
+    pub(crate) arena: Arena,
+    pub(crate) posts: IdMap<SlotId>,
+    pub(crate) authors: IdMap<Author>,
+    tombstones: IdMap<i64>,
+    pending_videos: IdMap<Vec<PendingRepost>>,
+    entries: [AtomicIsize; 3],
+}
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct InsertReport { pub inserted: usize, pub too_old: usize, pub in_future: usize, pub tombstoned: usize, pub duplicate: usize }
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeleteReport { pub removed: usize, pub tombstoned: usize }
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TrimReport { pub entries_removed: usize, pub posts_freed: usize, pub tombstones_expired: usize, pub authors_dropped: usize }
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StoreStats { pub authors: usize, pub posts: usize, pub original_entries: usize, pub secondary_entries: usize, pub video_entries: usize, pub tombstones: usize, pub arena_bytes_reserved: usize, pub arena_bytes_used: usize, pub timeline_bytes: usize }
+impl std::fmt::Debug for Author {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Author").finish_non_exhaustive()
+    }
+}
 
-#[derive(Clone, Debug)]
-pub struct FeedQuery<'a> { pub viewer_id: i64, pub authors: &'a [i64], pub exclude: &'a [i64], pub max_results: usize, pub max_originals_per_author: usize, pub max_secondary_per_author: usize, pub deadline: Option<Instant> }
-
-#[derive(Clone, Debug, Default)]
-pub struct QueryOutcome { pub posts: Vec<LightPost>, pub timed_out: bool, pub eligible: usize }
-
-#[derive(Clone, Debug)]
-pub struct StoreConfig { pub retention_secs: i64, pub max_posting_list_size: usize, pub clock: Arc<dyn Clock> }
-impl Default for StoreConfig { fn default() -> Self { unimplemented!() } }
+/// The guards one insert/delete/trim call holds while it runs.
+pub(crate) struct Guards<'s> {
+    pub(crate) now: i64,
+    pub(crate) epoch: Guard,
+    pub(crate) maps: papaya::LocalGuard<'s>,
+}
 
 impl PostStore {
-    pub fn with_config(config: StoreConfig) -> Self { unimplemented!() }
-    pub fn new(retention_secs: i64) -> Self { unimplemented!() }
-    pub fn with_clock(retention_secs: i64, clock: Arc<dyn Clock>) -> Self { unimplemented!() }
-    pub fn retention_secs(&self) -> i64 { unimplemented!() }
-    pub fn now_secs(&self) -> i64 { unimplemented!() }
-    pub fn insert_posts(&self, batch: &[LightPost]) -> InsertReport { unimplemented!() }
-    pub fn mark_as_deleted(&self, events: &[DeleteEvent]) -> DeleteReport { unimplemented!() }
-    pub fn trim(&self, shard: usize) -> TrimReport { unimplemented!() }
-    pub fn trim_all(&self) -> TrimReport { unimplemented!() }
-    pub fn get_all_posts_by_users(&self, q: &FeedQuery<'_>) -> QueryOutcome { unimplemented!() }
-    pub fn get_videos_by_users(&self, q: &FeedQuery<'_>) -> QueryOutcome { unimplemented!() }
-    pub fn stats(&self) -> StoreStats { unimplemented!() }
+    /// A store with the default config and the given retention, on the system clock.
+    pub fn new(retention_secs: i64) -> Self {
+        Self::with_config(StoreConfig {
+            retention_secs,
+            ..StoreConfig::default()
+        })
+    }
+
+    /// A store with the given retention and clock.
+    pub fn with_clock(retention_secs: i64, clock: Arc<dyn Clock>) -> Self {
+        Self::with_config(StoreConfig {
+            retention_secs,
+            clock,
+            ..StoreConfig::default()
+        })
+    }
+
+    /// A store from a full config. `max_posting_list_size` is clamped to 1 ..= 16384.
+    pub fn with_config(config: StoreConfig) -> Self {
+        // One collector for every map, so one guard covers them all.
+        let collector = Arc::new(seize::Collector::new());
+        fn map<V: Send + 'static>(collector: &Arc<seize::Collector>) -> IdMap<V> {
+            papaya::HashMap::builder()
+                .hasher(IdHasher::default())
+                .shared_collector(Arc::clone(collector))
+                .build()
+        }
+        Self {
+            retention_secs: config.retention_secs.max(0),
+            cap: config.max_posting_list_size.clamp(1, MAX_CAPACITY),
+            clock: config.clock,
+            arena: Arena::new(),
+            posts: map(&collector),
+            authors: map(&collector),
+            tombstones: map(&collector),
+            pending_videos: map(&collector),
+            entries: Default::default(),
+        }
+    }
+
+    /// The retention window in seconds.
+    pub fn retention_secs(&self) -> i64 {
+        self.retention_secs
+    }
+
+    /// The store clock's current time.
+    pub fn now_secs(&self) -> i64 {
+        self.clock.now_secs()
+    }
+
+    pub(crate) fn expired(&self, created_at: u32, now: i64) -> bool {
+        now - i64::from(created_at) > self.retention_secs
+    }
+
+    /// Pins both reclaimers for one call. Pin the epoch first so it is released last.
+    pub(crate) fn guards(&self) -> Guards<'_> {
+        Guards {
+            now: self.clock.now_secs(),
+            epoch: crossbeam_epoch::pin(),
+            maps: self.posts.guard(),
+        }
+    }
+
+    /// The live record of `post_id`, if stored.
+    pub(crate) fn lookup(
+        &self,
+        post_id: i64,
+        maps: &papaya::LocalGuard<'_>,
+    ) -> Option<CompactPost> {
+        let slot = *self.posts.get(&post_id, maps)?;
+        self.arena.read(slot, post_id)
+    }
+
+    /// Runs `f` on the author's timelines under the author's writer lock. With `create`, a
+    /// missing author is added; without, a missing author means `None`.
+    fn with_author<R>(
+        &self,
+        author_id: i64,
+        create: bool,
+        g: &Guards<'_>,
+        f: impl FnOnce(&Author) -> R,
+    ) -> Option<R> {
+        loop {
+            let author = if create {
+                self.authors
+                    .get_or_insert_with(author_id, Author::new, &g.maps)
+            } else {
+                self.authors.get(&author_id, &g.maps)?
+            };
+            let removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            if *removed {
+                // Dropped by a trim after we found it; the map no longer holds it.
+                continue;
+            }
+            return Some(f(author));
+        }
+    }
+
+    /// Drops a timeline's hold on an entry; frees the record if that was the last hold.
+    fn release(
+        &self,
+        entry: TinyPost,
+        kind: Kind,
+        g: &Guards<'_>,
+        retired: &mut Vec<SlotId>,
+    ) -> bool {
+        if self.arena.release(entry.slot, entry.post_id, kind.holder()) != Release::Freed {
+            return false;
+        }
+        let _ = self
+            .posts
+            .remove_if(&entry.post_id, |_, slot| *slot == entry.slot, &g.maps);
+        retired.push(entry.slot);
+        true
+    }
+
+    /// Inserts `entry` into one timeline, handling a cap eviction.
+    fn index(
+        &self,
+        author: &Author,
+        kind: Kind,
+        entry: TinyPost,
+        g: &Guards<'_>,
+        retired: &mut Vec<SlotId>,
+    ) {
+        match author.timelines[kind as usize].insert(entry, self.cap, &g.epoch) {
+            Some(evicted) => {
+                self.release(evicted, kind, g, retired);
+            }
+            None => {
+                self.entries[kind as usize].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Stores a batch of new posts. See `BEHAVIOUR.md` for the exact rules.
+    pub fn insert_posts(&self, batch: &[LightPost]) -> InsertReport {
+        let mut report = InsertReport::default();
+        let g = self.guards();
+        let now = g.now;
+        let mut kept: Vec<&LightPost> = Vec::with_capacity(batch.len());
+        for post in batch {
+            if post.created_at > now {
+                report.in_future += 1;
+            } else if post.created_at < 0
+                || post.created_at > i64::from(u32::MAX)
+                || now - post.created_at > self.retention_secs
+            {
+                report.too_old += 1;
+            } else {
+                kept.push(post);
+            }
+        }
+        kept.sort_by_key(|p| p.created_at);
+        let mut retired = Vec::new();
+        for post in kept {
+            self.insert_one(post, &g, &mut retired, &mut report);
+        }
+        self.arena.retire(retired, &g.epoch);
+        report
+    }
+
+    fn insert_one(
+        &self,
+        post: &LightPost,
+        g: &Guards<'_>,
+        retired: &mut Vec<SlotId>,
+        report: &mut InsertReport,
+    ) {
+        let post_id = post.post_id;
+        if self.tombstones.contains_key(&post_id, &g.maps) {
+            report.tombstoned += 1;
+            return;
+        }
+        if self.posts.contains_key(&post_id, &g.maps) {
+            report.duplicate += 1;
+            return;
+        }
+        let record = CompactPost::from_light(post);
+        let mut video = false;
+        let mut awaited_source = None;
+        if !record.is_reply {
+            if record.has_video {
+                video = true;
+            } else if record.is_retweet && record.source_post_id != 0 {
+                match self.posts.get(&record.source_post_id, &g.maps) {
+                    Some(&slot) => {
+                        video = self
+                            .arena
+                            .read(slot, record.source_post_id)
+                            .is_some_and(|s| {
+                                s.has_video && !s.is_reply && !self.expired(s.created_at, g.now)
+                            });
+                    }
+                    None => awaited_source = Some(record.source_post_id),
+                }
+            }
+        }
+        let holders = IN_PRIMARY | if video { IN_VIDEO } else { 0 };
+        let Some(slot) = self.arena.publish(&record, holders) else {
+            // Only when every u32 slot id is in use or memory is exhausted.
+            return;
+        };
+        if self.posts.try_insert(post_id, slot, &g.maps).is_err() {
+            // A concurrent insert of the same post won.
+            self.arena.unpublish_unshared(slot, post_id);
+            report.duplicate += 1;
+            return;
+        }
+        // Pairs with the fence in `mark_as_deleted` (store-load: publish, then check).
+        fence(Ordering::SeqCst);
+        if self.tombstones.contains_key(&post_id, &g.maps) {
+            let _ = self.posts.remove_if(&post_id, |_, s| *s == slot, &g.maps);
+            if self.arena.free(slot, post_id) {
+                retired.push(slot);
+            }
+            report.tombstoned += 1;
+            return;
+        }
+        report.inserted += 1;
+        let entry = TinyPost {
+            post_id,
+            created_at: record.created_at,
+            slot,
+        };
+        let kind = Kind::primary_of(&record);
+        self.with_author(record.author_id, true, g, |author| {
+            // A delete that won the race already removed the record: index nothing then. The
+            // delete removes timeline entries under this same lock, so no entry can outlive it.
+            if self.arena.read(slot, post_id).is_none() {
+                return;
+            }
+            self.index(author, kind, entry, g, retired);
+            if video {
+                self.index(author, Kind::Videos, entry, g, retired);
+            }
+        });
+        if let Some(source) = awaited_source {
+            let repost = PendingRepost {
+                post_id,
+                author_id: record.author_id,
+                created_at: record.created_at,
+            };
+            self.await_source(source, repost, g, retired);
+        }
+        if record.has_video && !record.is_reply {
+            // Pairs with the fence in `await_source`.
+            fence(Ordering::SeqCst);
+            if let Some(waiting) = self.pending_videos.remove(&post_id, &g.maps) {
+                for repost in waiting.iter() {
+                    self.promote_to_video(*repost, g, retired);
+                }
+            }
+        }
+    }
+
+    /// Remembers a repost whose source is not stored yet, then re-checks the source.
+    fn await_source(
+        &self,
+        source: i64,
+        repost: PendingRepost,
+        g: &Guards<'_>,
+        retired: &mut Vec<SlotId>,
+    ) {
+        self.pending_videos.update_or_insert_with(
+            source,
+            |waiting| {
+                let mut more = waiting.clone();
+                more.push(repost);
+                more
+            },
+            || vec![repost],
+            &g.maps,
+        );
+        // Pairs with the fence after a video source is published: either it sees us waiting
+        // or we see it stored.
+        fence(Ordering::SeqCst);
+        if let Some(src) = self.lookup(source, &g.maps) {
+            if src.has_video && !src.is_reply && !self.expired(src.created_at, g.now) {
+                self.promote_to_video(repost, g, retired);
+            }
+        }
+    }
+
+    /// Adds a stored repost to its author's videos timeline (once).
+    fn promote_to_video(&self, repost: PendingRepost, g: &Guards<'_>, retired: &mut Vec<SlotId>) {
+        self.with_author(repost.author_id, false, g, |author| {
+            let Some(&slot) = self.posts.get(&repost.post_id, &g.maps) else {
+                return;
+            };
+            let Some(record) = self.arena.read(slot, repost.post_id) else {
+                return;
+            };
+            if record.is_reply || !record.is_retweet || record.has_video {
+                return;
+            }
+            if self.arena.hold(slot, repost.post_id, IN_VIDEO) {
+                let entry = TinyPost {
+                    post_id: repost.post_id,
+                    created_at: record.created_at,
+                    slot,
+                };
+                self.index(author, Kind::Videos, entry, g, retired);
+            }
+        });
+    }
+
+    /// Deletes posts: tombstones them and removes their records and timeline entries.
+    pub fn mark_as_deleted(&self, events: &[DeleteEvent]) -> DeleteReport {
+        let mut report = DeleteReport::default();
+        let g = self.guards();
+        let mut retired = Vec::new();
+        for event in events {
+            let post_id = event.post_id;
+            let basis = event.deleted_at;
+            self.tombstones
+                .update_or_insert(post_id, |old| (*old).max(basis), basis, &g.maps);
+            report.tombstoned += 1;
+            // Pairs with the fence in `insert_one` (store-load: tombstone, then check).
+            fence(Ordering::SeqCst);
+            let Some(&slot) = self.posts.remove(&post_id, &g.maps) else {
+                continue;
+            };
+            let Some(record) = self.arena.read(slot, post_id) else {
+                continue;
+            };
+            if !self.arena.free(slot, post_id) {
+                continue;
+            }
+            retired.push(slot);
+            report.removed += 1;
+            let created_at = i64::from(record.created_at);
+            self.tombstones
+                .update(post_id, |old| (*old).max(created_at), &g.maps);
+            self.with_author(record.author_id, false, &g, |author| {
+                for kind in [Kind::primary_of(&record), Kind::Videos] {
+                    if author.timelines[kind as usize].remove(post_id, record.created_at, &g.epoch)
+                    {
+                        self.entries[kind as usize].fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        self.arena.retire(retired, &g.epoch);
+        report
+    }
+
+    /// Trims one author shard (`shard mod TRIM_FRACTION`) and expires tombstones.
+    pub fn trim(&self, shard: usize) -> TrimReport {
+        let mut report = TrimReport::default();
+        let g = self.guards();
+        let now = g.now;
+        let shard = (shard % TRIM_FRACTION) as i64;
+        let mut retired = Vec::new();
+        for (&author_id, author) in self.authors.iter(&g.maps) {
+            if author_id.rem_euclid(TRIM_FRACTION as i64) != shard {
+                continue;
+            }
+            let mut removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            if *removed {
+                continue;
+            }
+            let mut empty = true;
+            for kind in [Kind::Originals, Kind::Secondary, Kind::Videos] {
+                let timeline = &author.timelines[kind as usize];
+                let popped = timeline.pop_expired(|e| self.expired(e.created_at, now), &g.epoch);
+                report.entries_removed += popped.len();
+                self.entries[kind as usize].fetch_sub(popped.len() as isize, Ordering::Relaxed);
+                for entry in popped {
+                    if self.release(entry, kind, &g, &mut retired) {
+                        report.posts_freed += 1;
+                    }
+                }
+                empty &= timeline.shrink(&g.epoch);
+            }
+            if empty {
+                *removed = true;
+                self.authors.remove(&author_id, &g.maps);
+                report.authors_dropped += 1;
+            }
+        }
+        let retention = self.retention_secs;
+        let mut expired = 0;
+        self.tombstones.retain(
+            |_, basis| {
+                let keep = now.saturating_sub(*basis) <= retention;
+                expired += usize::from(!keep);
+                keep
+            },
+            &g.maps,
+        );
+        report.tombstones_expired = expired;
+        self.pending_videos.retain(
+            |_, waiting| waiting.iter().any(|r| !self.expired(r.created_at, now)),
+            &g.maps,
+        );
+        self.arena.retire(retired, &g.epoch);
+        report
+    }
+
+    /// Trims every shard once.
+    pub fn trim_all(&self) -> TrimReport {
+        (0..TRIM_FRACTION).fold(TrimReport::default(), |acc, shard| {
+            let r = self.trim(shard);
+            TrimReport {
+                entries_removed: acc.entries_removed + r.entries_removed,
+                posts_freed: acc.posts_freed + r.posts_freed,
+                tombstones_expired: acc.tombstones_expired + r.tombstones_expired,
+                authors_dropped: acc.authors_dropped + r.authors_dropped,
+            }
+        })
+    }
+
+    /// Current sizes (see [`StoreStats`]).
+    pub fn stats(&self) -> StoreStats {
+        let entries = |k: Kind| self.entries[k as usize].load(Ordering::Relaxed).max(0) as usize;
+        let g = self.guards();
+        let authors = self.authors.pin();
+        let timeline_bytes = authors
+            .values()
+            .map(|a| {
+                a.timelines
+                    .iter()
+                    .map(|t| t.buffer_bytes(&g.epoch))
+                    .sum::<usize>()
+            })
+            .sum();
+        StoreStats {
+            authors: authors.len(),
+            posts: self.arena.live(),
+            original_entries: entries(Kind::Originals),
+            secondary_entries: entries(Kind::Secondary),
+            video_entries: entries(Kind::Videos),
+            tombstones: self.tombstones.len(),
+            arena_bytes_reserved: self.arena.bytes_reserved(),
+            arena_bytes_used: self.arena.bytes_used(),
+            timeline_bytes,
+        }
+    }
 }
+
+/// A "newest posts of these authors" request. Limits above the reference caps are clamped.
+#[derive(Clone, Debug)]
+pub struct FeedQuery<'a> {
+    /// The viewer (for the self-repost filter).
+    pub viewer_id: i64,
+    /// The authors to read, in request order.
+    pub authors: &'a [i64],
+    /// Post ids never to return.
+    pub exclude: &'a [i64],
+    /// Most posts in the answer.
+    pub max_results: usize,
+    /// Per-author originals limit (clamped to `MAX_ORIGINAL_POSTS_PER_AUTHOR`).
+    pub max_originals_per_author: usize,
+    /// Per-author replies+reposts limit (clamped to `MAX_REPLY_POSTS_PER_AUTHOR`; 0 skips).
+    pub max_secondary_per_author: usize,
+    /// Stop and return what was found when this passes.
+    pub deadline: Option<Instant>,
+}
+
 impl<'a> FeedQuery<'a> {
-    pub fn new(viewer_id: i64, authors: &'a [i64]) -> Self { unimplemented!() }
+    /// A query with the reference defaults: no exclusions, 1200 results, 50 / 30 per author.
+    pub fn new(viewer_id: i64, authors: &'a [i64]) -> Self {
+        Self {
+            viewer_id,
+            authors,
+            exclude: &[],
+            max_results: crate::config::MAX_POSTS_TO_RETURN,
+            max_originals_per_author: crate::config::MAX_ORIGINAL_POSTS_PER_AUTHOR,
+            max_secondary_per_author: crate::config::MAX_REPLY_POSTS_PER_AUTHOR,
+            deadline: None,
+        }
+    }
+}
+
+/// A query's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueryOutcome {
+    /// The posts, newest first.
+    pub posts: Vec<LightPost>,
+    /// The deadline passed; `posts` is partial.
+    pub timed_out: bool,
+    /// Summed timeline lengths of the requested authors (the reference's `total_eligible`).
+    pub eligible: usize,
 }
