@@ -15,7 +15,9 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_secs(&self) -> i64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
     }
 }
 

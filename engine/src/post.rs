@@ -33,7 +33,12 @@ pub struct LightPost {
 impl LightPost {
     /// An original post (neither reply nor repost) by `author_id`.
     pub fn original(post_id: i64, author_id: i64, created_at: i64) -> Self {
-        Self { post_id, author_id, created_at, ..Self::default() }
+        Self {
+            post_id,
+            author_id,
+            created_at,
+            ..Self::default()
+        }
     }
 
     /// True when the post belongs in the originals timeline (neither reply nor repost).
