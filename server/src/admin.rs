@@ -1,0 +1,48 @@
+//! Admin HTTP endpoints (axum), on their own port, 127.0.0.1 by default:
+//! `/metrics`, `/healthz`, `/readyz`, `/debug/pprof/profile`, `/debug/pprof/flamegraph`.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::metrics;
+use crate::profiling;
+use crate::readiness::Readiness;
+
+/// The admin router.
+pub fn router(readiness: Readiness) -> Router {
+    Router::new()
+        .route("/metrics", get(serve_metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/debug/pprof/profile", get(profiling::profile))
+        .route("/debug/pprof/flamegraph", get(profiling::flamegraph))
+        .with_state(readiness)
+}
+
+/// Prometheus text format of the default registry.
+async fn serve_metrics() -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        metrics::render(),
+    )
+}
+
+/// The process is up.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// 200 once the store has caught up, 503 before (and while shutting down).
+async fn readyz(State(readiness): State<Readiness>) -> impl IntoResponse {
+    if readiness.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}

@@ -1,0 +1,35 @@
+//! `thunder-cli`: command-line client of thunder. One module per subcommand.
+
+mod produce;
+mod query;
+
+use clap::{Parser, Subcommand};
+
+/// Command-line client of the in-network posts service.
+#[derive(Parser, Debug)]
+#[command(
+    name = "thunder-cli",
+    version,
+    about = "Command-line client of thunder"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Ask the server for a feed and print the posts.
+    Query(query::QueryArgs),
+    /// Send create/delete events to the Kafka topic (JSON lines on stdin, or `--synth`).
+    Produce(produce::ProduceArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Query(args) => query::run(args).await,
+        Command::Produce(args) => produce::run(args).await,
+    }
+}

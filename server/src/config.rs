@@ -1,0 +1,131 @@
+//! Command-line flags of `thunder-server`; every flag also reads a `THUNDER_*` variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thunder_engine::config::DEFAULT_RETENTION_SECS;
+
+use crate::error::StartupError;
+use crate::kafka::KafkaArgs;
+use crate::server::{DEFAULT_MAX_DECODING_MESSAGE_BYTES, ServerOptions};
+use crate::tls::TlsFiles;
+use crate::{demo, tasks};
+
+/// Flags of the server binary.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(
+    name = "thunder-server",
+    version,
+    about = "In-network posts: serves the newest posts of followed accounts over gRPC"
+)]
+pub struct Args {
+    /// gRPC listen address.
+    #[arg(long, env = "THUNDER_GRPC_ADDR", default_value = "0.0.0.0:9090")]
+    pub grpc_addr: SocketAddr,
+    /// Admin HTTP listen address (/metrics, /healthz, /readyz, /debug/pprof/*).
+    #[arg(long, env = "THUNDER_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
+    pub admin_addr: SocketAddr,
+    /// Global GetInNetworkPosts calls per second (burst = one second's worth); must be > 0.
+    #[arg(long, env = "THUNDER_QPS_LIMIT", default_value_t = 8000)]
+    pub qps_limit: u32,
+    /// Store query budget per call in ms; a query past it returns the posts found so far.
+    /// 0 disables it (the client's grpc-timeout still applies).
+    #[arg(long, env = "THUNDER_REQUEST_TIMEOUT_MS", default_value_t = 0)]
+    pub request_timeout_ms: u64,
+    /// How long posts are kept, in seconds.
+    #[arg(long, env = "THUNDER_POST_RETENTION_SECONDS", default_value_t = DEFAULT_RETENTION_SECS)]
+    pub post_retention_seconds: i64,
+    /// Largest decoded gRPC request message, in bytes.
+    #[arg(long, env = "THUNDER_MAX_DECODING_MESSAGE_BYTES", default_value_t = DEFAULT_MAX_DECODING_MESSAGE_BYTES)]
+    pub max_decoding_message_bytes: usize,
+    /// On SIGTERM/SIGINT, how long in-flight calls may finish before connections are cut, in ms.
+    #[arg(long, env = "THUNDER_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
+    pub shutdown_timeout_ms: u64,
+    /// Server certificate chain (PEM). With --tls-key and --tls-client-ca: serve mTLS.
+    #[arg(long, env = "THUNDER_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Server private key (PEM).
+    #[arg(long, env = "THUNDER_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// CA bundle that client certificates must chain to (PEM); client certificates are required.
+    #[arg(long, env = "THUNDER_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Feed the store from the in-process synthetic workload even if Kafka is configured.
+    /// Without --kafka-brokers the server always runs in demo mode.
+    #[arg(long, env = "THUNDER_DEMO")]
+    pub demo: bool,
+    /// Demo workload size: 1_000_000/scale authors and 20_000_000/scale posts over two days.
+    #[arg(long, env = "THUNDER_DEMO_SCALE", default_value_t = demo::DEFAULT_SCALE,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub demo_scale: u32,
+    /// Demo live events (creates and deletes) per second after the backlog.
+    #[arg(long, env = "THUNDER_DEMO_EVENTS_PER_SEC", default_value_t = demo::DEFAULT_EVENTS_PER_SEC)]
+    pub demo_events_per_sec: u32,
+    /// Kafka ingestion.
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+}
+
+impl Args {
+    /// True when the store is fed by the synthetic demo source rather than Kafka.
+    pub fn demo_mode(&self) -> bool {
+        self.demo || self.kafka.kafka_brokers.is_none()
+    }
+
+    /// The server options these flags describe.
+    pub fn server_options(&self) -> Result<ServerOptions, StartupError> {
+        if self.qps_limit == 0 {
+            return Err(StartupError::Config(
+                "--qps-limit must be greater than 0".into(),
+            ));
+        }
+        if self.post_retention_seconds <= 0 {
+            return Err(StartupError::Config(
+                "--post-retention-seconds must be greater than 0".into(),
+            ));
+        }
+        Ok(ServerOptions {
+            grpc_addr: self.grpc_addr,
+            admin_addr: self.admin_addr,
+            qps_limit: self.qps_limit,
+            request_timeout: (self.request_timeout_ms > 0)
+                .then(|| Duration::from_millis(self.request_timeout_ms)),
+            max_decoding_message_bytes: self.max_decoding_message_bytes,
+            tls: TlsFiles::from_parts(
+                self.tls_cert.clone(),
+                self.tls_key.clone(),
+                self.tls_client_ca.clone(),
+            )?,
+            drain_timeout: Duration::from_millis(self.shutdown_timeout_ms),
+            trim_interval: tasks::TRIM_INTERVAL,
+            stats_interval: tasks::STATS_INTERVAL,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn defaults() {
+        let args = Args::try_parse_from(["thunder-server"]).expect("defaults parse");
+        assert!(args.demo_mode());
+        let options = args.server_options().expect("valid");
+        assert_eq!(options.qps_limit, 8000);
+        assert_eq!(options.request_timeout, None);
+        assert_eq!(options.tls, None);
+        assert_eq!(options.admin_addr.ip().to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn refuses_zero_qps_and_partial_tls() {
+        let args = Args::try_parse_from(["thunder-server", "--qps-limit", "0"]).expect("parses");
+        let err = args.server_options().expect_err("0 is refused");
+        assert!(err.to_string().contains("--qps-limit"));
+        let args = Args::try_parse_from(["thunder-server", "--tls-cert", "c.pem"]).expect("parses");
+        assert!(args.server_options().is_err());
+    }
+}

@@ -1,0 +1,127 @@
+//! Demo mode: an in-process synthetic event source (the engine's deterministic `feed-2d`
+//! workload) feeds the store: two days of backlog, then a live trickle of creates and deletes.
+//! The synthetic viewers' follow lists back the follow-graph fallback, so a query with only a
+//! user id returns a feed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use thunder_engine::synth::{SynthConfig, SynthEvent};
+use thunder_engine::{DeleteEvent, LightPost, PostStore};
+use tokio::sync::watch;
+
+use crate::following::StaticFollowing;
+
+/// Default workload scale: 10 000 authors and 200 000 posts, loaded in well under a second.
+pub const DEFAULT_SCALE: u32 = 100;
+/// Default live events per second after the backlog.
+pub const DEFAULT_EVENTS_PER_SEC: u32 = 50;
+/// Synthetic viewers whose follow lists back the fallback.
+pub const DEMO_VIEWERS: usize = 100;
+/// Events applied per store call while loading the backlog.
+const BATCH: usize = 4096;
+/// Live events are emitted in this many slices per second.
+const LIVE_TICKS_PER_SEC: u32 = 10;
+
+/// The demo workload ending at `now_secs`.
+pub fn workload(scale: u32, now_secs: i64) -> SynthConfig {
+    SynthConfig::feed_2d(scale.max(1), now_secs)
+}
+
+/// Follow lists of the first [`DEMO_VIEWERS`] synthetic viewers.
+pub fn following(config: &SynthConfig) -> StaticFollowing {
+    let graph: HashMap<i64, Vec<i64>> = config
+        .viewers(DEMO_VIEWERS)
+        .into_iter()
+        .map(|v| (v.user_id, v.following))
+        .collect();
+    StaticFollowing::new(graph)
+}
+
+/// Applies `events` in order, batching runs of creates and of deletes.
+pub fn apply(store: &PostStore, events: &[SynthEvent]) {
+    let mut creates: Vec<LightPost> = Vec::new();
+    let mut deletes: Vec<DeleteEvent> = Vec::new();
+    for event in events {
+        match event {
+            SynthEvent::Create(post) => {
+                if !deletes.is_empty() {
+                    store.mark_as_deleted(&deletes);
+                    deletes.clear();
+                }
+                creates.push(*post);
+            }
+            SynthEvent::Delete(delete) => {
+                if !creates.is_empty() {
+                    store.insert_posts(&creates);
+                    creates.clear();
+                }
+                deletes.push(*delete);
+            }
+        }
+    }
+    if !creates.is_empty() {
+        store.insert_posts(&creates);
+    }
+    if !deletes.is_empty() {
+        store.mark_as_deleted(&deletes);
+    }
+}
+
+/// Loads the backlog into the store on a blocking thread; returns the number of events.
+pub async fn load_backlog(store: Arc<PostStore>, config: SynthConfig) -> Result<u64, String> {
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut total = 0u64;
+        for event in config.backlog() {
+            batch.push(event);
+            if batch.len() == BATCH {
+                apply(&store, &batch);
+                total += batch.len() as u64;
+                batch.clear();
+            }
+        }
+        apply(&store, &batch);
+        total += batch.len() as u64;
+        tracing::info!(events = total, took = ?started.elapsed(), "demo backlog loaded");
+        total
+    })
+    .await
+    .map_err(|e| format!("demo backlog task failed: {e}"))
+}
+
+/// Emits `events_per_sec` live events (new posts and due deletes) at the store's clock until
+/// `shutdown` turns true.
+pub async fn run_live(
+    store: Arc<PostStore>,
+    config: SynthConfig,
+    events_per_sec: u32,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    if events_per_sec == 0 {
+        return;
+    }
+    let mut live = config.live();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1) / LIVE_TICKS_PER_SEC);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut tick = 0u64;
+    let mut events = Vec::new();
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        // Spread the rate evenly over the ticks of each second.
+        let per_sec = u64::from(events_per_sec);
+        let ticks = u64::from(LIVE_TICKS_PER_SEC);
+        let due = per_sec * (tick % ticks + 1) / ticks - per_sec * (tick % ticks) / ticks;
+        tick += 1;
+        let now = store.now_secs();
+        events.clear();
+        events.extend((0..due).map(|_| live.next_event(now)));
+        // A few lock-free store calls: cheap enough to run on the reactor.
+        apply(&store, &events);
+    }
+}

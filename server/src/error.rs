@@ -1,0 +1,60 @@
+//! Errors of the server and their one mapping to gRPC status codes.
+
+use std::net::SocketAddr;
+
+/// Why a `GetInNetworkPosts` call failed. [`From<ServiceError> for tonic::Status`] is the only
+/// place where failures become gRPC codes.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The global QPS quota is spent.
+    #[error("QPS rate limit exceeded, please retry")]
+    RateLimited,
+    /// A request field is out of range.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The configured follow-graph source failed.
+    #[error("Failed to fetch following list: {0}")]
+    FollowingFetch(String),
+    /// The blocking query task panicked or was cancelled.
+    #[error("Failed to process posts: {0}")]
+    QueryTask(String),
+}
+
+impl ServiceError {
+    /// The gRPC code this error is answered with.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            ServiceError::RateLimited => tonic::Code::ResourceExhausted,
+            ServiceError::InvalidArgument(_) => tonic::Code::InvalidArgument,
+            ServiceError::FollowingFetch(_) | ServiceError::QueryTask(_) => tonic::Code::Internal,
+        }
+    }
+}
+
+impl From<ServiceError> for tonic::Status {
+    fn from(error: ServiceError) -> Self {
+        tonic::Status::new(error.code(), error.to_string())
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// A flag has a value the server refuses.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A TLS file could not be read or used.
+    #[error("TLS setup failed: {0}")]
+    Tls(String),
+    /// The gRPC reflection service could not be built.
+    #[error("reflection setup failed: {0}")]
+    Reflection(String),
+}

@@ -1,0 +1,153 @@
+//! `thunder-server`: serves the in-network post store over gRPC, fed by Kafka or, without
+//! brokers, by the synthetic demo workload.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use thunder_engine::PostStore;
+use thunder_server::kafka::{self, CatchUpState};
+use thunder_server::{Args, FollowingSource, demo};
+use tokio::sync::watch;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let options = args.server_options()?;
+    let store = Arc::new(PostStore::new(args.post_retention_seconds));
+    tracing::info!(
+        retention_secs = args.post_retention_seconds,
+        retention_days = args.post_retention_seconds as f64 / 86_400.0,
+        "post store created"
+    );
+
+    let demo_workload = args
+        .demo_mode()
+        .then(|| demo::workload(args.demo_scale, store.now_secs()));
+    let following = demo_workload
+        .as_ref()
+        .map(|w| Arc::new(demo::following(w)) as Arc<dyn FollowingSource>);
+    let server = thunder_server::start(options, Arc::clone(&store), following).await?;
+    let mut stop = std::pin::pin!(shutdown_signal());
+    let (stop_feed, feed_stopped) = watch::channel(false);
+
+    let mut ingest = None;
+    let mut live = None;
+    if let Some(workload) = demo_workload {
+        tracing::info!(
+            scale = args.demo_scale,
+            "demo mode: synthetic event source (no Kafka)"
+        );
+        tokio::select! {
+            loaded = demo::load_backlog(Arc::clone(&store), workload.clone()) => {
+                loaded.map_err(anyhow::Error::msg)?;
+            }
+            () = &mut stop => {
+                server.shutdown().await;
+                return Ok(());
+            }
+        }
+        if let Some(viewer) = workload.viewers(1).first() {
+            tracing::info!(
+                "demo: try `thunder-cli query --addr http://{} --user {}` (follow list from the demo graph) or --follow {}",
+                server.grpc_addr(),
+                viewer.user_id,
+                viewer
+                    .following
+                    .iter()
+                    .take(5)
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+        }
+        live = Some(tokio::spawn(demo::run_live(
+            Arc::clone(&store),
+            workload,
+            args.demo_events_per_sec,
+            feed_stopped,
+        )));
+    } else {
+        let started =
+            kafka::start(&args.kafka, Arc::clone(&store)).context("starting Kafka ingestion")?;
+        let mut caught_up = started.caught_up.clone();
+        ingest = Some(started);
+        loop {
+            let state = caught_up.borrow_and_update().clone();
+            match state {
+                CatchUpState::CaughtUp { took } => {
+                    tracing::info!(?took, "Kafka catch-up done");
+                    break;
+                }
+                CatchUpState::Failed(message) => {
+                    server.shutdown().await;
+                    anyhow::bail!("Kafka ingestion failed before catching up: {message}");
+                }
+                CatchUpState::CatchingUp => {}
+            }
+            tokio::select! {
+                changed = caught_up.changed() => {
+                    if changed.is_err() {
+                        server.shutdown().await;
+                        anyhow::bail!("Kafka ingestion stopped before catching up");
+                    }
+                }
+                () = &mut stop => {
+                    server.shutdown().await;
+                    if let Some(ingest) = ingest {
+                        ingest.shutdown().await;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+    server.readiness().set_ready().await;
+
+    stop.await;
+    tracing::info!("shutting down: draining in-flight requests");
+    let drained = server.shutdown().await;
+    let _ = stop_feed.send(true);
+    if let Some(live) = live {
+        let _ = live.await;
+    }
+    if let Some(ingest) = ingest {
+        ingest.shutdown().await;
+    }
+    tracing::info!(drained, "stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = terminate => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,132 @@
+//! CPU profiling over HTTP with pprof-rs: `/debug/pprof/profile` (gzipped profile.proto, as
+//! `go tool pprof` expects) and `/debug/pprof/flamegraph` (SVG).
+//!
+//! The profiler drives a process-wide `SIGPROF` timer, so only one profile runs at a time (409
+//! while busy), `seconds` is capped at [`MAX_PROFILE_SECONDS`] and the frequency at
+//! [`MAX_FREQUENCY_HZ`] (the kernel's tick caps real sampling anyway). Frames of libc, libgcc,
+//! pthread and the vdso are not unwound (signal-unsafe unwinding there can deadlock).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::extract::Query;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use pprof::protos::Message;
+
+/// Longest profile one request may ask for.
+pub const MAX_PROFILE_SECONDS: u64 = 60;
+/// Default profile length (as Go's `/debug/pprof/profile`).
+pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
+/// Highest sampling frequency accepted.
+pub const MAX_FREQUENCY_HZ: i32 = 199;
+/// Default sampling frequency.
+pub const DEFAULT_FREQUENCY_HZ: i32 = 99;
+/// Libraries whose frames are not unwound.
+const BLOCKLIST: [&str; 4] = ["libc", "libgcc", "pthread", "vdso"];
+
+/// Set while a profile runs; there is one profiler per process.
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Query parameters of both endpoints.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ProfileParams {
+    /// Profile length in seconds (1..=60, default 30).
+    pub seconds: Option<u64>,
+    /// Sampling frequency in Hz (1..=199, default 99).
+    pub frequency: Option<i32>,
+}
+
+enum Output {
+    Pprof,
+    Flamegraph,
+}
+
+/// `GET /debug/pprof/profile?seconds=N`: gzipped pprof protobuf.
+pub async fn profile(Query(params): Query<ProfileParams>) -> Response {
+    run(params, Output::Pprof).await
+}
+
+/// `GET /debug/pprof/flamegraph?seconds=N`: SVG flame graph.
+pub async fn flamegraph(Query(params): Query<ProfileParams>) -> Response {
+    run(params, Output::Flamegraph).await
+}
+
+/// Holds the process-wide profiler slot; frees it when dropped.
+struct Slot(());
+
+impl Slot {
+    fn take() -> Option<Self> {
+        // Acquire pairs with the Release in drop: the previous profile is fully torn down.
+        BUSY.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Slot(()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        BUSY.store(false, Ordering::Release);
+    }
+}
+
+async fn run(params: ProfileParams, output: Output) -> Response {
+    let Some(slot) = Slot::take() else {
+        return (StatusCode::CONFLICT, "a profile is already running\n").into_response();
+    };
+    let seconds = params
+        .seconds
+        .unwrap_or(DEFAULT_PROFILE_SECONDS)
+        .clamp(1, MAX_PROFILE_SECONDS);
+    let frequency = params
+        .frequency
+        .unwrap_or(DEFAULT_FREQUENCY_HZ)
+        .clamp(1, MAX_FREQUENCY_HZ);
+    let guard = match pprof::ProfilerGuardBuilder::default()
+        .frequency(frequency)
+        .blocklist(&BLOCKLIST)
+        .build()
+    {
+        Ok(guard) => guard,
+        Err(e) => return internal(format!("cannot start the profiler: {e}")),
+    };
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    // Symbolising and encoding are CPU-heavy: keep them off the reactor.
+    let rendered = tokio::task::spawn_blocking(move || {
+        let report = guard.report().build().map_err(|e| e.to_string())?;
+        drop(guard);
+        match output {
+            Output::Pprof => {
+                let profile = report.pprof().map_err(|e| e.to_string())?;
+                let mut encoded = Vec::new();
+                profile.encode(&mut encoded).map_err(|e| e.to_string())?;
+                let mut gz =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                gz.write_all(&encoded).map_err(|e| e.to_string())?;
+                gz.finish()
+                    .map(|b| (b, "application/octet-stream"))
+                    .map_err(|e| e.to_string())
+            }
+            Output::Flamegraph => {
+                let mut svg = Vec::new();
+                report.flamegraph(&mut svg).map_err(|e| e.to_string())?;
+                Ok((svg, "image/svg+xml"))
+            }
+        }
+    })
+    .await;
+    drop(slot);
+    match rendered {
+        Ok(Ok((body, content_type))) => {
+            ([(header::CONTENT_TYPE, content_type)], body).into_response()
+        }
+        Ok(Err(e)) => internal(format!("profile failed: {e}")),
+        Err(e) => internal(format!("profile task failed: {e}")),
+    }
+}
+
+fn internal(message: String) -> Response {
+    tracing::warn!(%message, "profiling");
+    (StatusCode::INTERNAL_SERVER_ERROR, message).into_response()
+}

@@ -1,0 +1,270 @@
+//! Validation of a decoded `GetInNetworkPostsRequest` and its execution against the store.
+//!
+//! [`handle_request`] is the whole read path without a network: decode errors aside, anything
+//! a client can send goes through it (the fuzz target calls it directly).
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use thunder_engine::config::{
+    MAX_INPUT_LIST_SIZE, MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_POSTS_TO_RETURN,
+    MAX_REPLY_POSTS_PER_AUTHOR, MAX_VIDEOS_TO_RETURN,
+};
+use thunder_engine::{FeedQuery, PostStore, QueryOutcome};
+use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
+
+use crate::convert::post_to_proto;
+use crate::error::ServiceError;
+
+/// Upper bound of `max_results`; larger values are clamped to it. (The reference has none; at
+/// most 80 posts per author and 10000 authors could otherwise ask for 800k posts.)
+pub const MAX_RESULTS_LIMIT: usize = 10_000;
+
+/// Authors never served (bot and experimentation accounts, as in the reference).
+pub const BLACKLISTED_AUTHORS: [i64; 3] = [
+    1_720_665_183_188_922_368, // @grok bot account
+    1_909_390_269_533_011_968, // @gork bot account
+    1_999_031_187_604_717_568, // @products experimentation account
+];
+
+/// Algorithms accepted silently; all of them rank newest first.
+pub const KNOWN_ALGORITHMS: [&str; 4] = ["", "recent", "default", "latest"];
+
+/// A request whose fields are checked, clamped and converted to the engine's types.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidatedRequest {
+    /// The viewer.
+    pub viewer_id: i64,
+    /// Authors to read, in request order, deduplicated, blacklisted ones removed.
+    pub authors: Vec<i64>,
+    /// Post ids never to return.
+    pub exclude: Vec<i64>,
+    /// Most posts to return.
+    pub max_results: usize,
+    /// Per-author cap of originals (non-video requests).
+    pub max_originals_per_author: usize,
+    /// Per-author cap of replies and reposts (non-video requests).
+    pub max_secondary_per_author: usize,
+    /// Video posts only.
+    pub is_video: bool,
+    /// Log the request and its outcome.
+    pub debug: bool,
+    /// `following_user_ids` was empty (the follow-graph fallback applies).
+    pub following_was_empty: bool,
+}
+
+impl ValidatedRequest {
+    /// Checks and normalises `req`:
+    /// - `user_id` and every used id must fit in `i64` (else [`ServiceError::InvalidArgument`]);
+    /// - `following_user_ids` and `exclude_tweet_ids` are cut to their first
+    ///   [`MAX_INPUT_LIST_SIZE`] entries (ids beyond are ignored unchecked), with a warning;
+    /// - authors are deduplicated and [`BLACKLISTED_AUTHORS`] removed;
+    /// - `max_results` 0 means 1200 (600 for video) and is clamped to [`MAX_RESULTS_LIMIT`];
+    /// - per-author limits are clamped to 50 / 30 and ignored for video requests;
+    /// - an unknown `algorithm` is logged and served as `recent`.
+    pub fn from_request(req: &GetInNetworkPostsRequest) -> Result<Self, ServiceError> {
+        let viewer_id = to_i64("user_id", req.user_id)?;
+        let following = truncated("following_user_ids", &req.following_user_ids, viewer_id);
+        let excluded = truncated("exclude_tweet_ids", &req.exclude_tweet_ids, viewer_id);
+        let mut authors = Vec::with_capacity(following.len());
+        for &id in following {
+            authors.push(to_i64("following_user_ids", id)?);
+        }
+        let exclude = excluded
+            .iter()
+            .map(|&id| to_i64("exclude_tweet_ids", id))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let default_max = if req.is_video_request {
+            MAX_VIDEOS_TO_RETURN
+        } else {
+            MAX_POSTS_TO_RETURN
+        };
+        let max_results = match req.max_results {
+            0 => default_max,
+            n => usize::try_from(n)
+                .unwrap_or(MAX_RESULTS_LIMIT)
+                .min(MAX_RESULTS_LIMIT),
+        };
+        let limits = req.per_author_limits.unwrap_or_default();
+        let clamp = |limit: Option<u32>, cap: usize| {
+            limit.map_or(cap, |n| usize::try_from(n).unwrap_or(cap).min(cap))
+        };
+        if !KNOWN_ALGORITHMS.contains(&req.algorithm.as_str()) {
+            tracing::warn!(
+                algorithm = %req.algorithm.escape_debug(),
+                "unsupported algorithm, falling back to 'recent'"
+            );
+        }
+        let mut validated = Self {
+            viewer_id,
+            authors: Vec::new(),
+            exclude,
+            max_results,
+            max_originals_per_author: clamp(
+                limits.max_posts_per_author,
+                MAX_ORIGINAL_POSTS_PER_AUTHOR,
+            ),
+            max_secondary_per_author: clamp(
+                limits.max_replies_reposts_per_author,
+                MAX_REPLY_POSTS_PER_AUTHOR,
+            ),
+            is_video: req.is_video_request,
+            debug: req.debug,
+            following_was_empty: req.following_user_ids.is_empty(),
+        };
+        if validated.is_video {
+            validated.max_originals_per_author = MAX_ORIGINAL_POSTS_PER_AUTHOR;
+            validated.max_secondary_per_author = MAX_REPLY_POSTS_PER_AUTHOR;
+        }
+        validated.set_authors(authors);
+        Ok(validated)
+    }
+
+    /// Replaces the authors (e.g. with a fetched following list): truncated to
+    /// [`MAX_INPUT_LIST_SIZE`], deduplicated keeping the first occurrence, blacklist removed.
+    pub fn set_authors(&mut self, mut authors: Vec<i64>) {
+        authors.truncate(MAX_INPUT_LIST_SIZE);
+        let mut seen: HashSet<i64, foldhash::fast::RandomState> =
+            HashSet::with_capacity_and_hasher(authors.len(), Default::default());
+        authors.retain(|id| !BLACKLISTED_AUTHORS.contains(id) && seen.insert(*id));
+        self.authors = authors;
+    }
+
+    /// Runs the store query; stops at `deadline` with the posts found so far.
+    pub fn execute(&self, store: &PostStore, deadline: Option<Instant>) -> QueryOutcome {
+        let mut query = FeedQuery::new(self.viewer_id, &self.authors);
+        query.exclude = &self.exclude;
+        query.max_results = self.max_results;
+        query.max_originals_per_author = self.max_originals_per_author;
+        query.max_secondary_per_author = self.max_secondary_per_author;
+        query.deadline = deadline;
+        if self.is_video {
+            store.get_videos_by_users(&query)
+        } else {
+            store.get_all_posts_by_users(&query)
+        }
+    }
+}
+
+/// Validates `req` and runs it against `store` with no deadline and no follow-graph fallback.
+pub fn handle_request(
+    store: &PostStore,
+    req: &GetInNetworkPostsRequest,
+) -> Result<GetInNetworkPostsResponse, tonic::Status> {
+    let validated = ValidatedRequest::from_request(req)?;
+    let outcome = validated.execute(store, None);
+    Ok(response_from(&outcome))
+}
+
+/// The wire response for a store answer.
+pub fn response_from(outcome: &QueryOutcome) -> GetInNetworkPostsResponse {
+    GetInNetworkPostsResponse {
+        posts: outcome.posts.iter().map(post_to_proto).collect(),
+    }
+}
+
+fn to_i64(field: &str, id: u64) -> Result<i64, ServiceError> {
+    i64::try_from(id).map_err(|_| {
+        ServiceError::InvalidArgument(format!("{field}: id {id} exceeds the int64 range"))
+    })
+}
+
+fn truncated<'a>(field: &str, ids: &'a [u64], viewer_id: i64) -> &'a [u64] {
+    if ids.len() > MAX_INPUT_LIST_SIZE {
+        tracing::warn!(
+            field,
+            len = ids.len(),
+            limit = MAX_INPUT_LIST_SIZE,
+            user_id = viewer_id,
+            "input list truncated"
+        );
+        &ids[..MAX_INPUT_LIST_SIZE]
+    } else {
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use thunder_proto::PerAuthorLimits;
+
+    fn request() -> GetInNetworkPostsRequest {
+        GetInNetworkPostsRequest {
+            user_id: 1,
+            following_user_ids: vec![2, 3],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let v = ValidatedRequest::from_request(&request()).expect("valid");
+        assert_eq!(v.max_results, MAX_POSTS_TO_RETURN);
+        assert_eq!(v.max_originals_per_author, MAX_ORIGINAL_POSTS_PER_AUTHOR);
+        assert_eq!(v.max_secondary_per_author, MAX_REPLY_POSTS_PER_AUTHOR);
+        let video = GetInNetworkPostsRequest {
+            is_video_request: true,
+            ..request()
+        };
+        let v = ValidatedRequest::from_request(&video).expect("valid");
+        assert_eq!(v.max_results, MAX_VIDEOS_TO_RETURN);
+    }
+
+    #[test]
+    fn clamps() {
+        let req = GetInNetworkPostsRequest {
+            max_results: u32::MAX,
+            per_author_limits: Some(PerAuthorLimits {
+                max_posts_per_author: Some(1000),
+                max_replies_reposts_per_author: Some(7),
+            }),
+            ..request()
+        };
+        let v = ValidatedRequest::from_request(&req).expect("valid");
+        assert_eq!(v.max_results, MAX_RESULTS_LIMIT);
+        assert_eq!(v.max_originals_per_author, MAX_ORIGINAL_POSTS_PER_AUTHOR);
+        assert_eq!(v.max_secondary_per_author, 7);
+        let video = GetInNetworkPostsRequest {
+            is_video_request: true,
+            ..req
+        };
+        let v = ValidatedRequest::from_request(&video).expect("valid");
+        assert_eq!(v.max_secondary_per_author, MAX_REPLY_POSTS_PER_AUTHOR);
+    }
+
+    #[test]
+    fn authors_are_truncated_deduplicated_and_filtered() {
+        let mut following: Vec<u64> = vec![5, 5, BLACKLISTED_AUTHORS[0] as u64, 6];
+        following.extend((100..20_000).map(|i| i as u64));
+        let req = GetInNetworkPostsRequest {
+            following_user_ids: following,
+            ..request()
+        };
+        let v = ValidatedRequest::from_request(&req).expect("valid");
+        assert_eq!(&v.authors[..3], &[5, 6, 100]);
+        assert_eq!(v.authors.len(), MAX_INPUT_LIST_SIZE - 2);
+    }
+
+    #[test]
+    fn ids_beyond_i64_are_invalid() {
+        for req in [
+            GetInNetworkPostsRequest {
+                user_id: u64::MAX,
+                ..request()
+            },
+            GetInNetworkPostsRequest {
+                following_user_ids: vec![1 << 63],
+                ..request()
+            },
+            GetInNetworkPostsRequest {
+                exclude_tweet_ids: vec![u64::MAX],
+                ..request()
+            },
+        ] {
+            let err = ValidatedRequest::from_request(&req).expect_err("invalid");
+            assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! Boots the gRPC and admin listeners around a store and stops them gracefully.
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use thunder_engine::PostStore;
+use thunder_proto::in_network_posts_service_server::InNetworkPostsServiceServer;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::codec::CompressionEncoding;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+
+use crate::admission::Admission;
+use crate::error::StartupError;
+use crate::following::FollowingSource;
+use crate::readiness::Readiness;
+use crate::service::ThunderService;
+use crate::tls::TlsFiles;
+use crate::{admin, metrics, tasks};
+
+/// Default largest accepted (decoded) request message: 4 MiB, far above the ~200 KB of two
+/// full 10000-id lists.
+pub const DEFAULT_MAX_DECODING_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Everything [`start`] needs besides the store.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// gRPC listen address (port 0 picks a free port).
+    pub grpc_addr: SocketAddr,
+    /// Admin HTTP listen address (port 0 picks a free port).
+    pub admin_addr: SocketAddr,
+    /// Global `GetInNetworkPosts` calls per second; must be > 0.
+    pub qps_limit: u32,
+    /// Store query budget per call; `None` leaves only the client's `grpc-timeout`.
+    pub request_timeout: Option<Duration>,
+    /// Largest decoded request message accepted.
+    pub max_decoding_message_bytes: usize,
+    /// TLS files; `None` serves plaintext h2c.
+    pub tls: Option<TlsFiles>,
+    /// How long shutdown waits for in-flight calls.
+    pub drain_timeout: Duration,
+    /// Period of the incremental trim.
+    pub trim_interval: Duration,
+    /// Period of the `post_store_*` gauge refresh.
+    pub stats_interval: Duration,
+}
+
+impl Default for ServerOptions {
+    /// Loopback, free ports, the reference's limits, plaintext.
+    fn default() -> Self {
+        Self {
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            qps_limit: 8000,
+            request_timeout: None,
+            max_decoding_message_bytes: DEFAULT_MAX_DECODING_MESSAGE_BYTES,
+            tls: None,
+            drain_timeout: Duration::from_secs(10),
+            trim_interval: tasks::TRIM_INTERVAL,
+            stats_interval: tasks::STATS_INTERVAL,
+        }
+    }
+}
+
+/// A running server. Dropping it without [`RunningServer::shutdown`] leaves the tasks running
+/// until the runtime stops.
+#[derive(Debug)]
+pub struct RunningServer {
+    grpc_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    readiness: Readiness,
+    shutdown: watch::Sender<bool>,
+    grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    admin: JoinHandle<std::io::Result<()>>,
+    background: Vec<JoinHandle<()>>,
+    drain_timeout: Duration,
+}
+
+impl RunningServer {
+    /// The bound gRPC address.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// The bound admin HTTP address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The readiness switch (flip it once the store has caught up).
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+
+    /// Stops accepting, lets in-flight calls finish for at most the drain timeout, then stops
+    /// everything. Returns false if the drain timed out (connections were cut).
+    pub async fn shutdown(self) -> bool {
+        self.readiness.set_not_ready().await;
+        // Receivers may all be gone already; nothing is left to notify then.
+        let _ = self.shutdown.send(true);
+        let drained = tokio::time::timeout(self.drain_timeout, async {
+            let grpc = self.grpc.await;
+            let admin = self.admin.await;
+            (grpc, admin)
+        })
+        .await;
+        for task in self.background {
+            task.abort();
+        }
+        match drained {
+            Ok((grpc, admin)) => {
+                if let Ok(Err(e)) = grpc {
+                    tracing::warn!(error = %e, "gRPC server stopped with an error");
+                }
+                if let Ok(Err(e)) = admin {
+                    tracing::warn!(error = %e, "admin server stopped with an error");
+                }
+                true
+            }
+            Err(_) => {
+                tracing::warn!(timeout = ?self.drain_timeout, "drain timed out; closing connections");
+                false
+            }
+        }
+    }
+}
+
+/// Binds both listeners and serves `store`. The server starts NOT_SERVING; call
+/// `readiness().set_ready()` once the store has caught up.
+pub async fn start(
+    options: ServerOptions,
+    store: Arc<PostStore>,
+    following: Option<Arc<dyn FollowingSource>>,
+) -> Result<RunningServer, StartupError> {
+    let started = Instant::now();
+    metrics::init();
+    let qps_limit = NonZeroU32::new(options.qps_limit)
+        .ok_or_else(|| StartupError::Config("--qps-limit must be greater than 0".into()))?;
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let readiness = Readiness::new(health_reporter, started).await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(thunder_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| StartupError::Reflection(e.to_string()))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(thunder_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|e| StartupError::Reflection(e.to_string()))?;
+
+    let service = ThunderService::new(
+        Arc::clone(&store),
+        Admission::new(qps_limit),
+        following,
+        options.request_timeout,
+    );
+    let service = InNetworkPostsServiceServer::new(service)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+        .max_decoding_message_size(options.max_decoding_message_bytes);
+
+    let mut builder = Server::builder();
+    if let Some(tls) = &options.tls {
+        builder = builder
+            .tls_config(tls.server_config()?)
+            .map_err(|e| StartupError::Tls(e.to_string()))?;
+    }
+
+    let grpc_listener = bind(options.grpc_addr).await?;
+    let grpc_addr = local_addr(&grpc_listener, options.grpc_addr)?;
+    let admin_listener = bind(options.admin_addr).await?;
+    let admin_addr = local_addr(&admin_listener, options.admin_addr)?;
+    // serve_with_incoming ignores the builder's TCP options: set NODELAY on accepted sockets here.
+    let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let router = builder
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(service);
+    let grpc =
+        tokio::spawn(router.serve_with_incoming_shutdown(incoming, stopped(shutdown_rx.clone())));
+    let admin = tokio::spawn(
+        axum::serve(admin_listener, admin::router(readiness.clone()))
+            .with_graceful_shutdown(stopped(shutdown_rx.clone()))
+            .into_future(),
+    );
+    let background = vec![
+        tokio::spawn(tasks::run_trim(
+            Arc::clone(&store),
+            options.trim_interval,
+            shutdown_rx.clone(),
+        )),
+        tokio::spawn(tasks::run_stats(store, options.stats_interval, shutdown_rx)),
+    ];
+    match &options.tls {
+        Some(tls) => {
+            tracing::info!(%grpc_addr, cert = %tls.cert.display(), "gRPC server mTLS enabled (client certificates required)")
+        }
+        None => tracing::info!(%grpc_addr, "gRPC server mTLS disabled (plaintext h2c)"),
+    }
+    tracing::info!("metrics at http://{admin_addr}/metrics");
+    Ok(RunningServer {
+        grpc_addr,
+        admin_addr,
+        readiness,
+        shutdown,
+        grpc,
+        admin,
+        background,
+        drain_timeout: options.drain_timeout,
+    })
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartupError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Bind { addr, source })
+}
+
+fn local_addr(
+    listener: &tokio::net::TcpListener,
+    addr: SocketAddr,
+) -> Result<SocketAddr, StartupError> {
+    listener
+        .local_addr()
+        .map_err(|source| StartupError::Bind { addr, source })
+}
+
+/// Resolves once `shutdown` turns true (or its sender is gone).
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    // An error means the sender was dropped: treat it as a stop as well.
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
