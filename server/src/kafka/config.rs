@@ -1,0 +1,253 @@
+//! Command-line / environment configuration of the Kafka ingestion and the librdkafka
+//! client configuration built from it.
+
+use rdkafka::ClientConfig;
+
+/// Default topic of the in-network post events (the reference's `IN_NETWORK_EVENTS_TOPIC`).
+pub const IN_NETWORK_EVENTS_TOPIC: &str = "innetwork_post";
+
+/// Kafka ingestion flags; every flag also reads a `THUNDER_*` environment variable.
+///
+/// Without `--kafka-brokers` the server runs without Kafka.
+#[derive(clap::Args, Clone, Debug)]
+pub struct KafkaArgs {
+    /// Bootstrap brokers, `host:port[,host:port...]`. Unset: no Kafka ingestion.
+    #[arg(long, env = "THUNDER_KAFKA_BROKERS")]
+    pub kafka_brokers: Option<String>,
+
+    /// Topic of protobuf `InNetworkEvent` records.
+    #[arg(long, env = "THUNDER_KAFKA_TOPIC", default_value = IN_NETWORK_EVENTS_TOPIC)]
+    pub kafka_topic: String,
+
+    /// Consumer group prefix; a random uuid is appended per process so every replica reads
+    /// every partition (offsets are never committed).
+    #[arg(long, env = "THUNDER_KAFKA_GROUP_ID", default_value = "thunder")]
+    pub kafka_group_id: String,
+
+    /// Ingest threads; the topic's partitions are split into fixed, contiguous slices over them.
+    /// Threads beyond the partition count are not started.
+    #[arg(long, env = "THUNDER_KAFKA_NUM_THREADS", default_value_t = 4)]
+    pub kafka_num_threads: usize,
+
+    /// Records per batch applied to the store; also scales the catch-up threshold
+    /// (a thread is caught up when its lag is below partitions × batch size).
+    #[arg(long, env = "THUNDER_KAFKA_BATCH_SIZE", default_value_t = 1000)]
+    pub kafka_batch_size: usize,
+
+    /// Longest time a partially filled batch waits for more records before it is applied.
+    /// A batch is also applied as soon as the consumer has nothing more to hand out.
+    #[arg(long, env = "THUNDER_KAFKA_FETCH_TIMEOUT_MS", default_value_t = 1000)]
+    pub kafka_fetch_timeout_ms: u64,
+
+    /// Timeout of broker requests (metadata, watermarks, offsets for times).
+    #[arg(
+        long,
+        env = "THUNDER_KAFKA_REQUEST_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub kafka_request_timeout_ms: u64,
+
+    /// librdkafka `auto.offset.reset`: where to resume when a position falls outside the log
+    /// (for example after retention deleted it). `earliest` or `latest`.
+    #[arg(
+        long,
+        env = "THUNDER_KAFKA_AUTO_OFFSET_RESET",
+        default_value = "earliest"
+    )]
+    pub kafka_auto_offset_reset: String,
+
+    /// Start each partition at the first record not older than the store's retention
+    /// (`offsets_for_times(now - retention)`) instead of the beginning of the retained log.
+    #[arg(long, env = "THUNDER_KAFKA_START_FROM_TIME")]
+    pub start_from_time: bool,
+
+    /// How often the `kafka_partition_lag` gauge is refreshed.
+    #[arg(
+        long,
+        env = "THUNDER_KAFKA_LAG_MONITOR_INTERVAL_SECS",
+        default_value_t = 30
+    )]
+    pub lag_monitor_interval_secs: u64,
+
+    /// Ingest threads that may apply a batch at the same time once caught up (0 = no limit).
+    /// Before catch-up all threads apply in parallel.
+    #[arg(long, env = "THUNDER_KAFKA_LIVE_BATCH_PERMITS", default_value_t = 1)]
+    pub kafka_live_batch_permits: usize,
+
+    /// librdkafka `security.protocol`: `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl`.
+    #[arg(
+        long,
+        env = "THUNDER_KAFKA_SECURITY_PROTOCOL",
+        default_value = "plaintext"
+    )]
+    pub kafka_security_protocol: String,
+
+    /// librdkafka `sasl.mechanism`, e.g. `SCRAM-SHA-512`.
+    #[arg(long, env = "THUNDER_KAFKA_SASL_MECHANISM")]
+    pub kafka_sasl_mechanism: Option<String>,
+
+    /// librdkafka `sasl.username`.
+    #[arg(long, env = "THUNDER_KAFKA_SASL_USERNAME")]
+    pub kafka_sasl_username: Option<String>,
+
+    /// librdkafka `sasl.password` (prefer the environment variable over the flag).
+    #[arg(long, env = "THUNDER_KAFKA_SASL_PASSWORD", hide_env_values = true)]
+    pub kafka_sasl_password: Option<String>,
+
+    /// librdkafka `ssl.ca.location`: CA bundle to verify the brokers with.
+    #[arg(long, env = "THUNDER_KAFKA_SSL_CA_LOCATION")]
+    pub kafka_ssl_ca_location: Option<String>,
+
+    /// Extra librdkafka property `KEY=VALUE`, repeatable; applied last, so it overrides
+    /// everything above. In the environment variable, separate pairs with `;`.
+    #[arg(
+        short = 'X',
+        long = "kafka-property",
+        env = "THUNDER_KAFKA_PROPERTIES",
+        value_name = "KEY=VALUE",
+        value_delimiter = ';',
+        value_parser = parse_property
+    )]
+    pub kafka_properties: Vec<(String, String)>,
+}
+
+impl Default for KafkaArgs {
+    fn default() -> Self {
+        Self {
+            kafka_brokers: None,
+            kafka_topic: IN_NETWORK_EVENTS_TOPIC.to_owned(),
+            kafka_group_id: "thunder".to_owned(),
+            kafka_num_threads: 4,
+            kafka_batch_size: 1000,
+            kafka_fetch_timeout_ms: 1000,
+            kafka_request_timeout_ms: 10_000,
+            kafka_auto_offset_reset: "earliest".to_owned(),
+            start_from_time: false,
+            lag_monitor_interval_secs: 30,
+            kafka_live_batch_permits: 1,
+            kafka_security_protocol: "plaintext".to_owned(),
+            kafka_sasl_mechanism: None,
+            kafka_sasl_username: None,
+            kafka_sasl_password: None,
+            kafka_ssl_ca_location: None,
+            kafka_properties: Vec::new(),
+        }
+    }
+}
+
+impl KafkaArgs {
+    /// Connection settings shared by consumers, producers and admin clients: brokers,
+    /// security and the `-X` properties. Fails when no brokers are configured.
+    pub fn client_config(&self) -> Result<ClientConfig, super::KafkaError> {
+        let brokers = self
+            .kafka_brokers
+            .as_deref()
+            .filter(|b| !b.trim().is_empty())
+            .ok_or(super::KafkaError::NoBrokers)?;
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", brokers)
+            .set("security.protocol", &self.kafka_security_protocol);
+        if let Some(mechanism) = &self.kafka_sasl_mechanism {
+            config.set("sasl.mechanism", mechanism);
+        }
+        if let Some(username) = &self.kafka_sasl_username {
+            config.set("sasl.username", username);
+        }
+        if let Some(password) = &self.kafka_sasl_password {
+            config.set("sasl.password", password);
+        }
+        if let Some(ca) = &self.kafka_ssl_ca_location {
+            config.set("ssl.ca.location", ca);
+        }
+        for (key, value) in &self.kafka_properties {
+            config.set(key, value);
+        }
+        Ok(config)
+    }
+
+    /// Consumer configuration: no group management, no commits, the given group id.
+    pub(crate) fn consumer_config(
+        &self,
+        group_id: &str,
+    ) -> Result<ClientConfig, super::KafkaError> {
+        let mut config = self.client_config()?;
+        config
+            .set("group.id", group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", &self.kafka_auto_offset_reset);
+        // `-X` wins over our defaults too.
+        for (key, value) in &self.kafka_properties {
+            config.set(key, value);
+        }
+        Ok(config)
+    }
+}
+
+/// Parses one `KEY=VALUE` librdkafka property.
+fn parse_property(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("expected KEY=VALUE, got `{raw}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        kafka: KafkaArgs,
+    }
+
+    #[test]
+    fn defaults_match_default_impl() {
+        let cli = Cli::try_parse_from(["thunder"]).expect("parses");
+        let d = KafkaArgs::default();
+        assert_eq!(cli.kafka.kafka_brokers, d.kafka_brokers);
+        assert_eq!(cli.kafka.kafka_topic, d.kafka_topic);
+        assert_eq!(cli.kafka.kafka_batch_size, d.kafka_batch_size);
+        assert_eq!(cli.kafka.kafka_num_threads, d.kafka_num_threads);
+        assert_eq!(cli.kafka.kafka_fetch_timeout_ms, d.kafka_fetch_timeout_ms);
+        assert_eq!(
+            cli.kafka.kafka_live_batch_permits,
+            d.kafka_live_batch_permits
+        );
+        assert_eq!(
+            cli.kafka.lag_monitor_interval_secs,
+            d.lag_monitor_interval_secs
+        );
+        assert!(!cli.kafka.start_from_time);
+    }
+
+    #[test]
+    fn properties_parse_and_override() {
+        let cli = Cli::try_parse_from([
+            "thunder",
+            "--kafka-brokers",
+            "127.0.0.1:9092",
+            "-X",
+            "fetch.wait.max.ms=50",
+            "--kafka-property",
+            "security.protocol=ssl",
+        ])
+        .expect("parses");
+        let config = cli.kafka.consumer_config("g").expect("config");
+        assert_eq!(config.get("fetch.wait.max.ms"), Some("50"));
+        assert_eq!(config.get("security.protocol"), Some("ssl"));
+        assert_eq!(config.get("group.id"), Some("g"));
+        assert!(Cli::try_parse_from(["thunder", "-X", "novalue"]).is_err());
+    }
+
+    #[test]
+    fn no_brokers_is_an_error() {
+        assert!(KafkaArgs::default().client_config().is_err());
+    }
+}

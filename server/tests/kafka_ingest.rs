@@ -1,0 +1,231 @@
+//! End to end through a real broker: produce creates, deletes (some before their create, some
+//! repeated), duplicate creates, malformed records and a record with no variant to a
+//! 4-partition topic; ingest it; the store must answer exactly as the model store fed the same
+//! events does.
+
+mod kafka_support;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kafka_support::*;
+use thunder_engine::synth::{SynthConfig, SynthEvent};
+use thunder_engine::{DeleteEvent, LightPost};
+use thunder_server::kafka::{self, DecodeError};
+
+/// Records that must be counted as parse failures, with the error each must give.
+fn bad_payloads() -> Vec<(Option<Vec<u8>>, &'static str)> {
+    vec![
+        (Some(vec![0xff, 0xff, 0xff]), "malformed"),
+        // Field 1 (create) claims 5 bytes, 3 follow.
+        (Some(b"\x0a\x05abc".to_vec()), "malformed"),
+        // Field 2 (delete) holds a truncated varint.
+        (Some(vec![0x12, 0x02, 0x08, 0x80]), "malformed"),
+        // A valid, empty InNetworkEvent: no variant.
+        (Some(Vec::new()), "no variant"),
+        // A null payload.
+        (None, "no payload"),
+    ]
+}
+
+fn metric_value(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    prometheus::gather()
+        .iter()
+        .filter(|f| f.name() == name)
+        .find_map(|family| {
+            family.get_metric().iter().find_map(|m| {
+                let matches = labels.iter().all(|(k, v)| {
+                    m.get_label()
+                        .iter()
+                        .any(|l| l.name() == *k && l.value() == *v)
+                });
+                matches.then(|| match family.get_field_type() {
+                    prometheus::proto::MetricType::COUNTER => m.get_counter().get_value(),
+                    _ => m.get_gauge().get_value(),
+                })
+            })
+        })
+}
+
+#[test]
+fn ingested_store_matches_the_model() {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    let broker = Broker::start();
+    let topic = "innetwork_post_e2e";
+    create_topic(&broker.bootstrap(), topic, 4);
+
+    let config = SynthConfig::feed_2d(4000, now);
+    // Records of different partitions reach the store in an unspecified order. The store's
+    // answers do not depend on it, with one exception: a repost is a video if its source is a
+    // stored video *when the repost is inserted*, so a delete of a repost's source racing the
+    // repost may go either way. Leave those deletes out so the model's answer is the only one.
+    let sources: std::collections::HashSet<i64> = config
+        .backlog()
+        .filter_map(|e| match e {
+            SynthEvent::Create(p) if p.is_retweet => p.source_post_id,
+            _ => None,
+        })
+        .collect();
+    let backlog: Vec<SynthEvent> = config
+        .backlog()
+        .filter(|e| !matches!(e, SynthEvent::Delete(d) if sources.contains(&d.post_id)))
+        .collect();
+    let creates: Vec<LightPost> = backlog
+        .iter()
+        .filter_map(|e| {
+            if let SynthEvent::Create(p) = e {
+                Some(*p)
+            } else {
+                None
+            }
+        })
+        .collect();
+    let deletes: Vec<DeleteEvent> = backlog
+        .iter()
+        .filter_map(|e| {
+            if let SynthEvent::Delete(d) = e {
+                Some(*d)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert!(
+        creates.len() > 1000 && !deletes.is_empty(),
+        "workload too small"
+    );
+
+    // Extra events on top of the synthetic backlog.
+    let mut extra: Vec<SynthEvent> = Vec::new();
+    // Repeated creates (identical) and repeated deletes.
+    extra.extend(creates.iter().step_by(97).map(|p| SynthEvent::Create(*p)));
+    extra.extend(deletes.iter().take(20).map(|d| SynthEvent::Delete(*d)));
+    // A second create of an existing post with other content: the first one wins.
+    extra.extend(creates.iter().step_by(211).map(|p| {
+        SynthEvent::Create(LightPost {
+            has_video: !p.has_video,
+            ..*p
+        })
+    }));
+    // Deletes before their create.
+    let originals: Vec<LightPost> = creates
+        .iter()
+        .filter(|p| p.is_original())
+        .copied()
+        .collect();
+    let deleted: std::collections::HashSet<i64> = deletes.iter().map(|d| d.post_id).collect();
+    let mut next_id = creates.iter().map(|p| p.post_id).max().unwrap_or(0) + 1;
+    for p in originals.iter().step_by(151).take(15) {
+        let post = LightPost::original(next_id, p.author_id, now - 60);
+        next_id += 1;
+        extra.push(SynthEvent::Delete(DeleteEvent {
+            post_id: post.post_id,
+            deleted_at: now - 30,
+        }));
+        extra.push(SynthEvent::Create(post));
+    }
+    // Replies that name a parent but do not set `is_reply`: ingestion derives it.
+    for p in originals
+        .iter()
+        .filter(|p| !deleted.contains(&p.post_id))
+        .step_by(173)
+        .take(15)
+    {
+        let reply = LightPost {
+            in_reply_to_post_id: Some(p.post_id),
+            in_reply_to_user_id: Some(p.author_id),
+            conversation_id: Some(p.post_id),
+            ..LightPost::original(next_id, p.author_id, now - 10)
+        };
+        next_id += 1;
+        extra.push(SynthEvent::Create(reply));
+    }
+
+    // Two thirds before ingestion starts (the backlog), the rest after catch-up (live).
+    let mut events = backlog.clone();
+    events.extend(extra);
+    let split = events.len() * 2 / 3;
+    let bad = bad_payloads();
+    for (payload, what) in &bad {
+        let error = kafka::decode_event(payload.as_deref()).expect_err("a bad payload");
+        let matches = match error {
+            DecodeError::Malformed(_) => *what == "malformed",
+            DecodeError::NoVariant => *what == "no variant",
+            DecodeError::NoPayload => *what == "no payload",
+        };
+        assert!(matches, "{what}: got {error}");
+    }
+
+    let producer = producer(&broker.bootstrap(), topic);
+    for event in &events[..split] {
+        send(&producer, event);
+    }
+    for (i, (payload, _)) in bad.iter().enumerate() {
+        producer
+            .send_record(Some(i as i32 % 4), b"bad", payload.as_deref())
+            .expect("queue bad record");
+    }
+    let before_start = (split + bad.len()) as u64;
+    flush(&producer, before_start);
+
+    let failed_before = metric_value("kafka_messages_failed_parse_total", &[]).unwrap_or(0.0);
+    let (store, mut model) = store_and_model(now);
+    let mut args = kafka_args(&broker.bootstrap(), topic);
+    args.kafka_num_threads = 3;
+    args.kafka_batch_size = 500;
+    let ingest = kafka::start(&args, store.clone()).expect("start ingestion");
+    let took = wait_caught_up(&ingest);
+    eprintln!("caught up on {before_start} records in {took:?}");
+
+    for event in &events[split..] {
+        send(&producer, event);
+    }
+    let total = before_start + (events.len() - split) as u64;
+    flush(&producer, total);
+    wait_applied(&ingest, total);
+
+    let stats = ingest.stats();
+    assert_eq!(stats.failed, bad.len() as u64, "{stats:?}");
+    assert_eq!(
+        stats.creates + stats.deletes + stats.failed,
+        total,
+        "{stats:?}"
+    );
+    let failed_after = metric_value("kafka_messages_failed_parse_total", &[]).unwrap_or(0.0);
+    assert!(
+        failed_after - failed_before >= bad.len() as f64,
+        "parse failures not counted"
+    );
+
+    apply_to_model(&mut model, &events);
+    let mut viewers: Vec<(i64, Vec<i64>)> = config
+        .viewers(40)
+        .into_iter()
+        .map(|v| (v.user_id, v.following))
+        .collect();
+    let mut all_authors: Vec<i64> = creates.iter().map(|p| p.author_id).collect();
+    all_authors.sort_unstable();
+    all_authors.dedup();
+    for chunk in all_authors.chunks(20) {
+        viewers.push((0, chunk.to_vec()));
+    }
+    assert_same_answers(&store, &model, &viewers);
+    assert_eq!(store.stats().posts, model.stats().posts, "stored posts");
+
+    // The lag gauge reaches zero for every partition.
+    wait_until(
+        "kafka_partition_lag to reach 0",
+        || {
+            (0..4).all(|p| {
+                metric_value(
+                    "kafka_partition_lag",
+                    &[("topic", topic), ("partition", &p.to_string())],
+                ) == Some(0.0)
+            })
+        },
+        || "lag gauge not zero".to_owned(),
+    );
+    ingest.shutdown_blocking();
+}

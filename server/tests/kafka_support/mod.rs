@@ -1,0 +1,351 @@
+//! Shared helpers of the Kafka integration tests: a real Kafka-protocol broker (noida-db)
+//! on a free 127.0.0.1 port, stopped on drop; topic creation; waiting helpers; a model of the
+//! produced events.
+//!
+//! The broker binary comes from `THUNDER_TEST_KAFKA_BIN` (set by
+//! `eval "$(scripts/kafka-broker.sh env)"`); without it the tests run
+//! `scripts/kafka-broker.sh install`, and fail with a clear message if that does not work.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use thunder_engine::model::ModelStore;
+use thunder_engine::synth::SynthEvent;
+use thunder_engine::{Clock, FeedQuery, ManualClock, PostStore, StoreConfig};
+use thunder_server::kafka::{CatchUpState, EventProducer, KafkaArgs, KafkaIngest};
+
+/// Generous: the machine may be small and busy with other builds.
+pub const TIMEOUT: Duration = Duration::from_secs(180);
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// The broker binary: `THUNDER_TEST_KAFKA_BIN`, else installed by `scripts/kafka-broker.sh`.
+pub fn broker_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("THUNDER_TEST_KAFKA_BIN") {
+        let bin = PathBuf::from(bin);
+        assert!(
+            bin.is_file(),
+            "THUNDER_TEST_KAFKA_BIN={} is not a file",
+            bin.display()
+        );
+        return bin;
+    }
+    let script = workspace_root().join("scripts/kafka-broker.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .arg("install")
+        .stderr(Stdio::inherit())
+        .output();
+    match output {
+        Ok(out) if out.status.success() => {
+            let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            assert!(
+                bin.is_file(),
+                "{} install printed `{}`, not a file",
+                script.display(),
+                bin.display()
+            );
+            bin
+        }
+        other => panic!(
+            "the Kafka tests need a real broker and found none: set THUNDER_TEST_KAFKA_BIN \
+             (eval \"$(scripts/kafka-broker.sh env)\") or make `scripts/kafka-broker.sh install` \
+             work (python3 + PyPI access); got {other:?}"
+        ),
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free 127.0.0.1 port")
+}
+
+/// A broker process on 127.0.0.1 with its own data directory; stopped (and the data
+/// removed) on drop.
+pub struct Broker {
+    bin: PathBuf,
+    port: u16,
+    data: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Broker {
+    /// Starts a broker on a free port.
+    pub fn start() -> Self {
+        let data = tempfile::Builder::new()
+            .prefix("thunder-kafka-test")
+            .tempdir()
+            .expect("temp dir");
+        let mut broker = Self {
+            bin: broker_binary(),
+            port: free_port(),
+            data,
+            child: None,
+        };
+        broker.spawn();
+        broker
+    }
+
+    /// `host:port` for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data.path().join("broker.log"))
+            .expect("broker log");
+        let child = Command::new(&self.bin)
+            .args([
+                "start",
+                "--only",
+                "kafka",
+                "--host",
+                "127.0.0.1",
+                "--kafka-port",
+            ])
+            .arg(self.port.to_string())
+            .arg("--data-dir")
+            .arg(self.data.path().join("data"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn the broker");
+        self.child = Some(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("broker exited with {status}; log:\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker did not listen on {addr}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The broker's output so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data.path().join("broker.log")).unwrap_or_default()
+    }
+
+    /// Stops the broker (SIGTERM, then SIGKILL after 10 s), keeping its data directory.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => break,
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts the broker again on the same port with the same data directory.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(future)
+}
+
+/// Creates `topic` with `partitions` partitions.
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = block_on(admin.create_topics(
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &options,
+    ))
+    .expect("create_topics request");
+    for result in results {
+        result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code:?}"));
+    }
+}
+
+/// Connection flags for `topic` on `bootstrap`, ingestion defaults otherwise.
+pub fn kafka_args(bootstrap: &str, topic: &str) -> KafkaArgs {
+    KafkaArgs {
+        kafka_brokers: Some(bootstrap.to_owned()),
+        kafka_topic: topic.to_owned(),
+        kafka_group_id: "thunder-test".to_owned(),
+        kafka_request_timeout_ms: 5_000,
+        lag_monitor_interval_secs: 1,
+        ..KafkaArgs::default()
+    }
+}
+
+/// A producer to `topic` on `bootstrap`.
+pub fn producer(bootstrap: &str, topic: &str) -> EventProducer {
+    EventProducer::new(&kafka_args(bootstrap, topic)).expect("producer")
+}
+
+/// Sends `event` (creates keyed by author, deletes by post id).
+pub fn send(producer: &EventProducer, event: &SynthEvent) {
+    match event {
+        SynthEvent::Create(post) => producer.send_create(post),
+        SynthEvent::Delete(delete) => producer.send_delete(delete, None),
+    }
+    .expect("queue record");
+}
+
+/// Flushes and checks that every record was delivered.
+pub fn flush(producer: &EventProducer, expected_delivered: u64) {
+    producer.flush(Duration::from_secs(60)).expect("flush");
+    let stats = producer.stats();
+    assert_eq!(stats.failed, 0, "records not delivered");
+    assert_eq!(stats.delivered, expected_delivered, "delivered records");
+}
+
+/// Polls `done` every 20 ms until it holds; panics with `what` and `state()` after `TIMEOUT`.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool, state: impl Fn() -> String) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; {}",
+            state()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `CaughtUp`; panics on `Failed` or timeout.
+pub fn wait_caught_up(ingest: &KafkaIngest) -> Duration {
+    let mut took = Duration::ZERO;
+    wait_until(
+        "catch-up",
+        || match &*ingest.caught_up.borrow() {
+            CatchUpState::CaughtUp { took: t } => {
+                took = *t;
+                true
+            }
+            CatchUpState::Failed(reason) => panic!("ingestion failed: {reason}"),
+            CatchUpState::CatchingUp => false,
+        },
+        || format!("{ingest:?}"),
+    );
+    took
+}
+
+/// Waits until ingestion has applied `records` records.
+pub fn wait_applied(ingest: &KafkaIngest, records: u64) {
+    wait_until(
+        "every record applied",
+        || ingest.stats().records >= records,
+        || format!("{ingest:?}"),
+    );
+    assert_eq!(
+        ingest.stats().records,
+        records,
+        "more records applied than produced"
+    );
+}
+
+/// A store and a model store sharing one fixed clock at `now_secs`.
+pub fn store_and_model(now_secs: i64) -> (Arc<PostStore>, ModelStore) {
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(now_secs));
+    let config = || StoreConfig {
+        clock: Arc::clone(&clock),
+        ..StoreConfig::default()
+    };
+    (
+        Arc::new(PostStore::with_config(config())),
+        ModelStore::with_config(config()),
+    )
+}
+
+/// Applies `events` to the model the way ingestion does (create events through the same
+/// decode path, so `is_reply` is derived the same way).
+pub fn apply_to_model(model: &mut ModelStore, events: &[SynthEvent]) {
+    for event in events {
+        match event {
+            SynthEvent::Create(post) => {
+                let create = thunder_server::kafka::create_event(post);
+                let bytes = prost::Message::encode_to_vec(&create);
+                match thunder_server::kafka::decode_event(Some(&bytes)).expect("round trip") {
+                    thunder_server::kafka::IngestEvent::Create(post) => {
+                        model.insert_posts(&[post]);
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            SynthEvent::Delete(delete) => {
+                model.mark_as_deleted(&[*delete]);
+            }
+        }
+    }
+}
+
+/// Asserts that the store answers every feed and video query of `viewers` as the model does.
+pub fn assert_same_answers(store: &PostStore, model: &ModelStore, viewers: &[(i64, Vec<i64>)]) {
+    let mut compared = 0;
+    for (viewer, following) in viewers {
+        let query = FeedQuery::new(*viewer, following);
+        let got = store.get_all_posts_by_users(&query);
+        let want = model.get_all_posts_by_users(&query);
+        if let Err(diff) =
+            thunder_engine::model::answers_agree(&got.posts, &want.posts, query.max_results)
+        {
+            panic!("feed of viewer {viewer} differs from the model: {diff}");
+        }
+        let got = store.get_videos_by_users(&query);
+        let want = model.get_videos_by_users(&query);
+        if let Err(diff) =
+            thunder_engine::model::answers_agree(&got.posts, &want.posts, query.max_results)
+        {
+            panic!("videos of viewer {viewer} differ from the model: {diff}");
+        }
+        compared += want.posts.len();
+    }
+    assert!(compared > 0, "the comparison saw no posts at all");
+}
