@@ -5,10 +5,8 @@
 
 mod kafka_support;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use kafka_support::*;
-use thunder_engine::synth::{SynthConfig, SynthEvent};
+use thunder_engine::synth::SynthEvent;
 use thunder_engine::{DeleteEvent, LightPost};
 use thunder_server::kafka::{self, DecodeError};
 
@@ -48,30 +46,12 @@ fn metric_value(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 
 #[test]
 fn ingested_store_matches_the_model() {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_secs() as i64;
+    let now = now_secs();
     let broker = Broker::start();
     let topic = "innetwork_post_e2e";
     create_topic(&broker.bootstrap(), topic, 4);
 
-    let config = SynthConfig::feed_2d(4000, now);
-    // Records of different partitions reach the store in an unspecified order. The store's
-    // answers do not depend on it, with one exception: a repost is a video if its source is a
-    // stored video *when the repost is inserted*, so a delete of a repost's source racing the
-    // repost may go either way. Leave those deletes out so the model's answer is the only one.
-    let sources: std::collections::HashSet<i64> = config
-        .backlog()
-        .filter_map(|e| match e {
-            SynthEvent::Create(p) if p.is_retweet => p.source_post_id,
-            _ => None,
-        })
-        .collect();
-    let backlog: Vec<SynthEvent> = config
-        .backlog()
-        .filter(|e| !matches!(e, SynthEvent::Delete(d) if sources.contains(&d.post_id)))
-        .collect();
+    let (config, backlog) = order_free_backlog(4000, now);
     let creates: Vec<LightPost> = backlog
         .iter()
         .filter_map(|e| {
@@ -200,17 +180,7 @@ fn ingested_store_matches_the_model() {
     );
 
     apply_to_model(&mut model, &events);
-    let mut viewers: Vec<(i64, Vec<i64>)> = config
-        .viewers(40)
-        .into_iter()
-        .map(|v| (v.user_id, v.following))
-        .collect();
-    let mut all_authors: Vec<i64> = creates.iter().map(|p| p.author_id).collect();
-    all_authors.sort_unstable();
-    all_authors.dedup();
-    for chunk in all_authors.chunks(20) {
-        viewers.push((0, chunk.to_vec()));
-    }
+    let viewers = viewers_for(&config, 40, &events);
     assert_same_answers(&store, &model, &viewers);
     assert_eq!(store.stats().posts, model.stats().posts, "stored posts");
 

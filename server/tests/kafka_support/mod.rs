@@ -7,6 +7,7 @@
 //! `scripts/kafka-broker.sh install`, and fail with a clear message if that does not work.
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,8 +17,9 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use thunder_engine::model::ModelStore;
-use thunder_engine::synth::SynthEvent;
+use thunder_engine::synth::{SynthConfig, SynthEvent};
 use thunder_engine::{Clock, FeedQuery, ManualClock, PostStore, StoreConfig};
 use thunder_server::kafka::{CatchUpState, EventProducer, KafkaArgs, KafkaIngest};
 
@@ -174,10 +176,25 @@ impl Broker {
         let _ = child.wait();
     }
 
-    /// Starts the broker again on the same port with the same data directory.
-    pub fn restart(&mut self) {
-        self.stop();
+    /// Starts a stopped broker again on the same port with the same data directory.
+    pub fn resume(&mut self) {
+        assert!(self.child.is_none(), "broker still running");
         self.spawn();
+    }
+
+    /// `(low, high)` watermarks of every partition of `topic`.
+    pub fn watermarks(&self, topic: &str, partitions: i32) -> Vec<(i64, i64)> {
+        let client: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .create()
+            .expect("client");
+        (0..partitions)
+            .map(|p| {
+                client
+                    .fetch_watermarks(topic, p, Duration::from_secs(30))
+                    .expect("watermarks")
+            })
+            .collect()
     }
 }
 
@@ -227,6 +244,64 @@ pub fn kafka_args(bootstrap: &str, topic: &str) -> KafkaArgs {
 /// A producer to `topic` on `bootstrap`.
 pub fn producer(bootstrap: &str, topic: &str) -> EventProducer {
     EventProducer::new(&kafka_args(bootstrap, topic)).expect("producer")
+}
+
+/// Unix seconds now.
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The synthetic feed-2d backlog at `scale`, ending at `now_secs`, without the deletes whose
+/// outcome depends on the order across partitions.
+///
+/// Records of different partitions reach the store in an unspecified order. The store's
+/// answers do not depend on it, with one exception: a repost is a video if its source is a
+/// stored video *when the repost is inserted*, so a delete of a repost's source racing the
+/// repost may go either way. Those deletes are left out, so the model's answer is the only one.
+pub fn order_free_backlog(scale: u32, now_secs: i64) -> (SynthConfig, Vec<SynthEvent>) {
+    let config = SynthConfig::feed_2d(scale, now_secs);
+    let sources: HashSet<i64> = config
+        .backlog()
+        .filter_map(|e| match e {
+            SynthEvent::Create(p) if p.is_retweet => p.source_post_id,
+            _ => None,
+        })
+        .collect();
+    let backlog = config
+        .backlog()
+        .filter(|e| !matches!(e, SynthEvent::Delete(d) if sources.contains(&d.post_id)))
+        .collect();
+    (config, backlog)
+}
+
+/// Viewers to compare answers for: `count` synthetic viewers plus one per 20 authors of
+/// `events`, so every author is read at least once.
+pub fn viewers_for(
+    config: &SynthConfig,
+    count: usize,
+    events: &[SynthEvent],
+) -> Vec<(i64, Vec<i64>)> {
+    let mut viewers: Vec<(i64, Vec<i64>)> = config
+        .viewers(count)
+        .into_iter()
+        .map(|v| (v.user_id, v.following))
+        .collect();
+    let mut authors: Vec<i64> = events
+        .iter()
+        .filter_map(|e| {
+            if let SynthEvent::Create(p) = e {
+                Some(p.author_id)
+            } else {
+                None
+            }
+        })
+        .collect();
+    authors.sort_unstable();
+    authors.dedup();
+    viewers.extend(authors.chunks(20).map(|chunk| (0, chunk.to_vec())));
+    viewers
 }
 
 /// Sends `event` (creates keyed by author, deletes by post id).
