@@ -56,10 +56,14 @@ async fn main() -> anyhow::Result<()> {
                 return Ok(());
             }
         }
+        let mut reachable = server.grpc_addr();
+        if reachable.ip().is_unspecified() {
+            reachable.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
         if let Some(viewer) = workload.viewers(1).first() {
             tracing::info!(
                 "demo: try `thunder-cli query --addr http://{} --user {}` (follow list from the demo graph) or --follow {}",
-                server.grpc_addr(),
+                reachable,
                 viewer.user_id,
                 viewer
                     .following

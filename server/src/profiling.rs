@@ -26,6 +26,14 @@ pub const DEFAULT_FREQUENCY_HZ: i32 = 99;
 /// Libraries whose frames are not unwound.
 const BLOCKLIST: [&str; 4] = ["libc", "libgcc", "pthread", "vdso"];
 
+/// Flame graph of a profile without samples.
+const EMPTY_FLAMEGRAPH: &str = concat!(
+    r#"<?xml version="1.0" standalone="no"?>"#,
+    r#"<svg version="1.1" width="600" height="40" xmlns="http://www.w3.org/2000/svg">"#,
+    r#"<text x="10" y="25">No CPU samples (the process was idle)</text></svg>"#,
+    "\n"
+);
+
 /// Set while a profile runs; there is one profiler per process.
 static BUSY: AtomicBool = AtomicBool::new(false);
 
@@ -110,7 +118,12 @@ async fn run(params: ProfileParams, output: Output) -> Response {
             }
             Output::Flamegraph => {
                 let mut svg = Vec::new();
-                report.flamegraph(&mut svg).map_err(|e| e.to_string())?;
+                if report.data.is_empty() {
+                    // An idle process takes no CPU samples; still answer with a valid SVG.
+                    svg.extend_from_slice(EMPTY_FLAMEGRAPH.as_bytes());
+                } else {
+                    report.flamegraph(&mut svg).map_err(|e| e.to_string())?;
+                }
                 Ok((svg, "image/svg+xml"))
             }
         }
