@@ -1,0 +1,444 @@
+//! The reference rules and the reference bugs this store fixes, one test each.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use thunder_engine::config::{MAX_TINY_POSTS_PER_USER_SCAN, TRIM_FRACTION};
+use thunder_engine::{DeleteEvent, FeedQuery, LightPost, ManualClock, PostStore, StoreConfig};
+
+const NOW: i64 = 1_700_000_000;
+const RETENTION: i64 = 1000;
+
+fn store_with_cap(cap: usize) -> (PostStore, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(NOW));
+    let store = PostStore::with_config(StoreConfig {
+        retention_secs: RETENTION,
+        max_posting_list_size: cap,
+        clock: clock.clone(),
+    });
+    (store, clock)
+}
+
+fn store() -> (PostStore, Arc<ManualClock>) {
+    store_with_cap(5000)
+}
+
+fn original(id: i64, author: i64, at: i64) -> LightPost {
+    LightPost::original(id, author, at)
+}
+
+fn reply(id: i64, author: i64, at: i64, parent: i64, parent_user: i64, conv: i64) -> LightPost {
+    LightPost {
+        is_reply: true,
+        in_reply_to_post_id: Some(parent),
+        in_reply_to_user_id: Some(parent_user),
+        conversation_id: Some(conv),
+        ..original(id, author, at)
+    }
+}
+
+fn repost(id: i64, author: i64, at: i64, source: i64, source_user: i64) -> LightPost {
+    LightPost {
+        is_retweet: true,
+        source_post_id: Some(source),
+        source_user_id: Some(source_user),
+        ..original(id, author, at)
+    }
+}
+
+fn video(id: i64, author: i64, at: i64) -> LightPost {
+    LightPost {
+        has_video: true,
+        ..original(id, author, at)
+    }
+}
+
+fn ids(posts: &[LightPost]) -> Vec<i64> {
+    posts.iter().map(|p| p.post_id).collect()
+}
+
+fn all(store: &PostStore, viewer: i64, authors: &[i64]) -> Vec<i64> {
+    ids(&store
+        .get_all_posts_by_users(&FeedQuery::new(viewer, authors))
+        .posts)
+}
+
+fn videos(store: &PostStore, authors: &[i64]) -> Vec<i64> {
+    ids(&store.get_videos_by_users(&FeedQuery::new(0, authors)).posts)
+}
+
+fn delete(id: i64, at: i64) -> DeleteEvent {
+    DeleteEvent {
+        post_id: id,
+        deleted_at: at,
+    }
+}
+
+#[test]
+fn reply_visibility_table_of_the_reference() {
+    let (s, _) = store();
+    let t = NOW - 100;
+    s.insert_posts(&[
+        LightPost {
+            conversation_id: Some(1000),
+            ..original(1000, 10, t)
+        },
+        reply(1001, 2, t + 1, 1000, 10, 1000),
+        reply(1002, 3, t + 2, 1001, 2, 1000),
+        reply(1003, 4, t + 3, 1001, 99, 1000),
+        reply(1004, 5, t + 4, 1000, 10, 1000),
+        repost(1005, 2, t + 5, 77, 1),
+        reply(1006, 3, t + 6, 1002, 3, 1000),
+    ]);
+    let mut got = all(&s, 1, &[2, 3, 4, 5]);
+    got.sort();
+    assert_eq!(got, vec![1001, 1002, 1004]);
+}
+
+#[test]
+fn answers_are_newest_first_and_truncated() {
+    let (s, _) = store();
+    s.insert_posts(&[
+        original(1, 1, NOW - 30),
+        original(2, 2, NOW - 10),
+        original(3, 1, NOW - 20),
+    ]);
+    assert_eq!(all(&s, 0, &[1, 2]), vec![2, 3, 1]);
+    let q = FeedQuery {
+        max_results: 2,
+        ..FeedQuery::new(0, &[1, 2])
+    };
+    assert_eq!(ids(&s.get_all_posts_by_users(&q).posts), vec![2, 3]);
+}
+
+#[test]
+fn retention_filter_keeps_the_current_second_and_drops_the_future() {
+    // Bug 7: the reference dropped posts created in the current second.
+    let (s, _) = store();
+    let r = s.insert_posts(&[
+        original(1, 1, NOW),
+        original(2, 1, NOW + 1),
+        original(3, 1, NOW - RETENTION),
+        original(4, 1, NOW - RETENTION - 1),
+        original(5, 1, -5),
+    ]);
+    assert_eq!((r.inserted, r.in_future, r.too_old), (2, 1, 2));
+    assert_eq!(all(&s, 0, &[1]), vec![1, 3]);
+}
+
+#[test]
+fn duplicates_keep_the_first_record() {
+    // Bug 12: the reference overwrote the record without re-indexing.
+    let (s, _) = store();
+    s.insert_posts(&[original(1, 1, NOW - 5)]);
+    let r = s.insert_posts(&[reply(1, 1, NOW - 4, 9, 9, 9)]);
+    assert_eq!(r.duplicate, 1);
+    let got = s.get_all_posts_by_users(&FeedQuery::new(0, &[1])).posts;
+    assert_eq!(got.len(), 1);
+    assert!(!got[0].is_reply && got[0].created_at == NOW - 5);
+}
+
+#[test]
+fn out_of_order_arrivals_stay_ordered() {
+    // Bug 8: the reference only sorted at start-up.
+    let (s, _) = store();
+    s.insert_posts(&[original(1, 1, NOW - 10)]);
+    s.insert_posts(&[original(2, 1, NOW - 30)]);
+    s.insert_posts(&[original(3, 1, NOW - 20)]);
+    let q = FeedQuery {
+        max_originals_per_author: 2,
+        ..FeedQuery::new(0, &[1])
+    };
+    assert_eq!(
+        ids(&s.get_all_posts_by_users(&q).posts),
+        vec![1, 3],
+        "per-author newest two"
+    );
+}
+
+#[test]
+fn expired_posts_are_never_served_even_before_a_trim() {
+    // Bug 9: the reference served posts until the trimmer came by.
+    let (s, clock) = store();
+    s.insert_posts(&[original(1, 1, NOW - 10), original(2, 1, NOW - 500)]);
+    clock.advance(RETENTION - 100);
+    assert_eq!(all(&s, 0, &[1]), vec![1]);
+    clock.advance(200);
+    assert!(all(&s, 0, &[1]).is_empty());
+}
+
+#[test]
+fn deletes_use_their_own_tombstones_and_author_zero_is_real() {
+    // Bug 2: tombstones lived in a fake author 0.
+    let (s, _) = store();
+    s.insert_posts(&[original(1, 0, NOW - 10), original(2, 0, NOW - 9)]);
+    let r = s.mark_as_deleted(&[delete(1, NOW - 1), delete(99, NOW - 1)]);
+    assert_eq!((r.removed, r.tombstoned), (1, 2));
+    assert_eq!(all(&s, 0, &[0]), vec![2]);
+    assert_eq!(s.stats().authors, 1, "no pseudo-author for tombstones");
+    assert_eq!(s.stats().tombstones, 2);
+}
+
+#[test]
+fn a_create_after_its_delete_is_not_resurrected() {
+    let (s, _) = store();
+    s.mark_as_deleted(&[delete(5, NOW - 50)]);
+    assert_eq!(s.insert_posts(&[original(5, 1, NOW - 60)]).tombstoned, 1);
+    assert!(all(&s, 0, &[1]).is_empty());
+}
+
+#[test]
+fn deleted_entries_do_not_use_up_the_scan_window() {
+    // Bug 3: deleted ids stayed in the timeline and counted toward the 500 entries scanned.
+    let (s, _) = store();
+    let n = MAX_TINY_POSTS_PER_USER_SCAN as i64;
+    let old: Vec<LightPost> = (0..10).map(|i| original(i, 1, NOW - 900 + i)).collect();
+    let burst: Vec<LightPost> = (0..n).map(|i| original(1000 + i, 1, NOW - 100)).collect();
+    s.insert_posts(&old);
+    s.insert_posts(&burst);
+    let deletes: Vec<DeleteEvent> = (0..n).map(|i| delete(1000 + i, NOW)).collect();
+    s.mark_as_deleted(&deletes);
+    assert_eq!(all(&s, 0, &[1]).len(), 10);
+}
+
+#[test]
+fn excluded_ids_do_not_use_up_the_scan_window_either() {
+    let (s, _) = store();
+    let n = MAX_TINY_POSTS_PER_USER_SCAN as i64;
+    let posts: Vec<LightPost> = (0..n + 5).map(|i| original(i, 1, NOW - 900 + i)).collect();
+    s.insert_posts(&posts);
+    let exclude: Vec<i64> = (5..n + 5).collect();
+    let q = FeedQuery {
+        exclude: &exclude,
+        ..FeedQuery::new(0, &[1])
+    };
+    assert_eq!(
+        ids(&s.get_all_posts_by_users(&q).posts),
+        vec![4, 3, 2, 1, 0]
+    );
+}
+
+#[test]
+fn the_scan_window_limits_filtered_entries() {
+    let (s, _) = store();
+    let n = MAX_TINY_POSTS_PER_USER_SCAN as i64;
+    s.insert_posts(&[repost(1, 1, NOW - 999, 50, 2)]);
+    let selfs: Vec<LightPost> = (0..n)
+        .map(|i| repost(10 + i, 1, NOW - 500 + i, 50, 7))
+        .collect();
+    s.insert_posts(&selfs);
+    // Viewer 7 filters all its own reposts; the older one is beyond the window.
+    assert!(all(&s, 7, &[1]).is_empty());
+    assert_eq!(all(&s, 8, &[1]).len(), 30, "secondary cap");
+}
+
+#[test]
+fn per_author_caps_and_clamps() {
+    let (s, _) = store();
+    let mut batch: Vec<LightPost> = (0..80).map(|i| original(i, 1, NOW - 200 + i)).collect();
+    batch.extend((0..40).map(|i| repost(100 + i, 1, NOW - 100 + i, 5000 + i, 3)));
+    s.insert_posts(&batch);
+    let got = s.get_all_posts_by_users(&FeedQuery::new(0, &[1])).posts;
+    assert_eq!(got.iter().filter(|p| !p.is_retweet).count(), 50);
+    assert_eq!(got.iter().filter(|p| p.is_retweet).count(), 30);
+    let q = FeedQuery {
+        max_originals_per_author: 500,
+        max_secondary_per_author: 0,
+        ..FeedQuery::new(0, &[1])
+    };
+    let got = s.get_all_posts_by_users(&q).posts;
+    assert_eq!(
+        got.len(),
+        50,
+        "clamped to 50, and 0 secondary skips the stage"
+    );
+    assert!(got.iter().all(|p| !p.is_retweet));
+}
+
+#[test]
+fn video_eligibility_rules() {
+    let (s, _) = store();
+    s.insert_posts(&[
+        video(1, 1, NOW - 50),
+        LightPost {
+            is_reply: true,
+            in_reply_to_post_id: Some(1),
+            ..video(2, 1, NOW - 49)
+        },
+        repost(3, 2, NOW - 48, 1, 1),
+        original(4, 1, NOW - 47),
+        repost(5, 2, NOW - 46, 4, 1),
+    ]);
+    assert_eq!(videos(&s, &[1, 2]), vec![3, 1]);
+}
+
+#[test]
+fn a_repost_before_its_source_becomes_a_video_when_the_source_arrives() {
+    // Bug 13: the reference never indexed such a repost as a video.
+    let (s, _) = store();
+    s.insert_posts(&[repost(3, 2, NOW - 40, 1, 1)]);
+    assert!(videos(&s, &[2]).is_empty());
+    s.insert_posts(&[video(1, 1, NOW - 50)]);
+    assert_eq!(videos(&s, &[1, 2]), vec![3, 1]);
+}
+
+#[test]
+fn cap_eviction_keeps_records_other_timelines_hold() {
+    // Bug 1: evicting an original video from the videos timeline dropped its record.
+    let (s, _) = store_with_cap(3);
+    s.insert_posts(&[video(1, 1, NOW - 100)]);
+    s.insert_posts(&[repost(2, 1, NOW - 90, 50, 9), repost(3, 1, NOW - 80, 50, 9)]);
+    s.insert_posts(&[video(50, 9, NOW - 95)]);
+    // Author 1's videos timeline: 1, 2, 3 — now a fourth evicts the original video 1 from it.
+    s.insert_posts(&[video(4, 1, NOW - 70)]);
+    assert_eq!(videos(&s, &[1]), vec![4, 3, 2]);
+    assert!(
+        all(&s, 0, &[1]).contains(&1),
+        "still served from the originals timeline"
+    );
+    assert_eq!(s.stats().video_entries, 4);
+}
+
+#[test]
+fn cap_evicts_the_oldest_and_frees_its_record() {
+    let (s, _) = store_with_cap(3);
+    s.insert_posts(
+        &(0..5)
+            .map(|i| original(i, 1, NOW - 100 + i))
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(all(&s, 0, &[1]), vec![4, 3, 2]);
+    assert_eq!(s.stats().posts, 3);
+    // Older than everything in a full timeline: evicted on arrival.
+    s.insert_posts(&[original(9, 1, NOW - 500)]);
+    assert_eq!(s.stats().posts, 3);
+}
+
+#[test]
+fn future_deleted_at_does_not_wrap_and_keeps_the_tombstone() {
+    // Bug 10: u64 arithmetic underflowed on a deleted_at in the future.
+    let (s, clock) = store();
+    s.mark_as_deleted(&[delete(7, NOW + 10 * RETENTION)]);
+    clock.advance(RETENTION * 3);
+    let r = s.trim_all();
+    assert_eq!(r.tombstones_expired, 0);
+    assert_eq!(
+        s.insert_posts(&[original(7, 1, NOW + RETENTION * 3 - 5)])
+            .tombstoned,
+        1
+    );
+    clock.advance(RETENTION * 9);
+    assert_eq!(s.trim_all().tombstones_expired, 1);
+}
+
+#[test]
+fn tombstones_outlive_the_entries_they_cover() {
+    let (s, clock) = store();
+    s.insert_posts(&[original(1, 1, NOW)]);
+    // A delete stamped before the post's own creation (producer clock behind).
+    s.mark_as_deleted(&[delete(1, NOW - RETENTION)]);
+    clock.advance(RETENTION / 2);
+    assert_eq!(
+        s.trim_all().tombstones_expired,
+        0,
+        "basis is the post's created_at"
+    );
+    assert_eq!(s.insert_posts(&[original(1, 1, NOW)]).tombstoned, 1);
+}
+
+#[test]
+fn trim_counts_every_timeline_and_returns_memory() {
+    // Bug 11: video trims were not counted.
+    let (s, clock) = store();
+    s.insert_posts(&[
+        video(1, 1, NOW - 10),
+        original(2, 2, NOW - 10),
+        reply(3, 3, NOW - 5, 2, 2, 2),
+    ]);
+    s.mark_as_deleted(&[delete(99, NOW)]);
+    clock.advance(RETENTION + 20);
+    let mut total = thunder_engine::TrimReport::default();
+    for shard in 0..TRIM_FRACTION {
+        let r = s.trim(shard);
+        total.entries_removed += r.entries_removed;
+        total.posts_freed += r.posts_freed;
+        total.authors_dropped += r.authors_dropped;
+        total.tombstones_expired += r.tombstones_expired;
+    }
+    assert_eq!(
+        total.entries_removed, 4,
+        "originals + video + secondary entries"
+    );
+    assert_eq!(
+        (
+            total.posts_freed,
+            total.authors_dropped,
+            total.tombstones_expired
+        ),
+        (3, 3, 1)
+    );
+    let st = s.stats();
+    assert_eq!(
+        (st.posts, st.authors, st.tombstones, st.arena_bytes_used),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(
+        st.original_entries + st.secondary_entries + st.video_entries,
+        0
+    );
+}
+
+#[test]
+fn trim_only_touches_its_shard() {
+    let (s, clock) = store();
+    s.insert_posts(&[original(1, 1, NOW - 10), original(2, 2, NOW - 10)]);
+    clock.advance(RETENTION);
+    let r = s.trim(1);
+    assert_eq!(r.entries_removed, 1);
+    assert_eq!(s.stats().posts, 1);
+}
+
+#[test]
+fn repeated_authors_are_read_once_and_unknown_ones_are_fine() {
+    let (s, _) = store();
+    s.insert_posts(&[original(1, 1, NOW - 10)]);
+    assert_eq!(all(&s, 0, &[1, 1, 42, 1]), vec![1]);
+    assert_eq!(
+        s.get_all_posts_by_users(&FeedQuery::new(0, &[1, 1]))
+            .eligible,
+        1
+    );
+}
+
+#[test]
+fn a_passed_deadline_returns_partial_results() {
+    let (s, _) = store();
+    let posts: Vec<LightPost> = (0..2000).map(|i| original(i, i, NOW - 10)).collect();
+    s.insert_posts(&posts);
+    let authors: Vec<i64> = (0..2000).collect();
+    let q = FeedQuery {
+        deadline: Some(Instant::now() - Duration::from_secs(1)),
+        ..FeedQuery::new(0, &authors)
+    };
+    let out = s.get_all_posts_by_users(&q);
+    assert!(out.timed_out);
+    assert!(out.posts.len() < 2000);
+    let q = FeedQuery {
+        deadline: Some(Instant::now() + Duration::from_secs(3600)),
+        ..FeedQuery::new(0, &authors)
+    };
+    let out = s.get_all_posts_by_users(&q);
+    assert!(!out.timed_out);
+    assert_eq!(out.posts.len(), 1200);
+}
+
+#[test]
+fn optional_zero_ids_read_back_as_none() {
+    let (s, _) = store();
+    s.insert_posts(&[LightPost {
+        conversation_id: Some(0),
+        source_user_id: Some(0),
+        ..original(1, 1, NOW)
+    }]);
+    let got = s.get_all_posts_by_users(&FeedQuery::new(0, &[1])).posts;
+    assert_eq!(got, vec![original(1, 1, NOW)]);
+}
