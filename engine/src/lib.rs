@@ -1,5 +1,56 @@
 //! thunder-engine: the in-memory store of recent posts per author behind the in-network feed.
+//!
+//! It keeps the last `retention` seconds (two days by default) of every author's posts and
+//! answers one question fast: "the newest posts of these authors, minus those already seen".
+//! No tokio, no networking: pure data structures and the reference service's rules.
+//!
+//! # Usage
+//! ```
+//! use thunder_engine::{DeleteEvent, FeedQuery, LightPost, PostStore};
+//!
+//! let store = PostStore::new(2 * 24 * 60 * 60);
+//! let now = store.now_secs();
+//! store.insert_posts(&[LightPost::original(1, 10, now - 60), LightPost::original(2, 11, now)]);
+//! store.mark_as_deleted(&[DeleteEvent { post_id: 1, deleted_at: now }]);
+//!
+//! let answer = store.get_all_posts_by_users(&FeedQuery::new(42, &[10, 11]));
+//! assert_eq!(answer.posts.iter().map(|p| p.post_id).collect::<Vec<_>>(), vec![2]);
+//! ```
+//! A server calls [`PostStore::trim`] every couple of minutes over the `TRIM_FRACTION` shards
+//! to hand memory back; queries never depend on it.
+//!
+//! # Layout
+//! - Post records ([`LightPost`] packed into a 64-byte `CompactPost`) live in slots of a slab
+//!   arena allocated in 2 MiB chunks (huge pages where the kernel allows). A freed slot is
+//!   retired through crossbeam-epoch and reused only after every reader pinned at the time has
+//!   gone; each slot carries a sequence number and its post id, and every read is validated
+//!   against both, so a reader can never return a different post than the one it looked up.
+//! - `post_id -> slot`, `author -> timelines`, tombstones and reposts awaiting their source are
+//!   papaya maps sharing one collector.
+//! - Each author has three timelines (originals, replies+reposts, videos): ring buffers of
+//!   16-byte `TinyPost {post_id, created_at, slot}` ordered by `created_at`, growing from 4
+//!   entries up to the cap (`MAX_POSTING_LIST_SIZE`) and shrinking after trims.
+//!
+//! # Consistency
+//! Readers take no lock and never wait: they pin, read one consistent buffer per timeline and
+//! validate every record they return. Writers serialise per author (a mutex per author), never
+//! globally. A query that runs while posts are inserted or deleted may or may not see them;
+//! it never sees a deleted post after the delete returned, a half-written record, or a post
+//! older than the retention window.
+//!
+//! # Performance
+//! A query merges the requested timelines newest first through a heap and stops at
+//! `max_results`, so its work follows the size of the answer, not of the authors' histories;
+//! timeline entries carry the record's slot (no hash lookup per entry), and author lookups,
+//! timeline heads and records are prefetched in passes. Query scratch comes from a per-thread
+//! bumpalo arena that is reset between queries.
+//!
+//! The exact rules, and every deliberate difference from the reference, are in [`behaviour`].
 #![deny(missing_docs)]
+
+/// The store's exact behaviour and its deliberate differences from the reference.
+#[doc = include_str!("../BEHAVIOUR.md")]
+pub mod behaviour {}
 
 pub mod clock;
 pub mod config;

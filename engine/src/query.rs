@@ -275,7 +275,7 @@ impl PostStore {
                 break;
             }
             pops += 1;
-            if pops % DEADLINE_STRIDE == 0 && timed_out(query.deadline) {
+            if pops.is_multiple_of(DEADLINE_STRIDE) && timed_out(query.deadline) {
                 outcome.timed_out = true;
                 break;
             }

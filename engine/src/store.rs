@@ -460,10 +460,12 @@ impl PostStore {
         // Pairs with the fence after a video source is published: either it sees us waiting
         // or we see it stored.
         fence(Ordering::SeqCst);
-        if let Some(src) = self.lookup(source, &g.maps) {
-            if src.has_video && !src.is_reply && !self.expired(src.created_at, g.now) {
-                self.promote_to_video(repost, g, retired);
-            }
+        if let Some(src) = self.lookup(source, &g.maps)
+            && src.has_video
+            && !src.is_reply
+            && !self.expired(src.created_at, g.now)
+        {
+            self.promote_to_video(repost, g, retired);
         }
     }
 

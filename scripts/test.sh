@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite: what CI runs, and what a developer runs before pushing.
+#
+# Needs only what a fresh machine has (Rust with cargo-nextest, gcc, make, Python 3) and the
+# package registries: it installs the Kafka test broker (PyPI) and cargo-fuzz (crates.io) itself,
+# idempotently. Every service a test needs is started by that test on 127.0.0.1 and stopped again.
+#
+# THUNDER_FUZZ_SECONDS=N   seconds per fuzz target (default 60; 0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "Kafka test broker"
+# Tests start and stop their own brokers from THUNDER_TEST_KAFKA_BIN.
+eval "$(scripts/kafka-broker.sh env)"
+
+step "Format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "Tests"
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --workspace --locked --no-fail-fast
+    cargo test --workspace --locked --doc
+else
+    cargo test --workspace --locked --no-fail-fast
+fi
+
+step "Benchmark smoke run (small scale; prints figures, asserts no timing)"
+cargo run --release --locked -p thunder-benches --bin compare -- --scale 1000 --queries 200
+
+if [ "${THUNDER_FUZZ_SECONDS:-60}" != "0" ] && [ -x scripts/fuzz-smoke.sh ]; then
+    step "Fuzz smoke run"
+    scripts/fuzz-smoke.sh
+fi
