@@ -1,0 +1,1328 @@
+//! A plain model of [`PostStore`](crate::PostStore): the rules of `BEHAVIOUR.md` written over
+//! std collections, with no concurrency and nothing clever, so that it is obviously right.
+//!
+//! Property tests and fuzzers run the same operations against both stores and compare the
+//! answers with [`answers_agree`]. The model follows `BEHAVIOUR.md` literally; where the text
+//! leaves room, the choice is written next to the code that makes it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::config::{
+    MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR, MAX_TINY_POSTS_PER_USER_SCAN,
+    MAX_VIDEO_POSTS_PER_AUTHOR, TRIM_FRACTION,
+};
+use crate::{
+    Clock, DeleteEvent, DeleteReport, FeedQuery, InsertReport, LightPost, QueryOutcome,
+    StoreConfig, StoreStats, TrimReport,
+};
+
+/// One timeline entry: which post, and when it was created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    post_id: i64,
+    created_at_secs: i64,
+}
+
+/// A per-author timeline, oldest first; insertion order among equal `created_at`.
+#[derive(Clone, Debug, Default)]
+struct Timeline {
+    entries: Vec<Entry>,
+}
+
+impl Timeline {
+    /// Inserts after every entry with `created_at <= entry.created_at`, then evicts from the
+    /// front while the timeline is over `cap`. Returns the evicted post ids.
+    fn insert(&mut self, entry: Entry, cap: usize) -> Vec<i64> {
+        let at = self
+            .entries
+            .partition_point(|e| e.created_at_secs <= entry.created_at_secs);
+        self.entries.insert(at, entry);
+        let mut evicted = Vec::new();
+        while self.entries.len() > cap {
+            evicted.push(self.entries.remove(0).post_id);
+        }
+        evicted
+    }
+
+    fn contains(&self, post_id: i64) -> bool {
+        self.entries.iter().any(|e| e.post_id == post_id)
+    }
+
+    fn remove(&mut self, post_id: i64) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.post_id != post_id);
+        before - self.entries.len()
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// The three timelines of one author.
+#[derive(Clone, Debug, Default)]
+struct AuthorTimelines {
+    originals: Timeline,
+    secondary: Timeline,
+    videos: Timeline,
+}
+
+impl AuthorTimelines {
+    fn holds(&self, post_id: i64) -> bool {
+        self.originals.contains(post_id)
+            || self.secondary.contains(post_id)
+            || self.videos.contains(post_id)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.originals.len() == 0 && self.secondary.len() == 0 && self.videos.len() == 0
+    }
+
+    fn primary_mut(&mut self, post: &LightPost) -> &mut Timeline {
+        if post.is_original() {
+            &mut self.originals
+        } else {
+            &mut self.secondary
+        }
+    }
+}
+
+/// A repost without its own video that arrived before its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct RememberedRepost {
+    repost_id: i64,
+    created_at_secs: i64,
+}
+
+/// The plain model of [`PostStore`](crate::PostStore): same constructor, same operations,
+/// same report types, built from `HashMap`/`BTreeMap`/`Vec` and single-threaded.
+///
+/// Query answers are candidates sorted newest first with a stable sort, so among equal
+/// `created_at` their order (and which survive a cut at `max_results`) may differ from the
+/// engine's; compare answers with [`answers_agree`].
+#[derive(Debug)]
+pub struct ModelStore {
+    retention_secs: i64,
+    max_posting_list_size: usize,
+    clock: Arc<dyn Clock>,
+    /// Stored records by post id, optional ids normalised (`Some(0)` is `None`).
+    records: HashMap<i64, LightPost>,
+    /// Timelines by author id.
+    authors: BTreeMap<i64, AuthorTimelines>,
+    /// Tombstone basis (unix seconds) by post id; present until a trim expires it.
+    tombstones: HashMap<i64, i64>,
+    /// Reposts that arrived before their source, by source post id.
+    remembered_reposts: BTreeMap<i64, BTreeSet<RememberedRepost>>,
+}
+
+impl ModelStore {
+    /// A model store with the engine's configuration (retention, timeline cap, clock).
+    pub fn with_config(config: StoreConfig) -> Self {
+        Self {
+            retention_secs: config.retention_secs,
+            max_posting_list_size: config.max_posting_list_size,
+            clock: config.clock,
+            records: HashMap::new(),
+            authors: BTreeMap::new(),
+            tombstones: HashMap::new(),
+            remembered_reposts: BTreeMap::new(),
+        }
+    }
+
+    /// The retention window, seconds.
+    pub fn retention_secs(&self) -> i64 {
+        self.retention_secs
+    }
+
+    /// Current time of the store's clock, unix seconds.
+    pub fn now_secs(&self) -> i64 {
+        self.clock.now_secs()
+    }
+
+    /// True when something created (or deleted) at `basis_secs` is past retention at `now`.
+    fn is_expired(&self, now: i64, basis_secs: i64) -> bool {
+        i128::from(now) - i128::from(basis_secs) > i128::from(self.retention_secs)
+    }
+
+    fn tombstone_is_live(&self, now: i64, post_id: i64) -> bool {
+        // "Live" is read by time, not by presence: a due tombstone that no trim has removed yet
+        // no longer blocks a create, so trim timing cannot change what gets stored.
+        self.tombstones
+            .get(&post_id)
+            .is_some_and(|&basis| !self.is_expired(now, basis))
+    }
+
+    /// Inserts a batch of posts (see `BEHAVIOUR.md`, `insert_posts`).
+    pub fn insert_posts(&mut self, batch: &[LightPost]) -> InsertReport {
+        let now = self.clock.now_secs();
+        let mut report = InsertReport::default();
+        let mut kept = Vec::new();
+        for post in batch {
+            let created_at = post.created_at;
+            // `in_future` means after now; every other rejection (before the retention window,
+            // or outside `0..=u32::MAX`) counts as `too_old`.
+            if created_at > now {
+                report.in_future += 1;
+            } else if self.is_expired(now, created_at)
+                || created_at < 0
+                || created_at > i64::from(u32::MAX)
+            {
+                report.too_old += 1;
+            } else {
+                kept.push(normalised(post));
+            }
+        }
+        // Stable: batch order among equal timestamps.
+        kept.sort_by_key(|p| p.created_at);
+        for post in kept {
+            if self.tombstone_is_live(now, post.post_id) {
+                report.tombstoned += 1;
+            } else if self.records.contains_key(&post.post_id) {
+                report.duplicate += 1;
+            } else {
+                self.store(now, post);
+                report.inserted += 1;
+            }
+        }
+        report
+    }
+
+    /// Stores and indexes one accepted post.
+    fn store(&mut self, now: i64, post: LightPost) {
+        let source = post
+            .source_post_id
+            .and_then(|id| self.records.get(&id).copied());
+        let video_eligible = !post.is_reply
+            && (post.has_video
+                || (post.is_retweet
+                    && source.is_some_and(|s| {
+                        !self.is_expired(now, s.created_at) && s.has_video && !s.is_reply
+                    })));
+        let remember = !post.is_reply
+            && post.is_retweet
+            && !post.has_video
+            && post.source_post_id.is_some()
+            && source.is_none();
+
+        self.records.insert(post.post_id, post);
+        let entry = Entry {
+            post_id: post.post_id,
+            created_at_secs: post.created_at,
+        };
+        let cap = self.max_posting_list_size;
+        let timelines = self.authors.entry(post.author_id).or_default();
+        let mut evicted = timelines.primary_mut(&post).insert(entry, cap);
+        if video_eligible {
+            evicted.extend(timelines.videos.insert(entry, cap));
+        }
+        self.free_unheld(post.author_id, &evicted);
+
+        if let (true, Some(source_id)) = (remember, post.source_post_id) {
+            self.remembered_reposts
+                .entry(source_id)
+                .or_default()
+                .insert(RememberedRepost {
+                    repost_id: post.post_id,
+                    created_at_secs: post.created_at,
+                });
+        }
+        if post.has_video && !post.is_reply {
+            self.add_remembered_reposts_of(now, post.post_id);
+        }
+    }
+
+    /// A video source has just been stored: its remembered reposts that are still stored (and
+    /// not expired) join their authors' videos timelines.
+    fn add_remembered_reposts_of(&mut self, now: i64, source_id: i64) {
+        // The source has arrived: its remembered reposts are resolved now, once.
+        let Some(remembered) = self.remembered_reposts.remove(&source_id) else {
+            return;
+        };
+        for r in remembered {
+            if self.is_expired(now, r.created_at_secs) {
+                continue;
+            }
+            let Some(repost) = self.records.get(&r.repost_id).copied() else {
+                continue;
+            };
+            let still_that_repost = repost.is_retweet
+                && !repost.is_reply
+                && !repost.has_video
+                && repost.source_post_id == Some(source_id)
+                && repost.created_at == r.created_at_secs;
+            if !still_that_repost {
+                continue;
+            }
+            let cap = self.max_posting_list_size;
+            let timelines = self.authors.entry(repost.author_id).or_default();
+            if timelines.videos.contains(repost.post_id) {
+                continue;
+            }
+            let entry = Entry {
+                post_id: repost.post_id,
+                created_at_secs: repost.created_at,
+            };
+            let evicted = timelines.videos.insert(entry, cap);
+            self.free_unheld(repost.author_id, &evicted);
+        }
+    }
+
+    /// Frees the records among `post_ids` that no timeline of `author_id` holds any more.
+    fn free_unheld(&mut self, author_id: i64, post_ids: &[i64]) -> usize {
+        let mut freed = 0;
+        for &post_id in post_ids {
+            let held = self
+                .authors
+                .get(&author_id)
+                .is_some_and(|t| t.holds(post_id));
+            if !held && self.records.remove(&post_id).is_some() {
+                freed += 1;
+            }
+        }
+        freed
+    }
+
+    /// Applies deletes (see `BEHAVIOUR.md`, `mark_as_deleted`).
+    ///
+    /// `removed` counts stored records removed; `tombstoned` counts the events (each remembers
+    /// or refreshes a tombstone).
+    pub fn mark_as_deleted(&mut self, events: &[DeleteEvent]) -> DeleteReport {
+        let mut report = DeleteReport::default();
+        for event in events {
+            let mut basis = event.deleted_at;
+            if let Some(record) = self.records.remove(&event.post_id) {
+                if let Some(timelines) = self.authors.get_mut(&record.author_id) {
+                    timelines.originals.remove(record.post_id);
+                    timelines.secondary.remove(record.post_id);
+                    timelines.videos.remove(record.post_id);
+                }
+                basis = basis.max(record.created_at);
+                report.removed += 1;
+            }
+            let stored = self.tombstones.entry(event.post_id).or_insert(basis);
+            *stored = (*stored).max(basis);
+            report.tombstoned += 1;
+        }
+        report
+    }
+
+    /// Trims one author shard and expires every due tombstone and remembered repost (see
+    /// `BEHAVIOUR.md`, `trim(shard)`). `shard` is taken modulo `TRIM_FRACTION`.
+    pub fn trim(&mut self, shard: usize) -> TrimReport {
+        let now = self.clock.now_secs();
+        let retention = self.retention_secs;
+        let expired =
+            |created_at: i64| i128::from(now) - i128::from(created_at) > i128::from(retention);
+        let mut report = TrimReport::default();
+        let shard = (shard % TRIM_FRACTION) as i64;
+        let shard_authors: Vec<i64> = self
+            .authors
+            .keys()
+            .copied()
+            .filter(|a| a.rem_euclid(TRIM_FRACTION as i64) == shard)
+            .collect();
+        for author_id in shard_authors {
+            let mut removed_ids = Vec::new();
+            let timelines = self
+                .authors
+                .get_mut(&author_id)
+                .expect("author listed above");
+            for timeline in [
+                &mut timelines.originals,
+                &mut timelines.secondary,
+                &mut timelines.videos,
+            ] {
+                for e in &timeline.entries {
+                    if expired(e.created_at_secs) {
+                        removed_ids.push(e.post_id);
+                    }
+                }
+                timeline.entries.retain(|e| !expired(e.created_at_secs));
+            }
+            report.entries_removed += removed_ids.len();
+            removed_ids.sort_unstable();
+            removed_ids.dedup();
+            report.posts_freed += self.free_unheld(author_id, &removed_ids);
+            if self
+                .authors
+                .get(&author_id)
+                .is_some_and(AuthorTimelines::is_empty)
+            {
+                self.authors.remove(&author_id);
+                report.authors_dropped += 1;
+            }
+        }
+        let tombstones_before = self.tombstones.len();
+        self.tombstones.retain(|_, basis| !expired(*basis));
+        report.tombstones_expired = tombstones_before - self.tombstones.len();
+        for remembered in self.remembered_reposts.values_mut() {
+            remembered.retain(|r| !expired(r.created_at_secs));
+        }
+        self.remembered_reposts
+            .retain(|_, remembered| !remembered.is_empty());
+        report
+    }
+
+    /// Trims every shard in turn; the reports are summed.
+    pub fn trim_all(&mut self) -> TrimReport {
+        let mut total = TrimReport::default();
+        for shard in 0..TRIM_FRACTION {
+            let r = self.trim(shard);
+            total.entries_removed += r.entries_removed;
+            total.posts_freed += r.posts_freed;
+            total.tombstones_expired += r.tombstones_expired;
+            total.authors_dropped += r.authors_dropped;
+        }
+        total
+    }
+
+    /// Counts of what the model holds. The byte fields are always zero.
+    pub fn stats(&self) -> StoreStats {
+        let sum = |f: fn(&AuthorTimelines) -> usize| self.authors.values().map(f).sum::<usize>();
+        StoreStats {
+            authors: self.authors.len(),
+            posts: self.records.len(),
+            original_entries: sum(|t| t.originals.len()),
+            secondary_entries: sum(|t| t.secondary.len()),
+            video_entries: sum(|t| t.videos.len()),
+            tombstones: self.tombstones.len(),
+            ..StoreStats::default()
+        }
+    }
+
+    /// The stored record of `post_id`, if any (expired records stay until trimmed or evicted).
+    pub fn record(&self, post_id: i64) -> Option<LightPost> {
+        self.records.get(&post_id).copied()
+    }
+
+    /// Newest originals and replies/reposts of the requested authors (deadline ignored).
+    pub fn get_all_posts_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
+        let now = self.clock.now_secs();
+        let authors = dedup_in_order(query.authors);
+        let followed: BTreeSet<i64> = authors.iter().copied().collect();
+        let originals_limit = query
+            .max_originals_per_author
+            .min(MAX_ORIGINAL_POSTS_PER_AUTHOR);
+        let secondary_limit = query
+            .max_secondary_per_author
+            .min(MAX_REPLY_POSTS_PER_AUTHOR);
+        let mut outcome = QueryOutcome::default();
+        for author_id in &authors {
+            let Some(timelines) = self.authors.get(author_id) else {
+                continue;
+            };
+            outcome.eligible += timelines.originals.len() + timelines.secondary.len();
+            let originals = self.scan(now, &timelines.originals, originals_limit, query, None);
+            outcome.posts.extend(originals);
+            if secondary_limit > 0 {
+                let secondary = self.scan(
+                    now,
+                    &timelines.secondary,
+                    secondary_limit,
+                    query,
+                    Some(&followed),
+                );
+                outcome.posts.extend(secondary);
+            }
+        }
+        finish(&mut outcome, query.max_results);
+        outcome
+    }
+
+    /// Newest video posts of the requested authors (deadline ignored).
+    pub fn get_videos_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
+        let now = self.clock.now_secs();
+        let mut outcome = QueryOutcome::default();
+        for author_id in dedup_in_order(query.authors) {
+            let Some(timelines) = self.authors.get(&author_id) else {
+                continue;
+            };
+            outcome.eligible += timelines.videos.len();
+            let videos = self.scan(
+                now,
+                &timelines.videos,
+                MAX_VIDEO_POSTS_PER_AUTHOR,
+                query,
+                None,
+            );
+            outcome.posts.extend(videos);
+        }
+        finish(&mut outcome, query.max_results);
+        outcome
+    }
+
+    /// Reads one timeline newest first and returns its first `limit` survivors.
+    /// `followed` is `Some(F)` for the secondary timeline (the reply rule applies).
+    fn scan(
+        &self,
+        now: i64,
+        timeline: &Timeline,
+        limit: usize,
+        query: &FeedQuery<'_>,
+        followed: Option<&BTreeSet<i64>>,
+    ) -> Vec<LightPost> {
+        let mut survivors = Vec::new();
+        let mut examined = 0;
+        for entry in timeline.entries.iter().rev() {
+            if survivors.len() >= limit {
+                break;
+            }
+            if self.is_expired(now, entry.created_at_secs) {
+                break;
+            }
+            if query.exclude.contains(&entry.post_id) {
+                continue;
+            }
+            if examined == MAX_TINY_POSTS_PER_USER_SCAN {
+                break;
+            }
+            examined += 1;
+            let post = self.records[&entry.post_id];
+            if post.is_retweet && post.source_user_id == Some(query.viewer_id) {
+                continue;
+            }
+            if let Some(followed) = followed
+                && !self.reply_rule_keeps(now, &post, followed)
+            {
+                continue;
+            }
+            survivors.push(post);
+        }
+        survivors
+    }
+
+    /// The reply visibility rule of the secondary timeline.
+    fn reply_rule_keeps(&self, now: i64, post: &LightPost, followed: &BTreeSet<i64>) -> bool {
+        let Some(parent_id) = post.in_reply_to_post_id else {
+            return true;
+        };
+        let Some(parent) = self.records.get(&parent_id) else {
+            return false;
+        };
+        if self.is_expired(now, parent.created_at) {
+            return false;
+        }
+        if parent.is_original() {
+            return true;
+        }
+        let Some(conversation_id) = post.conversation_id else {
+            return false;
+        };
+        parent.in_reply_to_post_id.unwrap_or(0) == conversation_id
+            && post
+                .in_reply_to_user_id
+                .is_some_and(|u| followed.contains(&u))
+    }
+}
+
+/// `post` with every `Some(0)` optional id read back as `None`.
+fn normalised(post: &LightPost) -> LightPost {
+    let none_if_zero = |id: Option<i64>| id.filter(|&v| v != 0);
+    LightPost {
+        in_reply_to_post_id: none_if_zero(post.in_reply_to_post_id),
+        in_reply_to_user_id: none_if_zero(post.in_reply_to_user_id),
+        source_post_id: none_if_zero(post.source_post_id),
+        source_user_id: none_if_zero(post.source_user_id),
+        conversation_id: none_if_zero(post.conversation_id),
+        ..*post
+    }
+}
+
+fn dedup_in_order(ids: &[i64]) -> Vec<i64> {
+    let mut seen = BTreeSet::new();
+    ids.iter().copied().filter(|id| seen.insert(*id)).collect()
+}
+
+/// Orders the candidates newest first and truncates to `max_results`.
+fn finish(outcome: &mut QueryOutcome, max_results: usize) {
+    outcome
+        .posts
+        .sort_by_key(|p| std::cmp::Reverse(p.created_at));
+    outcome.posts.truncate(max_results);
+}
+
+/// Checks that two answers to the same query agree, allowing for the one freedom the contract
+/// gives: the order among equal `created_at`, and which of those survive a cut at `max_results`.
+///
+/// Both must have the same length, at most `max_results`, no repeated post id, and be newest
+/// first. If both are shorter than `max_results` nothing was cut and they must hold the same
+/// records. Otherwise, with `cut` the `created_at` of the last post, the posts newer than `cut`
+/// must be the same records, and both must hold the same number of posts at `cut`.
+pub fn answers_agree(a: &[LightPost], b: &[LightPost], max_results: usize) -> Result<(), String> {
+    if a.len() != b.len() {
+        return Err(format!("lengths differ: {} vs {}", a.len(), b.len()));
+    }
+    for (name, answer) in [("first", a), ("second", b)] {
+        if answer.len() > max_results {
+            return Err(format!(
+                "{name} answer has {} posts, more than max_results {max_results}",
+                answer.len()
+            ));
+        }
+        if let Some(w) = answer
+            .windows(2)
+            .find(|w| w[0].created_at < w[1].created_at)
+        {
+            return Err(format!(
+                "{name} answer is not newest first: {} (at {}) before {} (at {})",
+                w[0].post_id, w[0].created_at, w[1].post_id, w[1].created_at
+            ));
+        }
+        let mut ids = BTreeSet::new();
+        if let Some(p) = answer.iter().find(|p| !ids.insert(p.post_id)) {
+            return Err(format!("{name} answer repeats post {}", p.post_id));
+        }
+    }
+    let Some(last) = a.last() else { return Ok(()) };
+    let cut_may_split_a_tie = a.len() == max_results;
+    let by_id = |answer: &[LightPost], keep: &dyn Fn(&LightPost) -> bool| {
+        answer
+            .iter()
+            .filter(|p| keep(p))
+            .map(|p| (p.post_id, *p))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let (kept_a, kept_b) = if cut_may_split_a_tie {
+        if b.last().map(|p| p.created_at) != Some(last.created_at) {
+            return Err(format!(
+                "the answers end at different times: {} vs {:?}",
+                last.created_at,
+                b.last().map(|p| p.created_at)
+            ));
+        }
+        let newer = |p: &LightPost| p.created_at > last.created_at;
+        (by_id(a, &newer), by_id(b, &newer))
+    } else {
+        (by_id(a, &|_| true), by_id(b, &|_| true))
+    };
+    if kept_a != kept_b {
+        let only_a: Vec<_> = kept_a
+            .iter()
+            .filter(|(id, p)| kept_b.get(id) != Some(p))
+            .collect();
+        let only_b: Vec<_> = kept_b
+            .iter()
+            .filter(|(id, p)| kept_a.get(id) != Some(p))
+            .collect();
+        return Err(format!(
+            "the answers differ{}: only in the first {only_a:?}; only in the second {only_b:?}",
+            if cut_may_split_a_tie {
+                format!(" above the cut at {}", last.created_at)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    // Equal lengths and equal sets above the cut imply equal counts at the cut.
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    const NOW: i64 = 1_700_000_000;
+    const RETENTION: i64 = 1000;
+
+    fn store_with(retention_secs: i64, cap: usize) -> (ModelStore, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(NOW));
+        let config = StoreConfig {
+            retention_secs,
+            max_posting_list_size: cap,
+            clock: clock.clone(),
+        };
+        (ModelStore::with_config(config), clock)
+    }
+
+    fn store() -> (ModelStore, Arc<ManualClock>) {
+        store_with(RETENTION, 5000)
+    }
+
+    fn query<'a>(viewer_id: i64, authors: &'a [i64], exclude: &'a [i64]) -> FeedQuery<'a> {
+        FeedQuery {
+            viewer_id,
+            authors,
+            exclude,
+            max_results: 1200,
+            max_originals_per_author: 50,
+            max_secondary_per_author: 30,
+            deadline: None,
+        }
+    }
+
+    fn ids(outcome: &QueryOutcome) -> Vec<i64> {
+        outcome.posts.iter().map(|p| p.post_id).collect()
+    }
+
+    fn all_ids(s: &ModelStore, authors: &[i64]) -> Vec<i64> {
+        ids(&s.get_all_posts_by_users(&query(0, authors, &[])))
+    }
+
+    fn video_ids(s: &ModelStore, authors: &[i64]) -> Vec<i64> {
+        ids(&s.get_videos_by_users(&query(0, authors, &[])))
+    }
+
+    fn original(post_id: i64, author_id: i64, created_at: i64) -> LightPost {
+        LightPost::original(post_id, author_id, created_at)
+    }
+
+    fn video(post_id: i64, author_id: i64, created_at: i64) -> LightPost {
+        LightPost {
+            has_video: true,
+            ..original(post_id, author_id, created_at)
+        }
+    }
+
+    fn reply(
+        post_id: i64,
+        author_id: i64,
+        created_at: i64,
+        parent: (i64, i64),
+        conversation_id: i64,
+    ) -> LightPost {
+        LightPost {
+            is_reply: true,
+            in_reply_to_post_id: Some(parent.0),
+            in_reply_to_user_id: Some(parent.1),
+            conversation_id: Some(conversation_id),
+            ..original(post_id, author_id, created_at)
+        }
+    }
+
+    fn repost(post_id: i64, author_id: i64, created_at: i64, source: (i64, i64)) -> LightPost {
+        LightPost {
+            is_retweet: true,
+            source_post_id: Some(source.0),
+            source_user_id: Some(source.1),
+            ..original(post_id, author_id, created_at)
+        }
+    }
+
+    fn delete(post_id: i64, deleted_at: i64) -> DeleteEvent {
+        DeleteEvent {
+            post_id,
+            deleted_at,
+        }
+    }
+
+    // ---- time and retention ----
+
+    #[test]
+    fn insert_keeps_posts_of_the_current_second_and_within_retention() {
+        let (mut s, _) = store();
+        let report = s.insert_posts(&[
+            original(1, 7, NOW),
+            original(2, 7, NOW - RETENTION),
+            original(3, 7, NOW - RETENTION - 1),
+            original(4, 7, NOW + 1),
+        ]);
+        assert_eq!(
+            report,
+            InsertReport {
+                inserted: 2,
+                too_old: 1,
+                in_future: 1,
+                ..InsertReport::default()
+            }
+        );
+        assert_eq!(all_ids(&s, &[7]), [1, 2]);
+    }
+
+    #[test]
+    fn insert_rejects_created_at_outside_0_to_u32_max_without_overflow() {
+        let (mut s, clock) = store_with(i64::MAX, 5000);
+        clock.set(i64::from(u32::MAX) + 10);
+        let report = s.insert_posts(&[
+            original(1, 7, -1),
+            original(2, 7, i64::from(u32::MAX) + 1),
+            original(3, 7, i64::MIN),
+            original(4, 7, i64::MAX),
+            original(5, 7, 0),
+            original(6, 7, i64::from(u32::MAX)),
+        ]);
+        assert_eq!(
+            report,
+            InsertReport {
+                inserted: 2,
+                too_old: 3,
+                in_future: 1,
+                ..InsertReport::default()
+            }
+        );
+        assert_eq!(all_ids(&s, &[7]), [6, 5]);
+    }
+
+    #[test]
+    fn expired_posts_are_never_returned_even_before_a_trim() {
+        let (mut s, clock) = store();
+        s.insert_posts(&[original(1, 7, NOW - 10), original(2, 7, NOW)]);
+        clock.advance(RETENTION - 10);
+        assert_eq!(all_ids(&s, &[7]), [2, 1]);
+        clock.advance(1);
+        assert_eq!(all_ids(&s, &[7]), [2]);
+        clock.advance(10);
+        assert_eq!(all_ids(&s, &[7]), Vec::<i64>::new());
+    }
+
+    // ---- ids ----
+
+    #[test]
+    fn some_zero_ids_read_back_as_none_and_id_zero_is_ordinary() {
+        let (mut s, _) = store();
+        let post = LightPost {
+            post_id: 0,
+            author_id: 0,
+            created_at: NOW,
+            in_reply_to_post_id: Some(0),
+            in_reply_to_user_id: Some(0),
+            is_retweet: true,
+            is_reply: false,
+            source_post_id: Some(0),
+            source_user_id: Some(0),
+            has_video: false,
+            conversation_id: Some(0),
+        };
+        s.insert_posts(&[post, original(-5, -3, NOW)]);
+        // viewer 0: `source_user_id` is None, so the self-repost filter does not apply.
+        let outcome = s.get_all_posts_by_users(&query(0, &[0, -3], &[]));
+        let expected = LightPost {
+            post_id: 0,
+            author_id: 0,
+            created_at: NOW,
+            is_retweet: true,
+            ..LightPost::default()
+        };
+        assert_eq!(outcome.posts.len(), 2);
+        assert!(outcome.posts.contains(&expected));
+        assert!(outcome.posts.contains(&original(-5, -3, NOW)));
+    }
+
+    // ---- insert order ----
+
+    #[test]
+    fn batch_is_applied_in_stable_created_at_order() {
+        let (mut s, _) = store();
+        s.insert_posts(&[
+            original(1, 7, NOW),
+            original(2, 7, NOW - 5),
+            original(3, 7, NOW),
+        ]);
+        // Timeline: 2, 1, 3. Newest first reverses it: 3, 1, 2.
+        let mut q = query(0, &[7], &[]);
+        q.max_originals_per_author = 1;
+        assert_eq!(ids(&s.get_all_posts_by_users(&q)), [3]);
+        q.max_originals_per_author = 2;
+        assert_eq!(ids(&s.get_all_posts_by_users(&q)), [3, 1]);
+    }
+
+    #[test]
+    fn timelines_stay_ordered_whatever_the_arrival_order() {
+        let (mut s, _) = store();
+        s.insert_posts(&[original(3, 7, NOW)]);
+        s.insert_posts(&[original(1, 7, NOW - 10)]);
+        s.insert_posts(&[original(2, 7, NOW - 5)]);
+        s.insert_posts(&[original(4, 7, NOW - 5)]);
+        let mut q = query(0, &[7], &[]);
+        q.max_originals_per_author = 3;
+        // Equal timestamps: the later insert (4) is the newer one.
+        assert_eq!(ids(&s.get_all_posts_by_users(&q)), [3, 4, 2]);
+    }
+
+    // ---- tombstones and duplicates ----
+
+    #[test]
+    fn delete_before_create_drops_the_create_while_the_tombstone_lives() {
+        let (mut s, clock) = store();
+        s.mark_as_deleted(&[delete(1, NOW - 100)]);
+        let report = s.insert_posts(&[original(1, 7, NOW - 50)]);
+        assert_eq!(
+            report,
+            InsertReport {
+                tombstoned: 1,
+                ..InsertReport::default()
+            }
+        );
+        // Basis is deleted_at (no record was removed): expires after NOW - 100 + RETENTION.
+        clock.set(NOW - 100 + RETENTION);
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW)]).tombstoned, 1);
+        clock.advance(1);
+        // Due but not trimmed: it no longer blocks.
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW)]).inserted, 1);
+    }
+
+    #[test]
+    fn tombstone_basis_is_the_later_of_deleted_at_and_created_at() {
+        let (mut s, clock) = store();
+        s.insert_posts(&[original(1, 7, NOW)]);
+        let report = s.mark_as_deleted(&[delete(1, NOW - 500)]);
+        assert_eq!(report.removed, 1);
+        assert_eq!(all_ids(&s, &[7]), Vec::<i64>::new());
+        clock.set(NOW + RETENTION);
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW + 500)]).tombstoned, 1);
+        clock.set(NOW + RETENTION + 1);
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW + 500)]).inserted, 1);
+    }
+
+    #[test]
+    fn repeated_delete_keeps_the_larger_basis_and_future_deleted_at_lives_longer() {
+        let (mut s, clock) = store();
+        s.mark_as_deleted(&[delete(1, NOW + 300), delete(1, NOW - 300)]);
+        s.mark_as_deleted(&[delete(1, NOW)]);
+        clock.set(NOW + 300 + RETENTION);
+        s.trim_all();
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW + 300)]).tombstoned, 1);
+        clock.advance(1);
+        assert_eq!(s.trim(3).tombstones_expired, 1);
+        assert_eq!(
+            s.insert_posts(&[original(1, 7, NOW + 300 + RETENTION)])
+                .inserted,
+            1
+        );
+    }
+
+    #[test]
+    fn duplicate_create_keeps_the_first_record_unchanged() {
+        let (mut s, _) = store();
+        s.insert_posts(&[original(1, 7, NOW - 10)]);
+        let report = s.insert_posts(&[video(1, 8, NOW), original(1, 7, NOW - 10)]);
+        assert_eq!(
+            report,
+            InsertReport {
+                duplicate: 2,
+                ..InsertReport::default()
+            }
+        );
+        assert_eq!(
+            s.get_all_posts_by_users(&query(0, &[7, 8], &[])).posts,
+            [original(1, 7, NOW - 10)]
+        );
+        assert_eq!(video_ids(&s, &[7, 8]), Vec::<i64>::new());
+        // Within one batch too: the older copy is applied first and wins.
+        let report = s.insert_posts(&[original(2, 7, NOW), original(2, 8, NOW - 1)]);
+        assert_eq!((report.inserted, report.duplicate), (1, 1));
+        assert_eq!(s.record(2), Some(original(2, 8, NOW - 1)));
+    }
+
+    #[test]
+    fn expired_but_untrimmed_record_is_still_stored_for_duplicates() {
+        let (mut s, clock) = store();
+        s.insert_posts(&[original(1, 7, NOW)]);
+        clock.advance(RETENTION + 1);
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW + 10)]).duplicate, 1);
+        s.trim(2);
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW + 10)]).inserted, 1);
+        assert_eq!(all_ids(&s, &[7]), [1]);
+    }
+
+    #[test]
+    fn delete_removes_the_post_from_every_timeline() {
+        let (mut s, _) = store();
+        s.insert_posts(&[video(1, 7, NOW), video(2, 7, NOW - 1)]);
+        assert_eq!(video_ids(&s, &[7]), [1, 2]);
+        let report = s.mark_as_deleted(&[delete(1, NOW), delete(99, NOW)]);
+        assert_eq!(
+            report,
+            DeleteReport {
+                removed: 1,
+                tombstoned: 2
+            }
+        );
+        assert_eq!(all_ids(&s, &[7]), [2]);
+        assert_eq!(video_ids(&s, &[7]), [2]);
+        assert_eq!(s.stats().posts, 1);
+    }
+
+    // ---- video eligibility ----
+
+    #[test]
+    fn video_eligibility() {
+        let (mut s, _) = store();
+        let mut video_reply = reply(3, 7, NOW - 50, (1, 8), 1);
+        video_reply.has_video = true;
+        let mut video_reply_repost = repost(4, 7, NOW - 40, (1, 8));
+        video_reply_repost.is_reply = true;
+        video_reply_repost.has_video = true;
+        s.insert_posts(&[
+            video(1, 8, NOW - 100),
+            original(2, 8, NOW - 99),
+            video_reply,
+            video_reply_repost,
+            repost(5, 7, NOW - 30, (1, 8)), // source is a stored video original
+            repost(6, 7, NOW - 20, (2, 8)), // source has no video
+            repost(7, 7, NOW - 10, (3, 7)), // source is a reply
+            LightPost {
+                has_video: true,
+                ..repost(8, 7, NOW - 5, (2, 8))
+            }, // own video
+        ]);
+        assert_eq!(video_ids(&s, &[7, 8]), [8, 5, 1]);
+    }
+
+    #[test]
+    fn repost_of_an_expired_source_is_not_a_video() {
+        let (mut s, clock) = store();
+        s.insert_posts(&[video(1, 8, NOW)]);
+        clock.advance(RETENTION + 1);
+        s.insert_posts(&[repost(2, 7, NOW + RETENTION, (1, 8))]);
+        assert_eq!(video_ids(&s, &[7]), Vec::<i64>::new());
+        // The source is stored (untrimmed), so the repost is not remembered either.
+        s.mark_as_deleted(&[delete(1, NOW)]);
+        clock.advance(1);
+        assert_eq!(s.insert_posts(&[video(1, 8, NOW + RETENTION)]).inserted, 1);
+        assert_eq!(video_ids(&s, &[7]), Vec::<i64>::new());
+    }
+
+    #[test]
+    fn repost_before_its_source_joins_the_videos_timeline_at_its_position() {
+        let (mut s, _) = store();
+        s.insert_posts(&[
+            repost(2, 7, NOW - 10, (1, 8)),
+            video(3, 7, NOW - 20),
+            video(4, 7, NOW),
+            repost(5, 7, NOW - 10, (9, 8)), // its source never arrives
+        ]);
+        assert_eq!(video_ids(&s, &[7]), [4, 3]);
+        s.insert_posts(&[video(1, 8, NOW - 30)]);
+        assert_eq!(video_ids(&s, &[7]), [4, 2, 3]);
+        assert_eq!(video_ids(&s, &[7, 8]), [4, 2, 3, 1]);
+    }
+
+    #[test]
+    fn remembered_repost_needs_a_video_original_source_and_expires() {
+        let (mut s, clock) = store();
+        s.insert_posts(&[
+            repost(2, 7, NOW - 500, (1, 8)),
+            repost(3, 7, NOW - 10, (1, 8)),
+        ]);
+        s.insert_posts(&[repost(4, 7, NOW - 10, (11, 8))]);
+        // A source that is a reply with video, or an original without video, does not trigger.
+        let mut video_reply = reply(11, 8, NOW - 5, (1, 8), 1);
+        video_reply.has_video = true;
+        s.insert_posts(&[video_reply]);
+        assert_eq!(video_ids(&s, &[7]), Vec::<i64>::new());
+        clock.advance(RETENTION - 499);
+        // Repost 2 expired: no longer remembered, whether or not a trim ran.
+        s.insert_posts(&[video(1, 8, NOW)]);
+        assert_eq!(video_ids(&s, &[7]), [3]);
+    }
+
+    #[test]
+    fn remembered_repost_that_was_deleted_does_not_join() {
+        let (mut s, _) = store();
+        s.insert_posts(&[
+            repost(2, 7, NOW - 10, (1, 8)),
+            repost(3, 7, NOW - 9, (1, 8)),
+        ]);
+        s.mark_as_deleted(&[delete(2, NOW)]);
+        s.insert_posts(&[video(1, 8, NOW - 30)]);
+        assert_eq!(video_ids(&s, &[7]), [3]);
+    }
+
+    // ---- cap and record lifetime ----
+
+    #[test]
+    fn cap_evicts_the_oldest_entry_possibly_the_new_post() {
+        let (mut s, _) = store_with(RETENTION, 3);
+        s.insert_posts(&[
+            original(1, 7, NOW - 3),
+            original(2, 7, NOW - 2),
+            original(3, 7, NOW - 1),
+        ]);
+        s.insert_posts(&[original(4, 7, NOW)]);
+        assert_eq!(all_ids(&s, &[7]), [4, 3, 2]);
+        assert_eq!(s.record(1), None);
+        let report = s.insert_posts(&[original(5, 7, NOW - 10)]);
+        assert_eq!(report.inserted, 1);
+        assert_eq!(all_ids(&s, &[7]), [4, 3, 2]);
+        assert_eq!(s.record(5), None);
+        // Evicted records are gone: the same id can be stored again.
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW)]).inserted, 1);
+        assert_eq!(all_ids(&s, &[7]), [1, 4, 3]);
+        // Equal timestamps: the earlier insert is the older entry.
+        s.insert_posts(&[original(6, 7, NOW - 1)]);
+        assert_eq!(all_ids(&s, &[7]), [1, 4, 6]);
+    }
+
+    #[test]
+    fn record_lives_while_any_timeline_holds_it() {
+        let (mut s, _) = store_with(RETENTION, 2);
+        s.insert_posts(&[video(1, 7, NOW - 10)]);
+        s.insert_posts(&[original(2, 7, NOW - 5), original(3, 7, NOW - 4)]);
+        // 1 left the originals timeline but is still a video, and still a reply parent.
+        assert_eq!(all_ids(&s, &[7]), [3, 2]);
+        assert_eq!(video_ids(&s, &[7]), [1]);
+        s.insert_posts(&[reply(4, 8, NOW, (1, 7), 1)]);
+        assert_eq!(all_ids(&s, &[8]), [4]);
+        assert_eq!(s.insert_posts(&[video(1, 9, NOW)]).duplicate, 1);
+        // Leaving its last timeline frees it.
+        s.insert_posts(&[video(5, 7, NOW - 3), video(6, 7, NOW - 2)]);
+        assert_eq!(video_ids(&s, &[7]), [6, 5]);
+        assert_eq!(s.record(1), None);
+        assert_eq!(all_ids(&s, &[8]), Vec::<i64>::new());
+        assert_eq!(s.insert_posts(&[video(1, 9, NOW)]).inserted, 1);
+    }
+
+    #[test]
+    fn remembered_repost_joining_a_full_videos_timeline_evicts_the_oldest() {
+        let (mut s, _) = store_with(RETENTION, 2);
+        s.insert_posts(&[repost(2, 7, NOW - 10, (1, 8))]);
+        s.insert_posts(&[video(3, 7, NOW - 20), video(4, 7, NOW - 5)]);
+        s.insert_posts(&[video(1, 8, NOW - 30)]);
+        assert_eq!(video_ids(&s, &[7]), [4, 2]);
+        // 3 is still in the originals timeline.
+        assert_eq!(all_ids(&s, &[7]), [4, 2, 3]);
+    }
+
+    // ---- trim ----
+
+    #[test]
+    fn trim_removes_expired_entries_of_one_shard_only() {
+        let (mut s, clock) = store();
+        s.insert_posts(&[
+            video(1, 7, NOW - 10),
+            original(2, -3, NOW - 10),
+            original(3, 8, NOW - 10),
+            original(4, 7, NOW),
+        ]);
+        clock.advance(RETENTION - 5);
+        let before = all_ids(&s, &[7, -3, 8]);
+        assert_eq!(before, [4]);
+        // 7 and -3 are both in shard 2.
+        let report = s.trim(2);
+        assert_eq!(
+            report,
+            TrimReport {
+                entries_removed: 3,
+                posts_freed: 2,
+                tombstones_expired: 0,
+                authors_dropped: 1
+            }
+        );
+        assert_eq!(all_ids(&s, &[7, -3, 8]), before);
+        assert_eq!(s.record(3).map(|p| p.post_id), Some(3));
+        assert_eq!(s.trim(3).posts_freed, 1);
+        assert_eq!(s.stats().authors, 1);
+    }
+
+    #[test]
+    fn every_trim_expires_all_due_tombstones() {
+        let (mut s, clock) = store();
+        s.mark_as_deleted(&[delete(1, NOW), delete(2, NOW + 5), delete(3, NOW - 5)]);
+        clock.advance(RETENTION + 1);
+        let report = s.trim(0);
+        assert_eq!(report.tombstones_expired, 2);
+        assert_eq!(s.stats().tombstones, 1);
+    }
+
+    // ---- queries ----
+
+    #[test]
+    fn authors_are_deduplicated_and_unknown_authors_contribute_nothing() {
+        let (mut s, _) = store();
+        s.insert_posts(&[original(1, 7, NOW), original(2, 8, NOW - 1)]);
+        let outcome = s.get_all_posts_by_users(&query(0, &[7, 8, 7, 99, 8], &[]));
+        assert_eq!(ids(&outcome), [1, 2]);
+        assert_eq!(outcome.eligible, 2);
+    }
+
+    #[test]
+    fn exclude_skips_without_using_up_the_scan_window() {
+        let (mut s, _) = store();
+        let posts: Vec<_> = (0..600).map(|i| original(i, 7, NOW - 600 + i)).collect();
+        s.insert_posts(&posts);
+        let mut q = query(0, &[7], &[]);
+        q.max_originals_per_author = 50;
+        // Newest 500 entries: ids 599..=100. Excluding 590 of them leaves 10 + the next 90.
+        let exclude: Vec<i64> = (10..600).collect();
+        q.exclude = &exclude;
+        let got = ids(&s.get_all_posts_by_users(&q));
+        assert_eq!(got, (0..10).rev().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn scan_window_is_500_entries() {
+        let (mut s, _) = store();
+        // The newest 500 are reposts of viewer 1's post: filtered for that viewer, but they
+        // use up the window.
+        let posts: Vec<_> = (0..600)
+            .map(|i| repost(i, 7, NOW - 600 + i, (5000, if i < 100 { 2 } else { 1 })))
+            .collect();
+        s.insert_posts(&posts);
+        let q = query(1, &[7], &[]);
+        assert_eq!(ids(&s.get_all_posts_by_users(&q)), Vec::<i64>::new());
+        let q = query(3, &[7], &[]);
+        assert_eq!(s.get_all_posts_by_users(&q).posts.len(), 30);
+        // Excluding one of them lets one more entry in.
+        let q = query(1, &[7], &[550]);
+        assert_eq!(ids(&s.get_all_posts_by_users(&q)), [99]);
+    }
+
+    #[test]
+    fn per_author_limits_are_clamped() {
+        let (mut s, _) = store();
+        let mut posts: Vec<_> = (0..200).map(|i| original(i, 7, NOW - 1000 + i)).collect();
+        posts.extend((200..400).map(|i| repost(i, 7, NOW - 1000 + i, (i + 1000, 8))));
+        posts.extend((400..600).map(|i| video(i, 9, NOW - 1000 + i)));
+        s.insert_posts(&posts);
+        let mut q = query(0, &[7], &[]);
+        q.max_originals_per_author = 1000;
+        q.max_secondary_per_author = 1000;
+        let got = s.get_all_posts_by_users(&q).posts;
+        assert_eq!(got.iter().filter(|p| p.is_original()).count(), 50);
+        assert_eq!(got.iter().filter(|p| !p.is_original()).count(), 30);
+        q.max_originals_per_author = 3;
+        q.max_secondary_per_author = 2;
+        assert_eq!(
+            ids(&s.get_all_posts_by_users(&q)),
+            [399, 398, 199, 198, 197]
+        );
+        q.max_secondary_per_author = 0;
+        assert_eq!(ids(&s.get_all_posts_by_users(&q)), [199, 198, 197]);
+        q.authors = &[9];
+        assert_eq!(s.get_videos_by_users(&q).posts.len(), 100);
+    }
+
+    #[test]
+    fn answer_is_newest_first_and_truncated_to_max_results() {
+        let (mut s, _) = store();
+        s.insert_posts(&[
+            original(1, 7, NOW - 5),
+            original(2, 8, NOW - 1),
+            repost(3, 7, NOW - 3, (1, 7)),
+            original(4, 8, NOW - 4),
+        ]);
+        let mut q = query(0, &[7, 8], &[]);
+        assert_eq!(ids(&s.get_all_posts_by_users(&q)), [2, 3, 4, 1]);
+        q.max_results = 2;
+        assert_eq!(ids(&s.get_all_posts_by_users(&q)), [2, 3]);
+        q.max_results = 0;
+        assert_eq!(ids(&s.get_all_posts_by_users(&q)), Vec::<i64>::new());
+    }
+
+    #[test]
+    fn self_repost_filter_applies_to_every_timeline() {
+        let (mut s, _) = store();
+        s.insert_posts(&[
+            video(1, 1, NOW - 10),
+            repost(2, 7, NOW, (1, 1)),
+            repost(3, 7, NOW, (1, 2)),
+        ]);
+        assert_eq!(ids(&s.get_all_posts_by_users(&query(1, &[7], &[]))), [3]);
+        assert_eq!(ids(&s.get_videos_by_users(&query(1, &[7], &[]))), [3]);
+        assert_eq!(ids(&s.get_videos_by_users(&query(2, &[7], &[]))), [2]);
+    }
+
+    /// The reply-rule table of the reference (viewer 1, F = {2, 3, 4, 5}).
+    #[test]
+    fn reply_rule_reference_table() {
+        let (mut s, _) = store();
+        s.insert_posts(&[
+            original(1000, 10, NOW - 100),
+            reply(1001, 2, NOW - 90, (1000, 10), 1000),
+            reply(1002, 3, NOW - 80, (1001, 2), 1000),
+            reply(1003, 4, NOW - 70, (1001, 99), 1000),
+            reply(1004, 5, NOW - 60, (1000, 10), 1000),
+            repost(1005, 2, NOW - 50, (1, 1)),
+            reply(1006, 3, NOW - 40, (1002, 3), 1000),
+        ]);
+        let mut got = ids(&s.get_all_posts_by_users(&query(1, &[2, 3, 4, 5], &[])));
+        got.sort_unstable();
+        assert_eq!(got, [1001, 1002, 1004]);
+    }
+
+    #[test]
+    fn reply_rule_needs_a_stored_unexpired_parent() {
+        let (mut s, clock) = store();
+        s.insert_posts(&[original(1, 10, NOW - 100), reply(2, 7, NOW, (1, 10), 1)]);
+        s.insert_posts(&[reply(3, 7, NOW, (50, 10), 50)]);
+        let mut no_parent = reply(4, 7, NOW, (0, 10), 1);
+        no_parent.in_reply_to_post_id = None;
+        s.insert_posts(&[no_parent]);
+        // Equal timestamps: the later insert is the newer one.
+        assert_eq!(ids(&s.get_all_posts_by_users(&query(0, &[7], &[]))), [4, 2]);
+        clock.advance(RETENTION - 99);
+        assert_eq!(ids(&s.get_all_posts_by_users(&query(0, &[7], &[]))), [4]);
+        clock.set(NOW);
+        s.mark_as_deleted(&[delete(1, NOW)]);
+        assert_eq!(ids(&s.get_all_posts_by_users(&query(0, &[7], &[]))), [4]);
+    }
+
+    #[test]
+    fn reply_rule_reply_to_a_reply_needs_conversation_match_and_followed_user() {
+        let (mut s, _) = store();
+        s.insert_posts(&[
+            reply(1, 2, NOW - 10, (100, 9), 100), // parent reply, replied to the root
+            reply(2, 7, NOW - 5, (1, 2), 100),    // kept when 2 is followed
+            reply(3, 7, NOW - 4, (1, 2), 101),    // wrong conversation
+        ]);
+        let mut no_user = reply(4, 7, NOW - 3, (1, 2), 100);
+        no_user.in_reply_to_user_id = Some(0); // reads as None: never followed
+        let mut no_conversation = reply(5, 7, NOW - 2, (1, 2), 100);
+        no_conversation.conversation_id = None;
+        s.insert_posts(&[no_user, no_conversation]);
+        // 1 itself is dropped: its parent 100 is not stored.
+        assert_eq!(
+            ids(&s.get_all_posts_by_users(&query(0, &[7, 2, 0], &[]))),
+            [2]
+        );
+        assert_eq!(
+            ids(&s.get_all_posts_by_users(&query(0, &[7], &[]))),
+            Vec::<i64>::new()
+        );
+        // The rule does not apply to the originals or videos timelines.
+        let mut video_reply_to_nothing = reply(6, 7, NOW, (555, 2), 555);
+        video_reply_to_nothing.is_reply = false;
+        video_reply_to_nothing.has_video = true;
+        s.insert_posts(&[video_reply_to_nothing]);
+        assert_eq!(ids(&s.get_all_posts_by_users(&query(0, &[7], &[]))), [6]);
+        assert_eq!(ids(&s.get_videos_by_users(&query(0, &[7], &[]))), [6]);
+    }
+
+    // ---- answers_agree ----
+
+    #[test]
+    fn answers_agree_accepts_any_tie_order_and_any_tie_cut() {
+        let a = [
+            original(1, 7, 10),
+            original(2, 7, 9),
+            original(3, 7, 9),
+            original(4, 7, 9),
+        ];
+        let b = [
+            original(1, 7, 10),
+            original(4, 7, 9),
+            original(3, 7, 9),
+            original(2, 7, 9),
+        ];
+        assert_eq!(answers_agree(&a, &b, 4), Ok(()));
+        assert_eq!(answers_agree(&a, &b, 10), Ok(()));
+        // Cut at 3 inside the tie at 9: any two of {2, 3, 4}.
+        let c = [original(1, 7, 10), original(4, 7, 9), original(2, 7, 9)];
+        assert_eq!(answers_agree(&a[..3], &c, 3), Ok(()));
+        assert_eq!(answers_agree(&[], &[], 0), Ok(()));
+    }
+
+    #[test]
+    fn answers_agree_catches_real_differences() {
+        let a = [original(1, 7, 10), original(2, 7, 9), original(3, 7, 8)];
+        let other_record = [original(1, 8, 10), original(2, 7, 9), original(3, 7, 8)];
+        let other_post = [original(1, 7, 10), original(2, 7, 9), original(5, 7, 8)];
+        let unordered = [original(2, 7, 9), original(1, 7, 10), original(3, 7, 8)];
+        let other_cut = [original(1, 7, 10), original(2, 7, 9), original(3, 7, 7)];
+        let repeated = [original(1, 7, 10), original(1, 7, 10), original(3, 7, 8)];
+        for max_results in [3, 4] {
+            assert!(answers_agree(&a, &other_record, max_results).is_err());
+            assert!(answers_agree(&a, &unordered, max_results).is_err());
+            assert!(answers_agree(&a, &other_cut, max_results).is_err());
+            assert!(answers_agree(&a, &repeated, max_results).is_err());
+            assert!(answers_agree(&a, &a[..2], max_results).is_err());
+        }
+        // Not cut: the oldest post must match too.
+        assert!(answers_agree(&a, &other_post, 4).is_err());
+        // Cut at 8 with one post there on each side: either may be the survivor.
+        assert_eq!(answers_agree(&a, &other_post, 3), Ok(()));
+        assert!(answers_agree(&a, &a, 2).is_err());
+    }
+}
