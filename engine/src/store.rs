@@ -353,7 +353,7 @@ impl PostStore {
         report: &mut InsertReport,
     ) {
         let post_id = post.post_id;
-        if self.tombstones.contains_key(&post_id, &g.maps) {
+        if self.tombstoned(post_id, g) {
             report.tombstoned += 1;
             return;
         }
@@ -394,7 +394,7 @@ impl PostStore {
         }
         // Pairs with the fence in `mark_as_deleted` (store-load: publish, then check).
         fence(Ordering::SeqCst);
-        if self.tombstones.contains_key(&post_id, &g.maps) {
+        if self.tombstoned(post_id, g) {
             let _ = self.posts.remove_if(&post_id, |_, s| *s == slot, &g.maps);
             if self.arena.free(slot, post_id) {
                 retired.push(slot);
@@ -433,7 +433,7 @@ impl PostStore {
             fence(Ordering::SeqCst);
             if let Some(waiting) = self.pending_videos.remove(&post_id, &g.maps) {
                 for repost in waiting.iter() {
-                    self.promote_to_video(*repost, g, retired);
+                    self.promote_to_video(post_id, *repost, g, retired);
                 }
             }
         }
@@ -465,12 +465,26 @@ impl PostStore {
             && !src.is_reply
             && !self.expired(src.created_at, g.now)
         {
-            self.promote_to_video(repost, g, retired);
+            self.promote_to_video(source, repost, g, retired);
         }
     }
 
-    /// Adds a stored repost to its author's videos timeline (once).
-    fn promote_to_video(&self, repost: PendingRepost, g: &Guards<'_>, retired: &mut Vec<SlotId>) {
+    /// True if `post_id` has a tombstone that has not expired (trimmed or not).
+    fn tombstoned(&self, post_id: i64, g: &Guards<'_>) -> bool {
+        self.tombstones
+            .get(&post_id, &g.maps)
+            .is_some_and(|basis| g.now.saturating_sub(*basis) <= self.retention_secs)
+    }
+
+    /// Adds a remembered repost of `source` to its author's videos timeline (once), if that
+    /// very repost is still stored and not expired.
+    fn promote_to_video(
+        &self,
+        source: i64,
+        repost: PendingRepost,
+        g: &Guards<'_>,
+        retired: &mut Vec<SlotId>,
+    ) {
         self.with_author(repost.author_id, false, g, |author| {
             let Some(&slot) = self.posts.get(&repost.post_id, &g.maps) else {
                 return;
@@ -478,7 +492,15 @@ impl PostStore {
             let Some(record) = self.arena.read(slot, repost.post_id) else {
                 return;
             };
-            if record.is_reply || !record.is_retweet || record.has_video {
+            let same_repost = record.author_id == repost.author_id
+                && record.source_post_id == source
+                && record.created_at == repost.created_at;
+            if !same_repost
+                || record.is_reply
+                || !record.is_retweet
+                || record.has_video
+                || self.expired(record.created_at, g.now)
+            {
                 return;
             }
             if self.arena.hold(slot, repost.post_id, IN_VIDEO) {

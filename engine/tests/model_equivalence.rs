@@ -724,10 +724,10 @@ fn scan_window_boundary_matches() {
     assert_eq!(viewer_sees(&[550, 551]), [99, 98]);
 }
 
-// ---- regressions: minimal cases where the engine departed from BEHAVIOUR.md ----
+// ---- regressions: minimal cases where the engine once departed from BEHAVIOUR.md ----
 //
-// KNOWN ENGINE DEVIATIONS: the three tests below fail until `PostStore` follows the rule each
-// one quotes. The model's answer is the expected one.
+// Found by the property test above; each quotes the rule it checks, and the model's answer is
+// the expected one.
 
 fn pair_at(max_posting_list_size: usize) -> (Pair, i64) {
     let setup = Setup {
