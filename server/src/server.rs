@@ -101,30 +101,30 @@ impl RunningServer {
         self.readiness.set_not_ready().await;
         // Receivers may all be gone already; nothing is left to notify then.
         let _ = self.shutdown.send(true);
-        let drained = tokio::time::timeout(self.drain_timeout, async {
-            let grpc = self.grpc.await;
-            let admin = self.admin.await;
-            (grpc, admin)
-        })
-        .await;
+        let started = tokio::time::Instant::now();
+        let mut grpc = self.grpc;
+        let drained = match tokio::time::timeout(self.drain_timeout, &mut grpc).await {
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "gRPC server stopped with an error");
+                true
+            }
+            Ok(_) => true,
+            Err(_) => {
+                tracing::warn!(timeout = ?self.drain_timeout, "drain timed out; closing connections");
+                grpc.abort();
+                false
+            }
+        };
+        // The admin port may be busy with a long profile: give it what is left of the budget.
+        let mut admin = self.admin;
+        let left = self.drain_timeout.saturating_sub(started.elapsed());
+        if tokio::time::timeout(left, &mut admin).await.is_err() {
+            admin.abort();
+        }
         for task in self.background {
             task.abort();
         }
-        match drained {
-            Ok((grpc, admin)) => {
-                if let Ok(Err(e)) = grpc {
-                    tracing::warn!(error = %e, "gRPC server stopped with an error");
-                }
-                if let Ok(Err(e)) = admin {
-                    tracing::warn!(error = %e, "admin server stopped with an error");
-                }
-                true
-            }
-            Err(_) => {
-                tracing::warn!(timeout = ?self.drain_timeout, "drain timed out; closing connections");
-                false
-            }
-        }
+        drained
     }
 }
 

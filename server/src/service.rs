@@ -143,14 +143,11 @@ impl InNetworkPostsService for ThunderService {
     ) -> Result<Response<GetInNetworkPostsResponse>, Status> {
         let timer = metrics::GET_IN_NETWORK_POSTS_DURATION.start_timer();
         let result = self.serve(request).await;
-        let status = match &result {
-            Ok(_) => "ok",
-            Err(ServiceError::RateLimited) => "resource_exhausted",
-            Err(ServiceError::InvalidArgument(_)) => "invalid_argument",
-            Err(ServiceError::FollowingFetch(_) | ServiceError::QueryTask(_)) => "internal",
-        };
+        let code = result
+            .as_ref()
+            .map_or_else(ServiceError::code, |_| tonic::Code::Ok);
         metrics::GET_IN_NETWORK_POSTS_REQUESTS
-            .with_label_values(&[status])
+            .with_label_values(&[code_label(code)])
             .inc();
         timer.observe_duration();
         match result {
@@ -162,6 +159,17 @@ impl InNetworkPostsService for ThunderService {
                 Err(error.into())
             }
         }
+    }
+}
+
+/// Metric label of a gRPC status code.
+fn code_label(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::Ok => "ok",
+        tonic::Code::ResourceExhausted => "resource_exhausted",
+        tonic::Code::InvalidArgument => "invalid_argument",
+        tonic::Code::Internal => "internal",
+        _ => "other",
     }
 }
 
