@@ -1,1 +1,212 @@
-//! placeholder
+//! thunder-benches: the side-by-side benchmark of thunder-engine against the reference store
+//! design, shared by the `compare` binary, the criterion benches and the `loadgen` binary.
+//!
+//! - [`baseline`]: the reference store (`DashMap` records, `VecDeque` timelines), the yardstick.
+//! - [`BenchStore`]: the small trait the benchmark drives both stores through.
+//! - [`EventBatch`] and [`load`]: the synthetic stream cut into ingest batches and applied.
+//! - [`memory`]: resident-set measurement.
+#![deny(missing_docs)]
+
+pub mod baseline;
+pub mod memory;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+use thunder_engine::synth::SynthEvent;
+use thunder_engine::{DeleteEvent, FeedQuery, LightPost, PostStore};
+
+pub use baseline::BaselineStore;
+
+/// Events per ingest batch, as the reference's Kafka listener `batch_size`.
+pub const DEFAULT_BATCH_EVENTS: usize = 1000;
+
+/// One feed request as both stores receive it.
+#[derive(Clone, Copy, Debug)]
+pub struct Query<'a> {
+    /// The requesting user (self-repost filter).
+    pub viewer_id: i64,
+    /// Followed authors, in request order.
+    pub authors: &'a [i64],
+    /// Post ids the client has already seen.
+    pub exclude: &'a [i64],
+    /// Answer length (`MAX_POSTS_TO_RETURN` or `MAX_VIDEOS_TO_RETURN` by default).
+    pub max_results: usize,
+}
+
+/// What the benchmark needs from a store: ingest, trim and the two feed queries.
+pub trait BenchStore: Send + Sync {
+    /// Short name for reports.
+    fn name(&self) -> &'static str;
+    /// Applies a batch of creates.
+    fn insert_batch(&self, posts: &[LightPost]);
+    /// Applies a batch of deletes.
+    fn delete_batch(&self, deletes: &[DeleteEvent]);
+    /// Work a store does once after loading its backlog (the reference's `finalize_init`).
+    fn finish_load(&self);
+    /// Trims author shard `shard` (and the tombstones that are due).
+    fn trim(&self, shard: usize);
+    /// The newest posts of the followed authors, newest first.
+    fn query(&self, q: &Query<'_>) -> Vec<LightPost>;
+    /// The newest video-eligible posts of the followed authors, newest first.
+    fn query_videos(&self, q: &Query<'_>) -> Vec<LightPost>;
+    /// Number of stored records.
+    fn stored_posts(&self) -> usize;
+}
+
+impl BenchStore for PostStore {
+    fn name(&self) -> &'static str {
+        "engine"
+    }
+
+    fn insert_batch(&self, posts: &[LightPost]) {
+        self.insert_posts(posts);
+    }
+
+    fn delete_batch(&self, deletes: &[DeleteEvent]) {
+        self.mark_as_deleted(deletes);
+    }
+
+    fn finish_load(&self) {}
+
+    fn trim(&self, shard: usize) {
+        PostStore::trim(self, shard);
+    }
+
+    fn query(&self, q: &Query<'_>) -> Vec<LightPost> {
+        let mut feed = FeedQuery::new(q.viewer_id, q.authors);
+        feed.exclude = q.exclude;
+        feed.max_results = q.max_results;
+        self.get_all_posts_by_users(&feed).posts
+    }
+
+    fn query_videos(&self, q: &Query<'_>) -> Vec<LightPost> {
+        let mut feed = FeedQuery::new(q.viewer_id, q.authors);
+        feed.exclude = q.exclude;
+        feed.max_results = q.max_results;
+        self.get_videos_by_users(&feed).posts
+    }
+
+    fn stored_posts(&self) -> usize {
+        self.stats().posts
+    }
+}
+
+impl BenchStore for BaselineStore {
+    fn name(&self) -> &'static str {
+        "baseline"
+    }
+
+    fn insert_batch(&self, posts: &[LightPost]) {
+        self.insert_posts(posts);
+    }
+
+    fn delete_batch(&self, deletes: &[DeleteEvent]) {
+        self.mark_as_deleted(deletes);
+    }
+
+    fn finish_load(&self) {
+        self.finalize_init();
+    }
+
+    fn trim(&self, shard: usize) {
+        self.trim_old_posts(shard);
+    }
+
+    fn query(&self, q: &Query<'_>) -> Vec<LightPost> {
+        // The reference handler builds the exclude set per request.
+        let exclude: HashSet<i64> = q.exclude.iter().copied().collect();
+        self.get_all_posts_by_users(q.authors, &exclude, q.viewer_id, q.max_results)
+    }
+
+    fn query_videos(&self, q: &Query<'_>) -> Vec<LightPost> {
+        let exclude: HashSet<i64> = q.exclude.iter().copied().collect();
+        self.get_videos_by_users(q.authors, &exclude, q.viewer_id, q.max_results)
+    }
+
+    fn stored_posts(&self) -> usize {
+        self.post_count()
+    }
+}
+
+/// A slice of the event stream applied as one unit: creates first, then deletes, as the
+/// reference's Kafka listener does with a batch.
+#[derive(Clone, Debug, Default)]
+pub struct EventBatch {
+    /// Creates, in arrival order.
+    pub creates: Vec<LightPost>,
+    /// Deletes, in arrival order.
+    pub deletes: Vec<DeleteEvent>,
+}
+
+impl EventBatch {
+    /// Number of events in the batch.
+    pub fn len(&self) -> usize {
+        self.creates.len() + self.deletes.len()
+    }
+
+    /// True when the batch holds no event.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Applies the batch to `store`.
+    pub fn apply(&self, store: &dyn BenchStore) {
+        if !self.creates.is_empty() {
+            store.insert_batch(&self.creates);
+        }
+        if !self.deletes.is_empty() {
+            store.delete_batch(&self.deletes);
+        }
+    }
+
+    /// Adds one event.
+    pub fn push(&mut self, event: SynthEvent) {
+        match event {
+            SynthEvent::Create(post) => self.creates.push(post),
+            SynthEvent::Delete(delete) => self.deletes.push(delete),
+        }
+    }
+}
+
+/// Cuts `events` into consecutive batches of `batch_events` events.
+pub fn batches(
+    events: impl IntoIterator<Item = SynthEvent>,
+    batch_events: usize,
+) -> Vec<EventBatch> {
+    let batch_events = batch_events.max(1);
+    let mut out = Vec::new();
+    let mut current = EventBatch::default();
+    for event in events {
+        current.push(event);
+        if current.len() == batch_events {
+            out.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// Applies `batches` to `store` with `writers` threads (thread `t` takes batches `t`,
+/// `t + writers`, …, like consumers of separate partitions) and returns the wall time.
+pub fn load(store: &dyn BenchStore, batches: &[EventBatch], writers: usize) -> Duration {
+    let writers = writers.max(1);
+    let start = Instant::now();
+    if writers == 1 {
+        for batch in batches {
+            batch.apply(store);
+        }
+    } else {
+        std::thread::scope(|scope| {
+            for t in 0..writers {
+                scope.spawn(move || {
+                    for batch in batches.iter().skip(t).step_by(writers) {
+                        batch.apply(store);
+                    }
+                });
+            }
+        });
+    }
+    start.elapsed()
+}

@@ -1,0 +1,813 @@
+//! Side-by-side benchmark of thunder-engine and the reference store design on "feed-2d".
+//!
+//! ```text
+//! cargo run --release -p thunder-benches --bin compare -- --scale 10
+//! ```
+//!
+//! Both stores get the same events and the same requests. Printed for each store and as a
+//! ratio (engine advantage, >1 = engine better): ingest events/s with one and two writer threads,
+//! resident bytes per stored post (RSS delta), idle query latency (normal and video), query
+//! latency while another thread ingests at a fixed rate, and how many answers agree.
+//! A human table, then one JSON line.
+
+use anyhow::{Result, bail};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use thunder_benches::baseline::TimelineKind;
+use thunder_benches::memory::{release_free_memory, rss_bytes};
+use thunder_benches::{
+    BaselineStore, BenchStore, DEFAULT_BATCH_EVENTS, EventBatch, Query, batches, load,
+};
+use thunder_engine::config::{
+    DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
+};
+use thunder_engine::synth::{DEFAULT_SEED, POST_ID_BASE, SynthConfig, Viewer, exclude_from_answer};
+use thunder_engine::{LightPost, ManualClock, PostStore};
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(about = "Engine vs reference-design baseline on the feed-2d workload")]
+struct Args {
+    /// Workload divisor: 1 = 1M authors / 20M posts, 10 = 100k / 2M, 100 = 10k / 200k.
+    #[arg(long, default_value_t = 10)]
+    scale: u32,
+    /// Workload seed.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    seed: u64,
+    /// The workload's "now" (unix seconds); the stores' clock stands still here.
+    #[arg(long, default_value_t = 1_750_000_000)]
+    now_secs: i64,
+    /// Viewers queried (default: 10000 at scale 1, 100000/scale at smaller scales, at most 10000).
+    #[arg(long)]
+    queries: Option<usize>,
+    /// Wall-time budget per baseline query phase, seconds; its queries stop early past it
+    /// (default: 300/scale, between 5 and 30).
+    #[arg(long)]
+    baseline_secs: Option<f64>,
+    /// Events per ingest batch (creates applied, then deletes).
+    #[arg(long, default_value_t = DEFAULT_BATCH_EVENTS)]
+    batch_events: usize,
+    /// Fixed ingest rate during the query-under-ingest phase, events/s.
+    #[arg(long, default_value_t = 50_000)]
+    ingest_rate: u64,
+    /// Events per store call during the query-under-ingest phase.
+    #[arg(long, default_value_t = 100)]
+    ingest_batch: usize,
+    /// Run only one store ("engine" or "baseline").
+    #[arg(long)]
+    only: Option<String>,
+}
+
+/// Which store a run builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Engine,
+    Baseline,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Engine => "engine",
+            Kind::Baseline => "baseline",
+        }
+    }
+}
+
+/// Latency histogram in nanoseconds.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+fn micros(h: &Histogram<u64>, quantile: f64) -> f64 {
+    if h.is_empty() {
+        0.0
+    } else {
+        h.value_at_quantile(quantile) as f64 / 1000.0
+    }
+}
+
+/// Latency summary of one query phase.
+#[derive(Clone, Debug, Default)]
+struct Latency {
+    count: u64,
+    p50_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+    max_us: f64,
+}
+
+impl Latency {
+    fn of(h: &Histogram<u64>) -> Self {
+        Self {
+            count: h.len(),
+            p50_us: micros(h, 0.5),
+            p99_us: micros(h, 0.99),
+            p999_us: micros(h, 0.999),
+            max_us: if h.is_empty() {
+                0.0
+            } else {
+                h.max() as f64 / 1000.0
+            },
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({"count": self.count, "p50_us": self.p50_us, "p99_us": self.p99_us,
+               "p999_us": self.p999_us, "max_us": self.max_us})
+    }
+}
+
+/// The part of an answer that must agree: the cut and the posts strictly newer than it.
+#[derive(Clone, Debug, Default)]
+struct Answer {
+    /// `created_at` of the last post when the answer is full, else `i64::MIN`.
+    cut: i64,
+    posts: Vec<(i64, i64)>,
+}
+
+impl Answer {
+    fn of(posts: &[LightPost], max_results: usize) -> Self {
+        let cut = if posts.len() >= max_results {
+            posts.last().map_or(i64::MIN, |p| p.created_at)
+        } else {
+            i64::MIN
+        };
+        Self {
+            cut,
+            posts: posts.iter().map(|p| (p.post_id, p.created_at)).collect(),
+        }
+    }
+
+    fn newer_than(&self, cut: i64) -> HashSet<i64> {
+        self.posts
+            .iter()
+            .filter(|(_, c)| *c > cut)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+}
+
+/// Everything measured on one store.
+#[derive(Debug, Default)]
+struct StoreRun {
+    events: u64,
+    ingest_1w_secs: f64,
+    ingest_2w_secs: f64,
+    finish_load_secs: f64,
+    stored_posts: usize,
+    rss_delta_bytes: u64,
+    idle_all: Latency,
+    idle_2000: Latency,
+    idle_10000: Latency,
+    idle_video: Latency,
+    under_ingest: Latency,
+    achieved_ingest_rate: f64,
+    normal_answers: Vec<Answer>,
+    video_answers: Vec<Answer>,
+}
+
+impl StoreRun {
+    fn ingest_rate(&self, secs: f64) -> f64 {
+        if secs > 0.0 {
+            self.events as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    fn bytes_per_post(&self) -> f64 {
+        if self.stored_posts == 0 {
+            0.0
+        } else {
+            self.rss_delta_bytes as f64 / self.stored_posts as f64
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "events": self.events,
+            "ingest_1w_events_per_sec": self.ingest_rate(self.ingest_1w_secs),
+            "ingest_2w_events_per_sec": self.ingest_rate(self.ingest_2w_secs),
+            "finish_load_secs": self.finish_load_secs,
+            "stored_posts": self.stored_posts,
+            "rss_delta_bytes": self.rss_delta_bytes,
+            "rss_bytes_per_post": self.bytes_per_post(),
+            "query_idle": self.idle_all.json(),
+            "query_idle_2000_follows": self.idle_2000.json(),
+            "query_idle_10000_follows": self.idle_10000.json(),
+            "query_idle_video": self.idle_video.json(),
+            "query_under_ingest": self.under_ingest.json(),
+            "under_ingest_events_per_sec": self.achieved_ingest_rate,
+        })
+    }
+}
+
+/// Shared inputs of both runs.
+struct Workload {
+    config: SynthConfig,
+    batches: Vec<EventBatch>,
+    events: u64,
+    viewers: Vec<Viewer>,
+    /// Per viewer: ids from its previous answer (computed once, on the first store run).
+    excludes: Vec<Vec<i64>>,
+}
+
+/// A store under test, keeping its concrete type for the agreement check.
+enum Built {
+    Engine(PostStore),
+    Baseline(BaselineStore),
+}
+
+impl Built {
+    fn new(kind: Kind, now_secs: i64) -> Self {
+        let clock = Arc::new(ManualClock::new(now_secs));
+        match kind {
+            Kind::Engine => Built::Engine(PostStore::with_clock(DEFAULT_RETENTION_SECS, clock)),
+            Kind::Baseline => {
+                Built::Baseline(BaselineStore::new(DEFAULT_RETENTION_SECS as u64, clock))
+            }
+        }
+    }
+
+    fn store(&self) -> &dyn BenchStore {
+        match self {
+            Built::Engine(s) => s,
+            Built::Baseline(s) => s,
+        }
+    }
+}
+
+fn query_for<'a>(viewer: &'a Viewer, exclude: &'a [i64], max_results: usize) -> Query<'a> {
+    Query {
+        viewer_id: viewer.user_id,
+        authors: &viewer.following,
+        exclude,
+        max_results,
+    }
+}
+
+/// Runs every measurement on one store kind. `budget` caps each query phase's wall time;
+/// with `engine_run` given and a baseline store, the answers are compared before it is dropped.
+fn run_store(
+    kind: Kind,
+    w: &mut Workload,
+    args: &Args,
+    budget: Option<Duration>,
+    engine_run: Option<&StoreRun>,
+) -> (StoreRun, Option<[Agreement; 2]>) {
+    let name = kind.name();
+    let mut run = StoreRun {
+        events: w.events,
+        ..StoreRun::default()
+    };
+
+    // One writer: ingest rate, then resident bytes of what stays.
+    release_free_memory();
+    let rss_before = rss_bytes();
+    let built = Built::new(kind, w.config.now_secs);
+    let store = built.store();
+    run.ingest_1w_secs = load(store, &w.batches, 1).as_secs_f64();
+    let finish = Instant::now();
+    store.finish_load();
+    run.finish_load_secs = finish.elapsed().as_secs_f64();
+    release_free_memory();
+    run.rss_delta_bytes = rss_bytes().saturating_sub(rss_before);
+    run.stored_posts = store.stored_posts();
+    eprintln!(
+        "[{name}] 1 writer: {} events in {:.2}s (+{:.2}s finish_load), {} posts, RSS +{} MiB",
+        w.events,
+        run.ingest_1w_secs,
+        run.finish_load_secs,
+        run.stored_posts,
+        run.rss_delta_bytes >> 20
+    );
+
+    // Exclude lists come from each viewer's previous answer, computed once for both stores.
+    if w.excludes.is_empty() {
+        w.excludes = w
+            .viewers
+            .iter()
+            .map(|v| {
+                let previous = store.query(&query_for(v, &[], MAX_POSTS_TO_RETURN));
+                exclude_from_answer(v, previous.iter().map(|p| p.post_id))
+            })
+            .collect();
+    }
+
+    // Idle queries, one reader thread.
+    let (mut all, mut f2000, mut f10000, mut video) =
+        (histogram(), histogram(), histogram(), histogram());
+    let started = Instant::now();
+    for (viewer, exclude) in w.viewers.iter().zip(&w.excludes) {
+        if budget.is_some_and(|b| started.elapsed() > b) {
+            break;
+        }
+        let t = Instant::now();
+        let answer = store.query(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN));
+        let ns = t.elapsed().as_nanos() as u64;
+        all.saturating_record(ns);
+        let by_size = if viewer.following.len() > 2000 {
+            &mut f10000
+        } else {
+            &mut f2000
+        };
+        by_size.saturating_record(ns);
+        run.normal_answers
+            .push(Answer::of(&answer, MAX_POSTS_TO_RETURN));
+    }
+    let started = Instant::now();
+    for (viewer, exclude) in w.viewers.iter().zip(&w.excludes) {
+        if budget.is_some_and(|b| started.elapsed() > b) {
+            break;
+        }
+        let t = Instant::now();
+        let answer = store.query_videos(&query_for(viewer, exclude, MAX_VIDEOS_TO_RETURN));
+        video.saturating_record(t.elapsed().as_nanos() as u64);
+        run.video_answers
+            .push(Answer::of(&answer, MAX_VIDEOS_TO_RETURN));
+    }
+    run.idle_all = Latency::of(&all);
+    run.idle_2000 = Latency::of(&f2000);
+    run.idle_10000 = Latency::of(&f10000);
+    run.idle_video = Latency::of(&video);
+    eprintln!(
+        "[{name}] idle: {} queries p50 {:.1} us p99 {:.1} us; {} video queries p50 {:.1} us",
+        all.len(),
+        run.idle_all.p50_us,
+        run.idle_all.p99_us,
+        video.len(),
+        run.idle_video.p50_us
+    );
+
+    let agreements = match (&built, engine_run) {
+        (Built::Baseline(baseline), Some(engine)) => Some([
+            agreement(
+                baseline,
+                w,
+                &engine.normal_answers,
+                &run.normal_answers,
+                false,
+            ),
+            agreement(baseline, w, &engine.video_answers, &run.video_answers, true),
+        ]),
+        _ => None,
+    };
+
+    // Queries while another thread ingests live events at a fixed rate.
+    let (under, achieved) = query_under_ingest(store, w, args, budget);
+    run.under_ingest = Latency::of(&under);
+    run.achieved_ingest_rate = achieved;
+    eprintln!(
+        "[{name}] under ingest ({achieved:.0} events/s): {} queries p50 {:.1} us p99 {:.1} us",
+        under.len(),
+        run.under_ingest.p50_us,
+        run.under_ingest.p99_us
+    );
+    drop(built);
+
+    // Two writers, on a fresh store.
+    release_free_memory();
+    let built = Built::new(kind, w.config.now_secs);
+    run.ingest_2w_secs = load(built.store(), &w.batches, 2).as_secs_f64();
+    eprintln!(
+        "[{name}] 2 writers: {} events in {:.2}s",
+        w.events, run.ingest_2w_secs
+    );
+    drop(built);
+    release_free_memory();
+    (run, agreements)
+}
+
+fn query_under_ingest(
+    store: &dyn BenchStore,
+    w: &Workload,
+    args: &Args,
+    budget: Option<Duration>,
+) -> (Histogram<u64>, f64) {
+    let stop = AtomicBool::new(false);
+    let ingested = AtomicU64::new(0);
+    let mut hist = histogram();
+    let mut elapsed = Duration::ZERO;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut live = w.config.live();
+            let rate = args.ingest_rate.max(1) as f64;
+            let per_call = args.ingest_batch.max(1);
+            let start = Instant::now();
+            let mut sent = 0u64;
+            let mut batch = EventBatch::default();
+            while !stop.load(Ordering::Relaxed) {
+                let due = start + Duration::from_secs_f64(sent as f64 / rate);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                    continue;
+                }
+                batch.creates.clear();
+                batch.deletes.clear();
+                for _ in 0..per_call {
+                    batch.push(live.next_event(w.config.now_secs));
+                }
+                batch.apply(store);
+                sent += per_call as u64;
+                ingested.store(sent, Ordering::Relaxed);
+            }
+        });
+        let start = Instant::now();
+        for (viewer, exclude) in w.viewers.iter().zip(&w.excludes) {
+            if budget.is_some_and(|b| start.elapsed() > b) {
+                break;
+            }
+            let t = Instant::now();
+            std::hint::black_box(store.query(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN)));
+            hist.saturating_record(t.elapsed().as_nanos() as u64);
+        }
+        elapsed = start.elapsed();
+        stop.store(true, Ordering::Relaxed);
+    });
+    let rate = ingested.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64().max(1e-9);
+    (hist, rate)
+}
+
+/// Agreement of the two stores' answers, with every difference classified.
+#[derive(Debug, Default)]
+struct Agreement {
+    compared: usize,
+    differing: usize,
+    /// Differing answers by the first reason found.
+    by_reason: HashMap<&'static str, usize>,
+}
+
+impl Agreement {
+    fn json(&self) -> Value {
+        json!({"compared": self.compared, "agreeing": self.compared - self.differing,
+               "differing": self.differing, "by_reason": self.by_reason})
+    }
+}
+
+const BUG_1: &str = "bug 1: record evicted through another timeline";
+const BUG_1_PARENT: &str = "bug 1: reply's parent evicted through another timeline";
+const BUG_3: &str = "bug 3: dead entries used up the 500-entry scan window";
+const BUG_13: &str = "bug 13: repost stored before its source never joins videos";
+const UNEXPLAINED: &str = "unexplained";
+const UNEXPLAINED_EXTRA: &str = "unexplained: baseline returned a post the engine did not";
+const UNEXPLAINED_CUT: &str = "unexplained: only the cut differs";
+
+/// Why the baseline's answer lacks `post_id`, which the engine returned, read from the
+/// baseline's state and the workload's record of the post.
+fn explain_missing(
+    baseline: &BaselineStore,
+    w: &Workload,
+    post_id: i64,
+    video: bool,
+    exclude: &HashSet<i64>,
+) -> &'static str {
+    let record = w.config.post((post_id - POST_ID_BASE) as u64);
+    let kind = if video {
+        TimelineKind::Videos
+    } else if record.is_original() {
+        TimelineKind::Originals
+    } else {
+        TimelineKind::Secondary
+    };
+    let timeline = baseline.timeline(kind, record.author_id);
+    let indexed = timeline.iter().any(|t| t.post_id == post_id);
+    if baseline.get(post_id).is_none() {
+        let in_any = [
+            TimelineKind::Originals,
+            TimelineKind::Secondary,
+            TimelineKind::Videos,
+        ]
+        .into_iter()
+        .any(|k| {
+            baseline
+                .timeline(k, record.author_id)
+                .iter()
+                .any(|t| t.post_id == post_id)
+        });
+        return if in_any { BUG_1 } else { UNEXPLAINED };
+    }
+    if !indexed {
+        return if video && record.is_retweet {
+            BUG_13
+        } else {
+            UNEXPLAINED
+        };
+    }
+    if let Some(parent) = record.in_reply_to_post_id
+        && baseline.get(parent).is_none()
+        && !video
+    {
+        return BUG_1_PARENT;
+    }
+    let newest_first = || {
+        timeline
+            .iter()
+            .rev()
+            .filter(|t| !exclude.contains(&t.post_id))
+    };
+    let position = newest_first()
+        .position(|t| t.post_id == post_id)
+        .unwrap_or(0);
+    let dead_before = newest_first()
+        .take(position)
+        .any(|t| baseline.get(t.post_id).is_none());
+    if position >= MAX_TINY_POSTS_PER_USER_SCAN || dead_before {
+        return BUG_3;
+    }
+    UNEXPLAINED
+}
+
+fn agreement(
+    baseline: &BaselineStore,
+    w: &Workload,
+    engine: &[Answer],
+    base: &[Answer],
+    video: bool,
+) -> Agreement {
+    let mut result = Agreement::default();
+    for (i, (e, b)) in engine.iter().zip(base).enumerate() {
+        result.compared += 1;
+        let threshold = e.cut.max(b.cut);
+        if e.cut == b.cut && e.newer_than(threshold) == b.newer_than(threshold) {
+            continue;
+        }
+        result.differing += 1;
+        let b_all: HashSet<i64> = b.posts.iter().map(|(id, _)| *id).collect();
+        let e_all: HashSet<i64> = e.posts.iter().map(|(id, _)| *id).collect();
+        let only_engine = e
+            .posts
+            .iter()
+            .find(|(id, c)| *c > b.cut && !b_all.contains(id));
+        let only_baseline = b
+            .posts
+            .iter()
+            .any(|(id, c)| *c > e.cut && !e_all.contains(id));
+        let reason = if only_baseline {
+            UNEXPLAINED_EXTRA
+        } else if let Some((post_id, _)) = only_engine {
+            let exclude: HashSet<i64> = w.excludes[i].iter().copied().collect();
+            explain_missing(baseline, w, *post_id, video, &exclude)
+        } else {
+            UNEXPLAINED_CUT
+        };
+        *result.by_reason.entry(reason).or_default() += 1;
+    }
+    result
+}
+
+fn default_queries(scale: u32) -> usize {
+    (100_000 / scale.max(1) as usize).clamp(100, 10_000)
+}
+
+/// Engine advantage: >1 means the engine is better.
+fn advantage(engine: f64, baseline: f64, higher_is_better: bool) -> f64 {
+    let (num, den) = if higher_is_better {
+        (engine, baseline)
+    } else {
+        (baseline, engine)
+    };
+    if den > 0.0 { num / den } else { 0.0 }
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.scale == 0 {
+        bail!("--scale must be at least 1");
+    }
+    let kinds: Vec<Kind> = match args.only.as_deref() {
+        None => vec![Kind::Engine, Kind::Baseline],
+        Some("engine") => vec![Kind::Engine],
+        Some("baseline") => vec![Kind::Baseline],
+        Some(other) => bail!("--only takes engine or baseline, not {other}"),
+    };
+    let config = SynthConfig::feed_2d(args.scale, args.now_secs).with_seed(args.seed);
+    let queries = args.queries.unwrap_or_else(|| default_queries(args.scale));
+    let started = Instant::now();
+    let batches = batches(config.backlog(), args.batch_events);
+    let events = batches.iter().map(|b| b.len() as u64).sum();
+    let viewers = config.viewers(queries);
+    eprintln!(
+        "feed-2d scale {}: {} authors, {} posts, {} events, {} viewers; generated in {:.2}s",
+        args.scale,
+        config.authors,
+        config.posts,
+        events,
+        viewers.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let mut w = Workload {
+        config,
+        batches,
+        events,
+        viewers,
+        excludes: Vec::new(),
+    };
+
+    let budget_secs = args
+        .baseline_secs
+        .unwrap_or((300.0 / f64::from(args.scale)).clamp(5.0, 30.0));
+    let budget = Duration::from_secs_f64(budget_secs.max(0.1));
+    let mut engine = None;
+    let mut baseline = None;
+    let mut agreements = None;
+    for kind in kinds {
+        match kind {
+            Kind::Engine => engine = Some(run_store(kind, &mut w, &args, None, None).0),
+            Kind::Baseline => {
+                let (run, agree) = run_store(kind, &mut w, &args, Some(budget), engine.as_ref());
+                baseline = Some(run);
+                agreements = agree;
+            }
+        }
+    }
+    report(
+        &args,
+        &w,
+        engine.as_ref(),
+        baseline.as_ref(),
+        agreements.as_ref(),
+    );
+    Ok(())
+}
+
+fn report(
+    args: &Args,
+    w: &Workload,
+    engine: Option<&StoreRun>,
+    baseline: Option<&StoreRun>,
+    agreements: Option<&[Agreement; 2]>,
+) {
+    let empty = StoreRun::default();
+    let (e, b) = (engine.unwrap_or(&empty), baseline.unwrap_or(&empty));
+    println!();
+    println!(
+        "feed-2d scale {} ({} authors, {} posts, {} events), one process, 2 cores shared",
+        args.scale, w.config.authors, w.config.posts, w.events
+    );
+    println!(
+        "{:<44} {:>14} {:>14} {:>9}",
+        "metric", "engine", "baseline", "advantage"
+    );
+    let row = |label: &str, ev: f64, bv: f64, higher_is_better: bool, unit: &str| {
+        println!(
+            "{:<44} {:>14} {:>14} {:>8.1}x",
+            label,
+            format!("{ev:.1}{unit}"),
+            format!("{bv:.1}{unit}"),
+            advantage(ev, bv, higher_is_better)
+        );
+    };
+    let kilo = |v: f64| v / 1000.0;
+    row(
+        "ingest, 1 writer (k events/s)",
+        kilo(e.ingest_rate(e.ingest_1w_secs)),
+        kilo(b.ingest_rate(b.ingest_1w_secs)),
+        true,
+        "k",
+    );
+    row(
+        "ingest, 2 writers (k events/s)",
+        kilo(e.ingest_rate(e.ingest_2w_secs)),
+        kilo(b.ingest_rate(b.ingest_2w_secs)),
+        true,
+        "k",
+    );
+    row(
+        "resident bytes per stored post (RSS delta)",
+        e.bytes_per_post(),
+        b.bytes_per_post(),
+        false,
+        "",
+    );
+    let lat = |label: &str, el: &Latency, bl: &Latency| {
+        row(
+            &format!("{label} p50 (us)"),
+            el.p50_us,
+            bl.p50_us,
+            false,
+            "",
+        );
+        row(
+            &format!("{label} p99 (us)"),
+            el.p99_us,
+            bl.p99_us,
+            false,
+            "",
+        );
+        row(
+            &format!("{label} p99.9 (us)"),
+            el.p999_us,
+            bl.p999_us,
+            false,
+            "",
+        );
+    };
+    lat("query idle, all viewers", &e.idle_all, &b.idle_all);
+    lat("query idle, 2000 follows", &e.idle_2000, &b.idle_2000);
+    lat("query idle, 10000 follows", &e.idle_10000, &b.idle_10000);
+    lat("video query idle", &e.idle_video, &b.idle_video);
+    row(
+        "query under ingest p50 (us)",
+        e.under_ingest.p50_us,
+        b.under_ingest.p50_us,
+        false,
+        "",
+    );
+    row(
+        "query under ingest p99 (us)",
+        e.under_ingest.p99_us,
+        b.under_ingest.p99_us,
+        false,
+        "",
+    );
+    let under_over_idle = |r: &StoreRun| {
+        if r.idle_all.p99_us > 0.0 {
+            r.under_ingest.p99_us / r.idle_all.p99_us
+        } else {
+            0.0
+        }
+    };
+    println!(
+        "{:<44} {:>14} {:>14}",
+        "under-ingest p99 / idle p99",
+        format!("{:.2}", under_over_idle(e)),
+        format!("{:.2}", under_over_idle(b))
+    );
+    println!(
+        "{:<44} {:>14} {:>14}",
+        "achieved ingest rate while querying",
+        format!("{:.0}/s", e.achieved_ingest_rate),
+        format!("{:.0}/s", b.achieved_ingest_rate)
+    );
+    println!(
+        "{:<44} {:>14} {:>14}",
+        "queries measured (normal / video / ingest)",
+        format!(
+            "{}/{}/{}",
+            e.idle_all.count, e.idle_video.count, e.under_ingest.count
+        ),
+        format!(
+            "{}/{}/{}",
+            b.idle_all.count, b.idle_video.count, b.under_ingest.count
+        )
+    );
+    println!(
+        "{:<44} {:>14} {:>14}",
+        "stored posts / finish_load (s)",
+        format!("{}/{:.1}", e.stored_posts, e.finish_load_secs),
+        format!("{}/{:.1}", b.stored_posts, b.finish_load_secs)
+    );
+    if let Some([normal, video]) = agreements {
+        for (label, a) in [("normal", normal), ("video", video)] {
+            println!(
+                "agreement ({label}): {}/{} answers agree",
+                a.compared - a.differing,
+                a.compared
+            );
+            let mut reasons: Vec<_> = a.by_reason.iter().collect();
+            reasons.sort();
+            for (reason, count) in reasons {
+                println!("    {count:>6}  {reason}");
+            }
+        }
+    }
+    println!(
+        "memory: RSS delta from /proc/self/statm around loading each store (loaded one after the other, \
+         the previous freed and malloc_trim'd); ingest excludes finish_load (baseline: finalize_init)"
+    );
+    let json = json!({
+        "workload": "feed-2d",
+        "scale": args.scale,
+        "seed": args.seed,
+        "authors": w.config.authors,
+        "posts": w.config.posts,
+        "events": w.events,
+        "memory_method": "rss_delta_proc_statm",
+        "ingest_rate_events_per_sec_target": args.ingest_rate,
+        "engine": engine.map(StoreRun::json),
+        "baseline": baseline.map(StoreRun::json),
+        "advantage": {
+            "ingest_1w": advantage(e.ingest_rate(e.ingest_1w_secs), b.ingest_rate(b.ingest_1w_secs), true),
+            "ingest_2w": advantage(e.ingest_rate(e.ingest_2w_secs), b.ingest_rate(b.ingest_2w_secs), true),
+            "bytes_per_post": advantage(e.bytes_per_post(), b.bytes_per_post(), false),
+            "query_idle_p50": advantage(e.idle_all.p50_us, b.idle_all.p50_us, false),
+            "query_idle_p99": advantage(e.idle_all.p99_us, b.idle_all.p99_us, false),
+            "query_idle_2000_p50": advantage(e.idle_2000.p50_us, b.idle_2000.p50_us, false),
+            "query_idle_2000_p99": advantage(e.idle_2000.p99_us, b.idle_2000.p99_us, false),
+            "video_idle_p50": advantage(e.idle_video.p50_us, b.idle_video.p50_us, false),
+            "video_idle_p99": advantage(e.idle_video.p99_us, b.idle_video.p99_us, false),
+            "query_under_ingest_p50": advantage(e.under_ingest.p50_us, b.under_ingest.p50_us, false),
+            "query_under_ingest_p99": advantage(e.under_ingest.p99_us, b.under_ingest.p99_us, false),
+        },
+        "under_ingest_p99_over_idle_p99": {"engine": under_over_idle(e), "baseline": under_over_idle(b)},
+        "agreement": agreements.map(|[n, v]| json!({"normal": n.json(), "video": v.json()})),
+    });
+    println!("{json}");
+}

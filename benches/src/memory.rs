@@ -1,0 +1,33 @@
+//! Resident-set measurement for the bytes-per-post figure.
+//!
+//! The figure is an RSS delta (`/proc/self/statm`) around loading one store. Between stores the
+//! previous one is dropped and [`release_free_memory`] hands freed heap pages back to the
+//! kernel, so the second store's delta does not hide inside memory the first one freed.
+
+/// Resident set size of this process in bytes (0 where `/proc` is unavailable).
+pub fn rss_bytes() -> u64 {
+    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let resident_pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    resident_pages * page_size()
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions; it only reads a system constant.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 { size as u64 } else { 4096 }
+}
+
+/// Returns free heap memory to the kernel (glibc `malloc_trim`), so RSS reflects live data.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; no pointer is passed.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
