@@ -123,6 +123,56 @@ fn a_missing_topic_is_waited_for() {
 }
 
 #[test]
+fn start_from_time_skips_records_older_than_the_retention() {
+    let now = now_secs();
+    let broker = Broker::start();
+    let topic = "innetwork_post_by_time";
+    create_topic(&broker.bootstrap(), topic, 2);
+    let producer = producer(&broker.bootstrap(), topic);
+    let retention_secs = 3600;
+    // Records written two retentions ago (by their Kafka timestamp), then recent ones. The
+    // posts themselves are recent, so only the start position decides what is applied.
+    for (id, age_secs) in (0..20)
+        .map(|id| (id, 2 * retention_secs))
+        .chain((20..25).map(|id| (id, 0)))
+    {
+        let payload = prost::Message::encode_to_vec(&kafka::create_event(&LightPost::original(
+            id,
+            id % 3,
+            now,
+        )));
+        let timestamp_ms = (now - age_secs) * 1000;
+        producer
+            .send_record(
+                Some((id % 2) as i32),
+                b"k",
+                Some(&payload),
+                Some(timestamp_ms),
+            )
+            .expect("queue");
+    }
+    flush(&producer, 25);
+
+    for (start_from_time, expected) in [(true, 5), (false, 25)] {
+        let clock: std::sync::Arc<dyn thunder_engine::Clock> =
+            std::sync::Arc::new(thunder_engine::ManualClock::new(now));
+        let store =
+            std::sync::Arc::new(thunder_engine::PostStore::with_clock(retention_secs, clock));
+        let mut args = kafka_args(&broker.bootstrap(), topic);
+        args.start_from_time = start_from_time;
+        let ingest = kafka::start(&args, store.clone()).expect("start ingestion");
+        wait_caught_up(&ingest);
+        wait_applied(&ingest, expected);
+        assert_eq!(
+            store.stats().posts,
+            expected as usize,
+            "start_from_time={start_from_time}"
+        );
+        ingest.shutdown_blocking();
+    }
+}
+
+#[test]
 fn bad_configuration_fails_at_start() {
     let (store, _) = store_and_model(now_secs());
     let mut args = kafka_args("127.0.0.1:1", "t");

@@ -144,7 +144,7 @@ fn ingested_store_matches_the_model() {
     }
     for (i, (payload, _)) in bad.iter().enumerate() {
         producer
-            .send_record(Some(i as i32 % 4), b"bad", payload.as_deref())
+            .send_record(Some(i as i32 % 4), b"bad", payload.as_deref(), None)
             .expect("queue bad record");
     }
     let before_start = (split + bad.len()) as u64;

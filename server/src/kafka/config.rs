@@ -9,7 +9,7 @@ pub const IN_NETWORK_EVENTS_TOPIC: &str = "innetwork_post";
 /// Kafka ingestion flags; every flag also reads a `THUNDER_*` environment variable.
 ///
 /// Without `--kafka-brokers` the server runs without Kafka.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone)]
 pub struct KafkaArgs {
     /// Bootstrap brokers, `host:port[,host:port...]`. Unset: no Kafka ingestion.
     #[arg(long, env = "THUNDER_KAFKA_BROKERS")]
@@ -109,6 +109,53 @@ pub struct KafkaArgs {
         value_parser = parse_property
     )]
     pub kafka_properties: Vec<(String, String)>,
+}
+
+/// Debug output hides the SASL password and `-X` values of keys that look secret, so the
+/// arguments can be logged.
+impl std::fmt::Debug for KafkaArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |key: &str| {
+            let key = key.to_ascii_lowercase();
+            key.contains("password") || key.contains("secret") || key.contains("key")
+        };
+        let properties: Vec<(&str, &str)> = self
+            .kafka_properties
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    if redacted(k) {
+                        "<redacted>"
+                    } else {
+                        v.as_str()
+                    },
+                )
+            })
+            .collect();
+        f.debug_struct("KafkaArgs")
+            .field("kafka_brokers", &self.kafka_brokers)
+            .field("kafka_topic", &self.kafka_topic)
+            .field("kafka_group_id", &self.kafka_group_id)
+            .field("kafka_num_threads", &self.kafka_num_threads)
+            .field("kafka_batch_size", &self.kafka_batch_size)
+            .field("kafka_fetch_timeout_ms", &self.kafka_fetch_timeout_ms)
+            .field("kafka_request_timeout_ms", &self.kafka_request_timeout_ms)
+            .field("kafka_auto_offset_reset", &self.kafka_auto_offset_reset)
+            .field("start_from_time", &self.start_from_time)
+            .field("lag_monitor_interval_secs", &self.lag_monitor_interval_secs)
+            .field("kafka_live_batch_permits", &self.kafka_live_batch_permits)
+            .field("kafka_security_protocol", &self.kafka_security_protocol)
+            .field("kafka_sasl_mechanism", &self.kafka_sasl_mechanism)
+            .field("kafka_sasl_username", &self.kafka_sasl_username)
+            .field(
+                "kafka_sasl_password",
+                &self.kafka_sasl_password.as_ref().map(|_| "<redacted>"),
+            )
+            .field("kafka_ssl_ca_location", &self.kafka_ssl_ca_location)
+            .field("kafka_properties", &properties)
+            .finish()
+    }
 }
 
 impl Default for KafkaArgs {
@@ -244,6 +291,20 @@ mod tests {
         assert_eq!(config.get("security.protocol"), Some("ssl"));
         assert_eq!(config.get("group.id"), Some("g"));
         assert!(Cli::try_parse_from(["thunder", "-X", "novalue"]).is_err());
+    }
+
+    #[test]
+    fn debug_hides_secrets() {
+        let args = KafkaArgs {
+            kafka_sasl_password: Some("hunter2".into()),
+            kafka_properties: vec![("ssl.key.password".into(), "s3cret".into())],
+            ..KafkaArgs::default()
+        };
+        let shown = format!("{args:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("s3cret"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -13,6 +13,9 @@ use std::io::BufRead;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::types::RDKafkaErrorCode;
 use serde::Deserialize;
 use thunder_engine::synth::{SynthConfig, SynthEvent};
 use thunder_engine::{DeleteEvent, LightPost};
@@ -46,6 +49,11 @@ pub struct ProduceArgs {
     /// Default: none after `--backlog`, otherwise until interrupted.
     #[arg(long)]
     pub live_events: Option<u64>,
+
+    /// First create the topic with this many partitions (replication 1) unless it exists.
+    /// Brokers may auto-create a missing topic with a single partition; create it explicitly.
+    #[arg(long, value_name = "PARTITIONS")]
+    pub create_topic: Option<i32>,
 
     /// Events per second (0: as fast as the producer takes them).
     #[arg(long, default_value_t = 0.0)]
@@ -143,8 +151,40 @@ impl Sent {
     }
 }
 
+/// Creates `args.kafka_topic` with `partitions` partitions; an existing topic is left as is.
+fn create_topic(args: &KafkaArgs, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = args
+        .client_config()?
+        .create()
+        .context("creating the Kafka admin client")?;
+    let topic = NewTopic::new(&args.kafka_topic, partitions, TopicReplication::Fixed(1));
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let request = admin.create_topics([&topic], &options);
+    // The admin futures are completed by librdkafka's own thread: any executor drives them.
+    let results = match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle.block_on(request),
+        Err(_) => tokio::runtime::Builder::new_current_thread()
+            .build()?
+            .block_on(request),
+    }
+    .context("creating the topic")?;
+    for result in results {
+        match result {
+            Ok(name) => eprintln!("created topic {name} with {partitions} partitions"),
+            Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                eprintln!("topic {name} exists; left as is");
+            }
+            Err((name, code)) => anyhow::bail!("creating topic {name}: {code}"),
+        }
+    }
+    Ok(())
+}
+
 /// Runs `thunder-cli produce`.
 pub fn run(args: &ProduceArgs) -> anyhow::Result<()> {
+    if let Some(partitions) = args.create_topic {
+        create_topic(&args.kafka, partitions)?;
+    }
     let producer = EventProducer::new(&args.kafka).context("creating the Kafka producer")?;
     let started = Instant::now();
     let mut pacer = Pacer::new(args.rate);

@@ -98,23 +98,30 @@ impl EventProducer {
     /// Queues a create event, keyed by its author id.
     pub fn send_create(&self, post: &LightPost) -> Result<(), KafkaError> {
         let payload = create_event(post).encode_to_vec();
-        self.send_record(None, post.author_id.to_string().as_bytes(), Some(&payload))
+        self.send_record(
+            None,
+            post.author_id.to_string().as_bytes(),
+            Some(&payload),
+            None,
+        )
     }
 
     /// Queues a delete event, keyed by `key_id` (the author, when known; else the post id).
     pub fn send_delete(&self, delete: &DeleteEvent, key_id: Option<i64>) -> Result<(), KafkaError> {
         let payload = delete_envelope(delete).encode_to_vec();
         let key = key_id.unwrap_or(delete.post_id).to_string();
-        self.send_record(None, key.as_bytes(), Some(&payload))
+        self.send_record(None, key.as_bytes(), Some(&payload), None)
     }
 
-    /// Queues a raw record (any payload, or none), to `partition` or to the key's partition.
-    /// Waits while librdkafka's local queue is full.
+    /// Queues a raw record (any payload, or none), to `partition` or to the key's partition,
+    /// stamped `timestamp_ms` (unix milliseconds) or now. Waits while librdkafka's local queue
+    /// is full.
     pub fn send_record(
         &self,
         partition: Option<i32>,
         key: &[u8],
         payload: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
     ) -> Result<(), KafkaError> {
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).key(key);
         if let Some(payload) = payload {
@@ -122,6 +129,9 @@ impl EventProducer {
         }
         if let Some(partition) = partition {
             record = record.partition(partition);
+        }
+        if let Some(timestamp_ms) = timestamp_ms {
+            record = record.timestamp(timestamp_ms);
         }
         loop {
             match self.producer.send(record) {
