@@ -70,7 +70,9 @@ pub struct KafkaArgs {
     pub lag_monitor_interval_secs: u64,
 
     /// Ingest threads that may apply a batch at the same time once caught up (0 = no limit).
-    /// Before catch-up all threads apply in parallel.
+    /// Before catch-up all threads apply in parallel. The default 1 keeps a burst of live
+    /// events from taking more than one core away from queries; one thread applies far more
+    /// events per second than a live topic carries.
     #[arg(long, env = "THUNDER_KAFKA_LIVE_BATCH_PERMITS", default_value_t = 1)]
     pub kafka_live_batch_permits: usize,
 

@@ -16,6 +16,16 @@
 //! partitions (high watermark − next offset) drop below partitions × batch size, then
 //! `CaughtUp`. A thread that dies turns it into `Failed` instead of leaving start-up waiting.
 //!
+//! The threshold is the reference's: up to partitions × batch size records per thread may
+//! still be unread at `CaughtUp`; they follow within moments. A thread whose buffer never
+//! fills (a small backlog) still reports, because the lag is also checked whenever the
+//! consumer has nothing more to hand out.
+//!
+//! # After catch-up
+//! Batches of caught-up threads take one of `--kafka-live-batch-permits` permits (default 1,
+//! as the reference), so store writes use at most one core and queries keep the rest.
+//! Before catch-up every thread writes in parallel. The store itself needs no such lock.
+//!
 //! # Failures
 //! Undecodable records are counted (`kafka_messages_failed_parse_total`), logged with their
 //! partition and offset, and skipped. Poll errors are counted (`kafka_poll_errors_total`) and
