@@ -117,7 +117,29 @@ async fn main() -> anyhow::Result<()> {
     }
     server.readiness().set_ready().await;
 
-    stop.await;
+    // After catch-up, a dead ingest thread means the store silently stops following the topic:
+    // exit (after draining) so the process supervisor restarts the replica.
+    let mut ingest_state = ingest.as_ref().map(|i| i.caught_up.clone());
+    let ingest_failed = async {
+        let Some(state) = ingest_state.as_mut() else {
+            return std::future::pending::<String>().await;
+        };
+        loop {
+            if state.changed().await.is_err() {
+                return "Kafka ingestion stopped".to_string();
+            }
+            if let CatchUpState::Failed(message) = &*state.borrow_and_update() {
+                return message.clone();
+            }
+        }
+    };
+    let failure = tokio::select! {
+        () = &mut stop => None,
+        message = ingest_failed => Some(message),
+    };
+    if let Some(message) = &failure {
+        tracing::error!(%message, "Kafka ingestion failed after catch-up; shutting down");
+    }
     tracing::info!("shutting down: draining in-flight requests");
     let drained = server.shutdown().await;
     let _ = stop_feed.send(true);
@@ -128,7 +150,10 @@ async fn main() -> anyhow::Result<()> {
         ingest.shutdown().await;
     }
     tracing::info!(drained, "stopped");
-    Ok(())
+    match failure {
+        Some(message) => anyhow::bail!("Kafka ingestion failed after catch-up: {message}"),
+        None => Ok(()),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.
