@@ -1,0 +1,236 @@
+//! Arbitrary `GetInNetworkPostsRequest` bytes through prost decoding, then request validation
+//! and the store query against a small pre-filled store, without a network: either
+//! `handle_request` or the tonic service method itself (admission, `grpc-timeout`, follow-graph
+//! fallback, blocking query task).
+//!
+//! Input: byte 0 selects the path and the service's situation, byte 1 is the length `n` of a
+//! `grpc-timeout` header value (`n % 16` bytes; 0: no header), then the header bytes, then the
+//! request. The status code must be the documented one for the situation:
+//! `RESOURCE_EXHAUSTED` only when the QPS quota is spent, `INVALID_ARGUMENT` exactly when an
+//! id that is used exceeds `i64`, `INTERNAL` only when the follow-graph fallback fails, and
+//! `OK` otherwise; an `OK` answer obeys the request.
+#![no_main]
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+use thunder_engine::config::MAX_INPUT_LIST_SIZE;
+use thunder_engine::{LightPost, ManualClock, PostStore};
+use thunder_proto::GetInNetworkPostsRequest;
+use thunder_proto::in_network_posts_service_server::InNetworkPostsService;
+use thunder_server::admission::Admission;
+use thunder_server::convert::post_from_proto;
+use thunder_server::following::{FollowingSource, StaticFollowing};
+use thunder_server::handle_request;
+use thunder_server::request::{BLACKLISTED_AUTHORS, ValidatedRequest};
+use thunder_server::service::ThunderService;
+use tonic::Code;
+use tonic::metadata::MetadataValue;
+
+const NOW_SECS: i64 = 1_700_000_000;
+/// The follow-graph fallback's answer for every viewer.
+const FALLBACK_AUTHORS: [i64; 3] = [2, 3, BLACKLISTED_AUTHORS[0]];
+
+/// A few authors (one of them blacklisted) with originals, replies, reposts (some of viewer 1's
+/// and 2's posts) and videos; some posts are expired.
+fn store() -> Arc<PostStore> {
+    static STORE: OnceLock<Arc<PostStore>> = OnceLock::new();
+    Arc::clone(STORE.get_or_init(|| {
+        let clock = Arc::new(ManualClock::new(NOW_SECS - 60));
+        let store = PostStore::with_clock(3600, clock.clone());
+        let authors = [0, 1, 2, 3, 4, 5, BLACKLISTED_AUTHORS[0], i64::MAX];
+        let mut posts = Vec::new();
+        for (a, &author) in authors.iter().enumerate() {
+            for i in 0..12i64 {
+                let post_id = a as i64 * 100 + i;
+                let mut post = LightPost::original(post_id, author, NOW_SECS - 4000 + i * 350);
+                match i % 4 {
+                    1 => {
+                        post.is_reply = true;
+                        post.in_reply_to_post_id = Some(post_id - 1);
+                        post.in_reply_to_user_id = Some(author);
+                        post.conversation_id = Some(post_id - 1);
+                    }
+                    2 => {
+                        post.is_retweet = true;
+                        post.source_post_id = Some((i % 3) * 100 + 3);
+                        post.source_user_id = Some(i % 3);
+                    }
+                    3 => post.has_video = true,
+                    _ => {}
+                }
+                posts.push(post);
+            }
+        }
+        store.insert_posts(&posts);
+        clock.set(NOW_SECS);
+        Arc::new(store)
+    }))
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a current-thread runtime")
+    })
+}
+
+#[derive(Debug)]
+struct FailingFollowing;
+
+#[tonic::async_trait]
+impl FollowingSource for FailingFollowing {
+    async fn fetch_following_list(&self, _user_id: i64, _limit: usize) -> Result<Vec<i64>, String> {
+        Err("graph service unavailable".to_owned())
+    }
+}
+
+/// The service's situation, from the control byte.
+#[derive(Clone, Copy, Debug)]
+struct Situation {
+    via_service: bool,
+    /// 0: no fallback, 1: a working one, 2: a failing one.
+    fallback: u8,
+    quota_spent: bool,
+    zero_request_timeout: bool,
+}
+
+impl Situation {
+    fn from_byte(b: u8) -> Self {
+        Self {
+            via_service: b & 1 != 0,
+            fallback: (b >> 1) % 4 % 3,
+            quota_spent: b & 0x10 != 0,
+            zero_request_timeout: b & 0x20 != 0,
+        }
+    }
+}
+
+/// True when an id that validation looks at exceeds `i64`.
+fn has_invalid_id(req: &GetInNetworkPostsRequest) -> bool {
+    let too_big = |ids: &[u64]| {
+        ids.iter()
+            .take(MAX_INPUT_LIST_SIZE)
+            .any(|&id| id > i64::MAX as u64)
+    };
+    req.user_id > i64::MAX as u64
+        || too_big(&req.following_user_ids)
+        || too_big(&req.exclude_tweet_ids)
+}
+
+fn serve(
+    situation: Situation,
+    timeout: Option<MetadataValue<tonic::metadata::Ascii>>,
+    req: GetInNetworkPostsRequest,
+) -> Result<Vec<LightPost>, tonic::Status> {
+    if !situation.via_service {
+        return handle_request(&store(), &req)
+            .map(|r| r.posts.iter().map(post_from_proto).collect());
+    }
+    let admission = Admission::new(NonZeroU32::MIN);
+    if situation.quota_spent {
+        drop(admission.admit().expect("a fresh quota admits one call"));
+    }
+    let following: Option<Arc<dyn FollowingSource>> = match situation.fallback {
+        1 => Some(Arc::new(StaticFollowing::new(HashMap::from([(
+            i64::try_from(req.user_id).unwrap_or(0),
+            FALLBACK_AUTHORS.to_vec(),
+        )])))),
+        2 => Some(Arc::new(FailingFollowing)),
+        _ => None,
+    };
+    let request_timeout = situation.zero_request_timeout.then_some(Duration::ZERO);
+    let service = ThunderService::new(store(), admission, following, request_timeout);
+    let mut request = tonic::Request::new(req);
+    if let Some(value) = timeout {
+        request.metadata_mut().insert("grpc-timeout", value);
+    }
+    runtime()
+        .block_on(service.get_in_network_posts(request))
+        .map(|r| r.into_inner().posts.iter().map(post_from_proto).collect())
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [control, header_len, rest @ ..] = data else {
+        return;
+    };
+    let header_len = usize::from(header_len % 16).min(rest.len());
+    let (header, body) = rest.split_at(header_len);
+    let situation = Situation::from_byte(*control);
+    // tonic answers an undecodable body itself (INTERNAL, before the service runs).
+    let Ok(req) = GetInNetworkPostsRequest::decode(body) else {
+        return;
+    };
+    let timeout = (!header.is_empty())
+        .then(|| MetadataValue::try_from(header).ok())
+        .flatten();
+
+    let invalid = has_invalid_id(&req);
+    let uses_fallback =
+        situation.via_service && situation.fallback != 0 && req.following_user_ids.is_empty();
+    let expected = if situation.via_service && situation.quota_spent {
+        Code::ResourceExhausted
+    } else if invalid {
+        Code::InvalidArgument
+    } else if uses_fallback && situation.fallback == 2 {
+        Code::Internal
+    } else {
+        Code::Ok
+    };
+
+    let result = serve(situation, timeout, req.clone());
+    let code = result
+        .as_ref()
+        .map_or_else(tonic::Status::code, |_| Code::Ok);
+    assert_eq!(code, expected, "{situation:?}: {result:?} for {req:?}");
+    let Ok(posts) = result else { return };
+
+    let mut validated = ValidatedRequest::from_request(&req).expect("valid when answered OK");
+    if uses_fallback {
+        validated.set_authors(FALLBACK_AUTHORS.to_vec());
+    }
+    assert!(
+        posts.len() <= validated.max_results,
+        "{} posts for {validated:?}",
+        posts.len()
+    );
+    assert!(
+        posts.windows(2).all(|w| w[0].created_at >= w[1].created_at),
+        "not newest first: {posts:?}"
+    );
+    for post in &posts {
+        assert!(
+            validated.authors.contains(&post.author_id),
+            "{post:?} not asked for: {validated:?}"
+        );
+        assert!(
+            !BLACKLISTED_AUTHORS.contains(&post.author_id),
+            "blacklisted author served: {post:?}"
+        );
+        assert!(
+            !validated.exclude.contains(&post.post_id),
+            "excluded post served: {post:?}"
+        );
+        assert!(
+            !(post.is_retweet && post.source_user_id == Some(validated.viewer_id)),
+            "the viewer's own repost served: {post:?}"
+        );
+        assert!(
+            NOW_SECS - post.created_at <= 3600,
+            "expired post served: {post:?}"
+        );
+        if validated.is_video {
+            assert!(
+                !post.is_reply && (post.has_video || post.is_retweet),
+                "not a video: {post:?}"
+            );
+        }
+    }
+});

@@ -1,0 +1,398 @@
+//! `PostStore` against `ModelStore`: the same operations on both, one shared `ManualClock`,
+//! every answer compared with `answers_agree` and checked against the [`History`] invariants.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+
+use thunder_engine::config::TRIM_FRACTION;
+use thunder_engine::model::{ModelStore, answers_agree};
+use thunder_engine::{
+    Clock, DeleteEvent, DeleteReport, InsertReport, LightPost, ManualClock, PostStore,
+    QueryOutcome, StoreConfig,
+};
+
+use crate::invariants::{History, Seq};
+use crate::ops::{
+    BetweenOp, MAX_BATCH, MAX_OPS, Op, Ownership, Query, Rounds, START_SECS, Sequence, Setup,
+    WriterOp,
+};
+
+/// The engine, the model and the clock they share.
+pub struct Pair {
+    /// The shared clock.
+    pub clock: Arc<ManualClock>,
+    /// The store under test (shared with the writer threads of `run_rounds`).
+    pub engine: Arc<PostStore>,
+    /// The plain model.
+    pub model: ModelStore,
+    /// What was written, for the invariants.
+    pub history: History,
+    retention_secs: i64,
+    cap: usize,
+}
+
+impl Pair {
+    /// Both stores, empty, with the setup's retention and timeline cap.
+    pub fn new(setup: &Setup) -> Self {
+        let clock = Arc::new(ManualClock::new(START_SECS));
+        let config = || StoreConfig {
+            retention_secs: setup.retention_secs(),
+            max_posting_list_size: setup.max_posting_list_size(),
+            clock: clock.clone(),
+        };
+        Self {
+            engine: Arc::new(PostStore::with_config(config())),
+            model: ModelStore::with_config(config()),
+            clock,
+            history: History::default(),
+            retention_secs: setup.retention_secs(),
+            cap: setup.max_posting_list_size(),
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_secs()
+    }
+
+    /// Inserts `batch` into both stores; the reports must be equal.
+    pub fn insert(&mut self, seq: Seq, batch: &[LightPost]) {
+        self.history.offer(seq, batch);
+        let engine = self.engine.insert_posts(batch);
+        self.model_insert(seq, batch, engine);
+    }
+
+    fn model_insert(&mut self, seq: Seq, batch: &[LightPost], engine: InsertReport) {
+        let model = self.model.insert_posts(batch);
+        assert_eq!(
+            engine, model,
+            "{seq:?}: insert reports differ (engine, model) for {batch:?}"
+        );
+    }
+
+    /// Deletes `events` from both stores; the numbers of posts removed must be equal.
+    pub fn delete(&mut self, seq: Seq, events: &[DeleteEvent]) {
+        let engine = self.engine.mark_as_deleted(events);
+        self.model_delete(seq, events, engine);
+    }
+
+    fn model_delete(&mut self, seq: Seq, events: &[DeleteEvent], engine: DeleteReport) {
+        let model = self.model.mark_as_deleted(events);
+        assert_eq!(
+            engine.removed, model.removed,
+            "{seq:?}: posts removed differ (engine, model) for {events:?}"
+        );
+        for event in events {
+            self.history.delete(seq, event.post_id);
+        }
+    }
+
+    /// Moves the clock by `secs`.
+    pub fn advance(&mut self, secs: i64) {
+        self.clock.advance(secs);
+    }
+
+    /// Trims one shard of both stores; the reports must be equal.
+    pub fn trim(&mut self, seq: Seq, shard: usize) {
+        let engine = self.engine.trim(shard);
+        let model = self.model.trim(shard);
+        assert_eq!(
+            engine, model,
+            "{seq:?}: trim({shard}) reports differ (engine, model)"
+        );
+    }
+
+    /// Runs `query` on both stores: the answers must agree and satisfy the invariants.
+    /// With a passed deadline only the invariants are checked.
+    pub fn query(&self, seq: Seq, query: &Query) {
+        let engine = run_query(&self.engine, query);
+        self.check(seq, query, &engine);
+        if query.deadline_passed {
+            return;
+        }
+        assert!(!engine.timed_out, "{seq:?}: timed out without a deadline");
+        let feed = query.feed_query();
+        let model = if query.videos {
+            self.model.get_videos_by_users(&feed)
+        } else {
+            self.model.get_all_posts_by_users(&feed)
+        };
+        if let Err(why) = answers_agree(&engine.posts, &model.posts, query.max_results) {
+            panic!(
+                "{seq:?}: engine and model disagree at {} ({why})\n query:  {query:?}\n \
+                 engine: {:?}\n model:  {:?}",
+                self.now(),
+                ids(&engine.posts),
+                ids(&model.posts)
+            );
+        }
+        // The engine leaves out of `eligible` the timelines it does not read: all of them when
+        // `max_results == 0`, and a stage whose per-author limit is 0; the model (and
+        // BEHAVIOUR.md) count every timeline. Pinned in the engine's fuzz_regressions.rs.
+        let engine_reads_every_timeline = query.max_results > 0
+            && (query.videos
+                || (query.max_originals_per_author > 0 && query.max_secondary_per_author > 0));
+        assert!(
+            !engine_reads_every_timeline || engine.eligible == model.eligible,
+            "{seq:?}: eligible differs (engine {}, model {}) for {query:?}",
+            engine.eligible,
+            model.eligible
+        );
+    }
+
+    /// Checks an engine answer against the invariants.
+    pub fn check(&self, seq: Seq, query: &Query, outcome: &QueryOutcome) {
+        check(
+            &self.history,
+            seq,
+            query,
+            outcome,
+            self.now(),
+            self.retention_secs,
+            self.cap,
+        );
+    }
+
+    /// The audit queries (every author, videos and not) on both stores.
+    pub fn audit(&self, seq: Seq) {
+        self.query(seq, &Query::audit(false));
+        self.query(seq, &Query::audit(true));
+    }
+}
+
+fn check(
+    history: &History,
+    seq: Seq,
+    query: &Query,
+    outcome: &QueryOutcome,
+    now: i64,
+    retention_secs: i64,
+    cap: usize,
+) {
+    if let Err(why) = history.check(query, &outcome.posts, now, retention_secs, cap) {
+        panic!(
+            "{seq:?}: broken invariant at {now}: {why}\n query:  {query:?}\n answer: {:?}",
+            ids(&outcome.posts)
+        );
+    }
+}
+
+fn run_query(store: &PostStore, query: &Query) -> QueryOutcome {
+    let feed = query.feed_query();
+    if query.videos {
+        store.get_videos_by_users(&feed)
+    } else {
+        store.get_all_posts_by_users(&feed)
+    }
+}
+
+fn ids(posts: &[LightPost]) -> Vec<(i64, i64)> {
+    posts.iter().map(|p| (p.post_id, p.created_at)).collect()
+}
+
+fn trim_shard(raw: u8) -> usize {
+    usize::from(raw) % TRIM_FRACTION
+}
+
+/// Runs `ingest_ordering`: each operation on both stores, then the audit queries.
+pub fn run_sequence(input: &Sequence) {
+    let mut pair = Pair::new(&input.setup);
+    let retention = input.setup.retention_secs();
+    let mut offered: Vec<LightPost> = Vec::new();
+    for (step, op) in input.ops.iter().take(MAX_OPS).enumerate() {
+        let seq = (0, step);
+        let now = pair.now();
+        match op {
+            Op::Create(specs) => {
+                let batch: Vec<LightPost> = specs
+                    .iter()
+                    .take(MAX_BATCH)
+                    .map(|s| s.build(now, retention, Ownership::All))
+                    .collect();
+                pair.insert(seq, &batch);
+                offered.extend(batch);
+            }
+            Op::Duplicate { pick, created } => {
+                if offered.is_empty() {
+                    continue;
+                }
+                let mut post = offered[usize::from(*pick) % offered.len()];
+                if let Some(when) = created {
+                    post.created_at = when.resolve(now, retention);
+                }
+                pair.insert(seq, &[post]);
+                offered.push(post);
+            }
+            Op::Delete(specs) => {
+                let events: Vec<DeleteEvent> = specs
+                    .iter()
+                    .take(MAX_BATCH)
+                    .map(|s| s.build(now, retention, Ownership::All))
+                    .collect();
+                pair.delete(seq, &events);
+            }
+            Op::Advance(advance) => pair.advance(advance.secs(retention)),
+            Op::Trim(shard) => pair.trim(seq, trim_shard(*shard)),
+            Op::Query(spec) => pair.query(seq, &spec.build()),
+        }
+        pair.audit(seq);
+    }
+}
+
+/// What one writer thread did in one round, in order.
+enum Written {
+    Insert(Vec<LightPost>, InsertReport),
+    Delete(Vec<DeleteEvent>, DeleteReport),
+}
+
+/// Runs `ingest_ordering_threads`.
+///
+/// Each round: two writer threads apply their operations to the engine concurrently while the
+/// main thread queries it (invariants only); writer `t` only touches post ids, authors and
+/// repost sources of parity `t`, so any interleaving is equivalent to writer 0's operations
+/// followed by writer 1's, which is what the model then applies (the engine's reports must
+/// match the model's, batch by batch). Between rounds, clock moves, trims and compared queries
+/// run on both stores with the writers parked at a barrier.
+pub fn run_rounds(input: &Rounds) {
+    let mut pair = Pair::new(&input.setup);
+    let retention = input.setup.retention_secs();
+    let rounds = &input.rounds[..input.rounds.len().min(MAX_OPS / 4)];
+    // Main thread and both writers meet at three barriers per round: start, end, verdict.
+    let barrier = Barrier::new(3);
+    let stop = AtomicBool::new(false);
+    let engine = Arc::clone(&pair.engine);
+    let engine = &*engine;
+    // The batches each writer builds at the start of every round (the clock is still then).
+    let build = |owner: Ownership, ops: &[WriterOp], now: i64| -> Vec<WriterBatch> {
+        ops.iter()
+            .take(MAX_BATCH)
+            .map(|op| match op {
+                WriterOp::Create(specs) => WriterBatch::Insert(
+                    specs
+                        .iter()
+                        .take(MAX_BATCH)
+                        .map(|s| s.build(now, retention, owner))
+                        .collect(),
+                ),
+                WriterOp::Delete(specs) => WriterBatch::Delete(
+                    specs
+                        .iter()
+                        .take(MAX_BATCH)
+                        .map(|s| s.build(now, retention, owner))
+                        .collect(),
+                ),
+            })
+            .collect()
+    };
+
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Vec<Written>)>();
+        for writer in 0..2usize {
+            let tx = tx.clone();
+            let (barrier, stop, build) = (&barrier, &stop, &build);
+            scope.spawn(move || {
+                let owner = Ownership::Parity(writer as i64);
+                for round in rounds {
+                    barrier.wait();
+                    let now = engine.now_secs();
+                    let mut written = Vec::new();
+                    for batch in build(owner, &round.writers[writer], now) {
+                        written.push(match batch {
+                            WriterBatch::Insert(posts) => {
+                                let report = engine.insert_posts(&posts);
+                                Written::Insert(posts, report)
+                            }
+                            WriterBatch::Delete(events) => {
+                                let report = engine.mark_as_deleted(&events);
+                                Written::Delete(events, report)
+                            }
+                        });
+                    }
+                    // The receiver outlives the writers (it is dropped after the scope).
+                    let _ = tx.send((writer, written));
+                    barrier.wait();
+                    barrier.wait();
+                    // Acquire: pairs with the Release store before the verdict barrier.
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+
+        let mut failure = None;
+        for (r, round) in rounds.iter().enumerate() {
+            let now = pair.clock.now_secs();
+            // Offer this round's creates first: a concurrent reader may see them at any time.
+            for (writer, ops) in round.writers.iter().enumerate() {
+                for (i, batch) in build(Ownership::Parity(writer as i64), ops, now)
+                    .iter()
+                    .enumerate()
+                {
+                    if let WriterBatch::Insert(posts) = batch {
+                        pair.history.offer((r, i), posts);
+                    }
+                }
+            }
+            barrier.wait();
+            let reads = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                for spec in round.concurrent_reads.iter().take(4) {
+                    let query = spec.build();
+                    let outcome = run_query(engine, &query);
+                    pair.check((r, 0), &query, &outcome);
+                }
+            }));
+            barrier.wait();
+            let result = reads.and_then(|()| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut by_writer: [Vec<Written>; 2] = [Vec::new(), Vec::new()];
+                    for _ in 0..2 {
+                        let (writer, written) = rx.recv().expect("both writers report every round");
+                        by_writer[writer] = written;
+                    }
+                    // The model applies writer 0's round, then writer 1's.
+                    for written in by_writer {
+                        for (i, w) in written.into_iter().enumerate() {
+                            match w {
+                                Written::Insert(posts, report) => {
+                                    pair.model_insert((r, i), &posts, report)
+                                }
+                                Written::Delete(events, report) => {
+                                    pair.model_delete((r, i), &events, report)
+                                }
+                            }
+                        }
+                    }
+                    pair.audit((r, usize::MAX));
+                    for (i, op) in round.between.iter().take(MAX_BATCH).enumerate() {
+                        let seq = (r, MAX_BATCH + i);
+                        match op {
+                            BetweenOp::Advance(advance) => pair.advance(advance.secs(retention)),
+                            BetweenOp::Trim(shard) => pair.trim(seq, trim_shard(*shard)),
+                            BetweenOp::Query(spec) => pair.query(seq, &spec.build()),
+                        }
+                        pair.audit(seq);
+                    }
+                }))
+            });
+            if let Err(panic) = result {
+                failure = Some(panic);
+                // Release: pairs with the writers' Acquire load after the verdict barrier.
+                stop.store(true, Ordering::Release);
+            }
+            barrier.wait();
+            if failure.is_some() {
+                break;
+            }
+        }
+        if let Some(panic) = failure {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
+
+/// A batch a writer applies.
+enum WriterBatch {
+    Insert(Vec<LightPost>),
+    Delete(Vec<DeleteEvent>),
+}
