@@ -31,3 +31,15 @@ pub fn release_free_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Peak resident set size of this process so far in bytes (`VmHWM`; 0 where unavailable).
+pub fn peak_rss_bytes() -> u64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}

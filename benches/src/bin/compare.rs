@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thunder_benches::baseline::TimelineKind;
-use thunder_benches::memory::{release_free_memory, rss_bytes};
+use thunder_benches::memory::{peak_rss_bytes, release_free_memory, rss_bytes};
 use thunder_benches::{
     BaselineStore, BenchStore, DEFAULT_BATCH_EVENTS, EventBatch, Query, batches, load,
 };
@@ -364,10 +364,11 @@ fn run_store(
     run.under_ingest = Latency::of(&under);
     run.achieved_ingest_rate = achieved;
     eprintln!(
-        "[{name}] under ingest ({achieved:.0} events/s): {} queries p50 {:.1} us p99 {:.1} us",
+        "[{name}] under ingest ({achieved:.0} events/s): {} queries p50 {:.1} us p99 {:.1} us; RSS {} MiB",
         under.len(),
         run.under_ingest.p50_us,
-        run.under_ingest.p99_us
+        run.under_ingest.p99_us,
+        rss_bytes() >> 20
     );
     drop(built);
 
@@ -376,8 +377,10 @@ fn run_store(
     let built = Built::new(kind, w.config.now_secs);
     run.ingest_2w_secs = load(built.store(), &w.batches, 2).as_secs_f64();
     eprintln!(
-        "[{name}] 2 writers: {} events in {:.2}s",
-        w.events, run.ingest_2w_secs
+        "[{name}] 2 writers: {} events in {:.2}s; RSS {} MiB",
+        w.events,
+        run.ingest_2w_secs,
+        rss_bytes() >> 20
     );
     drop(built);
     release_free_memory();
@@ -494,7 +497,11 @@ fn explain_missing(
         return if in_any { BUG_1 } else { UNEXPLAINED };
     }
     if !indexed {
-        return if video && record.is_retweet {
+        let source_is_video = record.source_post_id.is_some_and(|source| {
+            let source = w.config.post((source - POST_ID_BASE) as u64);
+            source.has_video && !source.is_reply
+        });
+        return if video && record.is_retweet && source_is_video {
             BUG_13
         } else {
             UNEXPLAINED
@@ -541,21 +548,33 @@ fn agreement(
         result.differing += 1;
         let b_all: HashSet<i64> = b.posts.iter().map(|(id, _)| *id).collect();
         let e_all: HashSet<i64> = e.posts.iter().map(|(id, _)| *id).collect();
-        let only_engine = e
+        let only_engine: Vec<i64> = e
             .posts
             .iter()
-            .find(|(id, c)| *c > b.cut && !b_all.contains(id));
+            .filter(|(id, c)| *c > b.cut && !b_all.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
         let only_baseline = b
             .posts
             .iter()
             .any(|(id, c)| *c > e.cut && !e_all.contains(id));
         let reason = if only_baseline {
             UNEXPLAINED_EXTRA
-        } else if let Some((post_id, _)) = only_engine {
-            let exclude: HashSet<i64> = w.excludes[i].iter().copied().collect();
-            explain_missing(baseline, w, *post_id, video, &exclude)
-        } else {
+        } else if only_engine.is_empty() {
             UNEXPLAINED_CUT
+        } else {
+            // Every post the baseline lacks must be explained: the answer counts under the
+            // first post's reason, or as unexplained if any post has no reason.
+            let exclude: HashSet<i64> = w.excludes[i].iter().copied().collect();
+            let reasons: Vec<&'static str> = only_engine
+                .iter()
+                .map(|id| explain_missing(baseline, w, *id, video, &exclude))
+                .collect();
+            if reasons.contains(&UNEXPLAINED) {
+                UNEXPLAINED
+            } else {
+                reasons[0]
+            }
         };
         *result.by_reason.entry(reason).or_default() += 1;
     }
@@ -782,6 +801,7 @@ fn report(
         "memory: RSS delta from /proc/self/statm around loading each store (loaded one after the other, \
          the previous freed and malloc_trim'd); ingest excludes finish_load (baseline: finalize_init)"
     );
+    println!("peak process RSS: {} MiB", peak_rss_bytes() >> 20);
     let json = json!({
         "workload": "feed-2d",
         "scale": args.scale,
@@ -790,6 +810,7 @@ fn report(
         "posts": w.config.posts,
         "events": w.events,
         "memory_method": "rss_delta_proc_statm",
+        "peak_rss_bytes": peak_rss_bytes(),
         "ingest_rate_events_per_sec_target": args.ingest_rate,
         "engine": engine.map(StoreRun::json),
         "baseline": baseline.map(StoreRun::json),
