@@ -162,26 +162,29 @@ impl PostStore {
         })
     }
 
-    fn stream_limits(query: &FeedQuery<'_>, ask: Ask) -> [(Kind, usize); 2] {
+    /// The timelines a query reads, with their per-author limits (0: counted, not read),
+    /// and how many of the two rows are used.
+    fn stream_limits(query: &FeedQuery<'_>, ask: Ask) -> ([(Kind, usize); 2], usize) {
         match ask {
-            Ask::AllPosts => [
+            Ask::AllPosts => {
+                let originals = query
+                    .max_originals_per_author
+                    .min(MAX_ORIGINAL_POSTS_PER_AUTHOR);
+                let secondary = query
+                    .max_secondary_per_author
+                    .min(MAX_REPLY_POSTS_PER_AUTHOR);
                 (
-                    Kind::Originals,
-                    query
-                        .max_originals_per_author
-                        .min(MAX_ORIGINAL_POSTS_PER_AUTHOR),
-                ),
-                (
-                    Kind::Secondary,
-                    query
-                        .max_secondary_per_author
-                        .min(MAX_REPLY_POSTS_PER_AUTHOR),
-                ),
-            ],
-            Ask::Videos => [
-                (Kind::Videos, MAX_VIDEO_POSTS_PER_AUTHOR),
-                (Kind::Videos, 0),
-            ],
+                    [(Kind::Originals, originals), (Kind::Secondary, secondary)],
+                    2,
+                )
+            }
+            Ask::Videos => (
+                [
+                    (Kind::Videos, MAX_VIDEO_POSTS_PER_AUTHOR),
+                    (Kind::Videos, 0),
+                ],
+                1,
+            ),
         }
     }
 
@@ -195,10 +198,8 @@ impl PostStore {
         let mut exclude =
             ScratchSet::with_capacity_and_hasher_in(query.exclude.len(), Default::default(), bump);
         exclude.extend(query.exclude.iter().copied());
-        let limits = Self::stream_limits(query, ask);
-        if query.max_results == 0 {
-            return outcome;
-        }
+        let (rows, used) = Self::stream_limits(query, ask);
+        let limits = &rows[..used];
 
         // Pass 1: resolve authors (deduplicated, request order) and prefetch their buffers.
         let mut authors: BumpVec<&Author> = BumpVec::with_capacity_in(query.authors.len(), bump);
@@ -211,7 +212,7 @@ impl PostStore {
                 continue;
             }
             if let Some(author) = self.authors.get(&author_id, &g.maps) {
-                for &(kind, limit) in &limits {
+                for &(kind, limit) in limits {
                     if limit > 0 {
                         prefetch(author.timelines[kind as usize].buffer_ptr(&g.epoch));
                     }
@@ -223,15 +224,12 @@ impl PostStore {
         // Pass 2: snapshot the timelines and prefetch their newest cells.
         let mut streams: BumpVec<Stream<'_>> = BumpVec::with_capacity_in(authors.len() * 2, bump);
         for author in &authors {
-            for &(kind, limit) in &limits {
-                if limit == 0 {
-                    continue;
-                }
+            for &(kind, limit) in limits {
                 let Some(snap) = author.timelines[kind as usize].snapshot(&g.epoch) else {
                     continue;
                 };
                 outcome.eligible += snap.len();
-                if snap.len() == 0 {
+                if snap.len() == 0 || limit == 0 || query.max_results == 0 {
                     continue;
                 }
                 prefetch(snap.cell_ptr(snap.head - 1));

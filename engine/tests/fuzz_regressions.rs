@@ -42,7 +42,6 @@ fn filled() -> (PostStore, ModelStore) {
 /// when no post is asked for. Found by `ingest_ordering`: the engine answers `max_results == 0`
 /// before reading any timeline and reports 0.
 #[test]
-#[ignore = "engine: eligible is 0 when max_results is 0"]
 fn eligible_counts_every_timeline_when_max_results_is_zero() {
     let (engine, model) = filled();
     let authors = [3];
@@ -60,7 +59,6 @@ fn eligible_counts_every_timeline_when_max_results_is_zero() {
 /// Found by `ingest_ordering`: with a per-author limit of 0 the engine skips that stage's
 /// timeline and leaves it out of `eligible`.
 #[test]
-#[ignore = "engine: eligible leaves out a stage whose per-author limit is 0"]
 fn eligible_counts_a_skipped_stage() {
     let (engine, model) = filled();
     let authors = [3];
