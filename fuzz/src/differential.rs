@@ -125,17 +125,9 @@ impl Pair {
                 ids(&model.posts)
             );
         }
-        // The engine leaves out of `eligible` the timelines it does not read: all of them when
-        // `max_results == 0`, and a stage whose per-author limit is 0; the model (and
-        // BEHAVIOUR.md) count every timeline. Pinned in the engine's fuzz_regressions.rs.
-        let engine_reads_every_timeline = query.max_results > 0
-            && (query.videos
-                || (query.max_originals_per_author > 0 && query.max_secondary_per_author > 0));
-        assert!(
-            !engine_reads_every_timeline || engine.eligible == model.eligible,
-            "{seq:?}: eligible differs (engine {}, model {}) for {query:?}",
-            engine.eligible,
-            model.eligible
+        assert_eq!(
+            engine.eligible, model.eligible,
+            "{seq:?}: eligible differs (engine, model) for {query:?}"
         );
     }
 
