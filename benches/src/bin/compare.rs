@@ -271,19 +271,6 @@ fn run_store(
         ..StoreRun::default()
     };
 
-    // Two writers, on a fresh store that is dropped again (first, so that the long-lived
-    // store below is measured on a quiet heap).
-    release_free_memory();
-    let built = Built::new(kind, w.config.now_secs);
-    run.ingest_2w_secs = load(built.store(), &w.batches, 2).as_secs_f64();
-    eprintln!(
-        "[{name}] 2 writers: {} events in {:.2}s; RSS {} MiB",
-        w.events,
-        run.ingest_2w_secs,
-        rss_bytes() >> 20
-    );
-    drop(built);
-
     // One writer: ingest rate, then resident bytes of what stays.
     release_free_memory();
     let rss_before = rss_bytes();
@@ -389,6 +376,18 @@ fn run_store(
     );
     drop(built);
 
+    // Two writers, on a fresh store, last: a store freed before the one-writer load could
+    // leave memory behind that the RSS delta would then miss.
+    release_free_memory();
+    let built = Built::new(kind, w.config.now_secs);
+    run.ingest_2w_secs = load(built.store(), &w.batches, 2).as_secs_f64();
+    eprintln!(
+        "[{name}] 2 writers: {} events in {:.2}s; RSS {} MiB",
+        w.events,
+        run.ingest_2w_secs,
+        rss_bytes() >> 20
+    );
+    drop(built);
     release_free_memory();
     (run, agreements)
 }
