@@ -400,17 +400,17 @@ impl Arena {
 
     /// Hands freed slots back for reuse once every reader pinned now has unpinned.
     pub fn retire(&self, ids: Vec<SlotId>, guard: &Guard) {
-        if ids.is_empty() {
-            return;
+        if !ids.is_empty() {
+            let free = Arc::clone(&self.free);
+            guard.defer(move || {
+                for id in ids {
+                    free.push(id);
+                }
+            });
         }
-        let free = Arc::clone(&self.free);
-        guard.defer(move || {
-            for id in ids {
-                free.push(id);
-            }
-        });
-        // Deferred work sits in a thread-local bag until flushed; writers flush per batch so
-        // freed slots do not pile up behind a quiet thread.
+        // Deferred work (these slots, and timeline buffers replaced during the batch) sits in
+        // a thread-local bag until flushed; every write call flushes so garbage is collected
+        // at the rate it is made instead of piling up behind the thread's bag.
         guard.flush();
     }
 }

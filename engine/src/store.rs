@@ -17,11 +17,20 @@ use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION
 use crate::post::{DeleteEvent, LightPost};
 use crate::timeline::{MAX_CAPACITY, Timeline, TinyPost};
 use crossbeam_epoch::Guard;
-use std::sync::atomic::{AtomicIsize, Ordering, fence};
+use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 pub(crate) type IdHasher = foldhash::fast::RandomState;
+
+/// Words of the tombstone filter: 2^22 bits (512 KiB).
+const TOMBSTONE_FILTER_WORDS: usize = 1 << 16;
+
+/// The filter bit of a post id (a multiplicative hash; ids are often sequential).
+fn filter_bit(post_id: i64) -> (usize, u64) {
+    let h = (post_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - 22);
+    ((h >> 6) as usize, 1 << (h & 63))
+}
 pub(crate) type IdMap<V> = papaya::HashMap<i64, V, IdHasher>;
 
 /// How a store is set up.
@@ -165,6 +174,10 @@ pub struct PostStore {
     pub(crate) posts: IdMap<SlotId>,
     pub(crate) authors: IdMap<Author>,
     tombstones: IdMap<i64>,
+    /// A one-sided filter in front of `tombstones`: a clear bit proves "no tombstone", so the
+    /// common insert (never deleted) skips the map probe. Bits are set before the tombstone is
+    /// written and never cleared; a set bit only costs the exact map lookup.
+    tombstone_filter: Box<[AtomicU64]>,
     pending_videos: IdMap<Vec<PendingRepost>>,
     entries: [AtomicIsize; 3],
 }
@@ -218,6 +231,9 @@ impl PostStore {
             posts: map(&collector),
             authors: map(&collector),
             tombstones: map(&collector),
+            tombstone_filter: (0..TOMBSTONE_FILTER_WORDS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             pending_videos: map(&collector),
             entries: Default::default(),
         }
@@ -266,11 +282,14 @@ impl PostStore {
         f: impl FnOnce(&Author) -> R,
     ) -> Option<R> {
         loop {
-            let author = if create {
-                self.authors
-                    .get_or_insert_with(author_id, Author::new, &g.maps)
-            } else {
-                self.authors.get(&author_id, &g.maps)?
+            // A plain lookup first: most writes go to an existing author, and papaya's
+            // insert path is much heavier than its read path.
+            let author = match self.authors.get(&author_id, &g.maps) {
+                Some(author) => author,
+                None if create => self
+                    .authors
+                    .get_or_insert_with(author_id, Author::new, &g.maps),
+                None => return None,
             };
             let removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
             if *removed {
@@ -357,10 +376,8 @@ impl PostStore {
             report.tombstoned += 1;
             return;
         }
-        if self.posts.contains_key(&post_id, &g.maps) {
-            report.duplicate += 1;
-            return;
-        }
+        // No separate duplicate probe: `try_insert` below finds duplicates (a rare case that
+        // then costs an unshared slot round trip) while the common new post pays one probe.
         let record = CompactPost::from_light(post);
         let mut video = false;
         let mut awaited_source = None;
@@ -471,6 +488,11 @@ impl PostStore {
 
     /// True if `post_id` has a tombstone that has not expired (trimmed or not).
     fn tombstoned(&self, post_id: i64, g: &Guards<'_>) -> bool {
+        let (word, bit) = filter_bit(post_id);
+        // Relaxed: the SeqCst fences around the check order it (see the module docs).
+        if self.tombstone_filter[word].load(Ordering::Relaxed) & bit == 0 {
+            return false;
+        }
         self.tombstones
             .get(&post_id, &g.maps)
             .is_some_and(|basis| g.now.saturating_sub(*basis) <= self.retention_secs)
@@ -522,6 +544,8 @@ impl PostStore {
         for event in events {
             let post_id = event.post_id;
             let basis = event.deleted_at;
+            let (word, bit) = filter_bit(post_id);
+            self.tombstone_filter[word].fetch_or(bit, Ordering::Relaxed);
             self.tombstones
                 .update_or_insert(post_id, |old| (*old).max(basis), basis, &g.maps);
             report.tombstoned += 1;
