@@ -188,25 +188,51 @@ pub fn batches(
     out
 }
 
-/// Applies `batches` to `store` with `writers` threads (thread `t` takes batches `t`,
-/// `t + writers`, …, like consumers of separate partitions) and returns the wall time.
+/// Applies `batches` to `store` with `writers` threads and returns the wall time. With more
+/// than one writer, thread `t` applies the creates of authors `≡ t (mod writers)` and the
+/// deletes of post ids `≡ t (mod writers)`, like consumers of Kafka partitions keyed that way.
 pub fn load(store: &dyn BenchStore, batches: &[EventBatch], writers: usize) -> Duration {
     let writers = writers.max(1);
-    let start = Instant::now();
     if writers == 1 {
+        let start = Instant::now();
         for batch in batches {
             batch.apply(store);
         }
-    } else {
-        std::thread::scope(|scope| {
-            for t in 0..writers {
-                scope.spawn(move || {
-                    for batch in batches.iter().skip(t).step_by(writers) {
-                        batch.apply(store);
-                    }
-                });
-            }
-        });
+        return start.elapsed();
     }
+    // Split the stream the way Kafka partitions it for thunder (the producer keys creates by
+    // author and deletes by post id), so each writer sees its authors' posts in order; the
+    // split happens before the clock starts.
+    let shares: Vec<Vec<EventBatch>> = (0..writers)
+        .map(|t| {
+            batches
+                .iter()
+                .map(|b| EventBatch {
+                    creates: b
+                        .creates
+                        .iter()
+                        .filter(|p| p.author_id.rem_euclid(writers as i64) == t as i64)
+                        .copied()
+                        .collect(),
+                    deletes: b
+                        .deletes
+                        .iter()
+                        .filter(|d| d.post_id.rem_euclid(writers as i64) == t as i64)
+                        .copied()
+                        .collect(),
+                })
+                .collect()
+        })
+        .collect();
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for share in &shares {
+            scope.spawn(move || {
+                for batch in share {
+                    batch.apply(store);
+                }
+            });
+        }
+    });
     start.elapsed()
 }
