@@ -21,8 +21,8 @@ use crate::config::{
     MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR, MAX_TINY_POSTS_PER_USER_SCAN,
     MAX_VIDEO_POSTS_PER_AUTHOR,
 };
-use crate::store::{Author, FeedQuery, Kind, PostStore, QueryOutcome};
-use crate::timeline::{Snapshot, TinyPost};
+use crate::store::{FeedQuery, Kind, PostStore, QueryOutcome};
+use crate::timeline::{Snapshot, Timeline, TinyPost};
 use bumpalo::Bump;
 use bumpalo::collections::Vec as BumpVec;
 use std::cell::RefCell;
@@ -62,7 +62,10 @@ pub(crate) enum Ask {
 
 /// One timeline being read newest first.
 struct Stream<'g> {
-    snap: Snapshot<'g>,
+    timeline: &'g Timeline,
+    /// Taken when the merge first reaches the stream; until then `current.created_at` is the
+    /// writer's published newest timestamp.
+    snap: Option<Snapshot<'g>>,
     /// Sequence number of `current`.
     seq: u64,
     current: TinyPost,
@@ -80,13 +83,32 @@ struct Reader<'q> {
 }
 
 impl Reader<'_> {
+    /// Snapshots the stream's timeline and moves to its newest readable entry no newer than
+    /// the rank it was given (entries that arrived since are left for the next query, which
+    /// keeps the answer newest first). False when nothing is left.
+    fn materialize<'g>(&self, s: &mut Stream<'g>, guard: &'g crossbeam_epoch::Guard) -> bool {
+        let Some(snap) = s.timeline.snapshot(guard) else {
+            return false;
+        };
+        let hint = s.current.created_at;
+        s.snap = Some(snap);
+        s.seq = snap.head;
+        while self.advance(s) {
+            if s.current.created_at <= hint {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Moves to the next older entry that is neither excluded nor expired; false when none.
     #[inline]
     fn advance(&self, s: &mut Stream<'_>) -> bool {
-        while s.seq > s.snap.tail {
+        let Some(snap) = s.snap else { return false };
+        while s.seq > snap.tail {
             s.seq -= 1;
             // None: the writer evicted it meanwhile; everything older is gone too.
-            let Some(entry) = s.snap.get(s.seq) else {
+            let Some(entry) = snap.get(s.seq) else {
                 return false;
             };
             if self.store.expired(entry.created_at, self.now) {
@@ -201,8 +223,17 @@ impl PostStore {
         let (rows, used) = Self::stream_limits(query, ask);
         let limits = &rows[..used];
 
-        // Pass 1: resolve authors (deduplicated, request order) and prefetch their buffers.
-        let mut authors: BumpVec<&Author> = BumpVec::with_capacity_in(query.authors.len(), bump);
+        // Resolve authors (deduplicated, request order) and rank every requested timeline by
+        // the newest `created_at` its writer published, without touching its buffer: a
+        // timeline's ring is read only when the merge actually reaches it.
+        let reader = Reader {
+            store: self,
+            exclude: &exclude,
+            now,
+        };
+        let mut streams: BumpVec<Stream<'_>> =
+            BumpVec::with_capacity_in(query.authors.len() * limits.len(), bump);
+        let mut heap: BumpVec<u64> = BumpVec::with_capacity_in(streams.capacity(), bump);
         for (i, &author_id) in query.authors.iter().enumerate() {
             if i % DEADLINE_STRIDE == DEADLINE_STRIDE - 1 && timed_out(query.deadline) {
                 outcome.timed_out = true;
@@ -211,56 +242,31 @@ impl PostStore {
             if !followed.insert(author_id) {
                 continue;
             }
-            if let Some(author) = self.authors.get(&author_id, &g.maps) {
-                for &(kind, limit) in limits {
-                    if limit > 0 {
-                        prefetch(author.timelines[kind as usize].buffer_ptr(&g.epoch));
-                    }
-                }
-                authors.push(author);
-            }
-        }
-
-        // Pass 2: snapshot the timelines and prefetch their newest cells.
-        let mut streams: BumpVec<Stream<'_>> = BumpVec::with_capacity_in(authors.len() * 2, bump);
-        for author in &authors {
+            let Some(author) = self.authors.get(&author_id, &g.maps) else {
+                continue;
+            };
             for &(kind, limit) in limits {
-                let Some(snap) = author.timelines[kind as usize].snapshot(&g.epoch) else {
-                    continue;
-                };
-                outcome.eligible += snap.len();
-                if snap.len() == 0 || limit == 0 || query.max_results == 0 {
+                let timeline = &author.timelines[kind as usize];
+                let (len, newest) = timeline.summary();
+                outcome.eligible += len as usize;
+                if len == 0 || limit == 0 || query.max_results == 0 || self.expired(newest, now) {
                     continue;
                 }
-                prefetch(snap.cell_ptr(snap.head - 1));
-                let current = TinyPost {
-                    post_id: 0,
-                    created_at: 0,
-                    slot: 0,
-                };
-                let limit = limit as u16;
+                heap.push(heap_key(newest, streams.len()));
                 streams.push(Stream {
-                    snap,
-                    seq: snap.head,
-                    current,
+                    timeline,
+                    snap: None,
+                    seq: 0,
+                    current: TinyPost {
+                        post_id: 0,
+                        created_at: newest,
+                        slot: 0,
+                    },
                     kind,
                     taken: 0,
-                    limit,
+                    limit: limit as u16,
                     examined: 0,
                 });
-            }
-        }
-
-        // Pass 3: position every stream on its newest readable entry; build the heap.
-        let reader = Reader {
-            store: self,
-            exclude: &exclude,
-            now,
-        };
-        let mut heap: BumpVec<u64> = BumpVec::with_capacity_in(streams.len(), bump);
-        for (index, stream) in streams.iter_mut().enumerate() {
-            if reader.advance(stream) {
-                heap.push(heap_key(stream.current.created_at, index));
             }
         }
         heapify(&mut heap);
@@ -276,6 +282,32 @@ impl PostStore {
             if pops.is_multiple_of(DEADLINE_STRIDE) && timed_out(query.deadline) {
                 outcome.timed_out = true;
                 break;
+            }
+            let index = (top & u64::from(u32::MAX)) as usize;
+            if streams[index].snap.is_none() {
+                // The next pops come from the root's children and grandchildren: start
+                // loading their buffers now so their misses overlap with this one.
+                for &near in heap.iter().skip(1).take(6) {
+                    let other = &streams[(near & u64::from(u32::MAX)) as usize];
+                    if other.snap.is_none() {
+                        prefetch(other.timeline.buffer_ptr(&g.epoch));
+                    }
+                }
+                let stream = &mut streams[index];
+                let hint = stream.current.created_at;
+                if !reader.materialize(stream, &g.epoch) {
+                    let last = heap.len() - 1;
+                    heap.swap(0, last);
+                    heap.pop();
+                    sift_down(&mut heap, 0);
+                    continue;
+                }
+                if stream.current.created_at < hint {
+                    // Older than the published hint (a delete or eviction since): re-rank.
+                    heap[0] = heap_key(stream.current.created_at, index);
+                    sift_down(&mut heap, 0);
+                    continue;
+                }
             }
             let stream = &mut streams[(top & u64::from(u32::MAX)) as usize];
             let entry = stream.current;

@@ -70,6 +70,10 @@ type Buffer = [MaybeUninit<Cell>];
 /// A ring of `TinyPost`s ordered by `created_at` (insertion order among equals).
 pub(crate) struct Timeline {
     buffer: Atomic<Buffer>,
+    /// `len << 32 | newest created_at`, republished by the writer after every change, so a
+    /// reader can rank this timeline without touching its buffer (a cache miss) until it
+    /// actually needs an entry. A hint: the buffer is the truth.
+    summary: AtomicU64,
 }
 
 impl std::fmt::Debug for Timeline {
@@ -104,11 +108,6 @@ impl<'g> Snapshot<'g> {
     fn cell(&self, seq: u64) -> &'g Cell {
         // SAFETY: as in `header`; `1 + (seq & mask)` is below the buffer length `mask + 2`.
         unsafe { self.cells[1 + (seq & self.mask) as usize].assume_init_ref() }
-    }
-
-    /// Address of the cell of `seq`, for prefetching.
-    pub fn cell_ptr(&self, seq: u64) -> *const u8 {
-        (self.cell(seq) as *const Cell).cast()
     }
 
     /// The entry at `seq` (`tail <= seq < head`), or `None` if the writer has since evicted it
@@ -169,6 +168,7 @@ impl Timeline {
     pub fn new() -> Self {
         Self {
             buffer: Atomic::null(),
+            summary: AtomicU64::new(0),
         }
     }
 
@@ -239,7 +239,7 @@ impl Timeline {
     /// itself when it is older than everything held, in which case nothing changes.
     ///
     /// Writer only (the caller holds the author's lock).
-    pub fn insert(&self, entry: TinyPost, cap: usize, guard: &Guard) -> Option<TinyPost> {
+    fn insert_unsummarised(&self, entry: TinyPost, cap: usize, guard: &Guard) -> Option<TinyPost> {
         let Some(snap) = self.snapshot(guard) else {
             self.replace(build(MIN_CAPACITY, 0, std::iter::once(entry)), guard);
             return None;
@@ -285,7 +285,7 @@ impl Timeline {
     }
 
     /// Removes the entry of `post_id` (created at `created_at`) if present. Writer only.
-    pub fn remove(&self, post_id: i64, created_at: u32, guard: &Guard) -> bool {
+    fn remove_unsummarised(&self, post_id: i64, created_at: u32, guard: &Guard) -> bool {
         let Some(snap) = self.snapshot(guard) else {
             return false;
         };
@@ -320,7 +320,7 @@ impl Timeline {
     }
 
     /// Pops oldest entries while `expired(entry)` holds; returns them. Writer only.
-    pub fn pop_expired(
+    fn pop_expired_unsummarised(
         &self,
         mut expired: impl FnMut(&TinyPost) -> bool,
         guard: &Guard,
@@ -346,7 +346,7 @@ impl Timeline {
 
     /// Rebuilds into a smaller buffer when the entries use under a quarter of it; drops the
     /// buffer altogether when empty. Returns true if the timeline is now empty. Writer only.
-    pub fn shrink(&self, guard: &Guard) -> bool {
+    fn shrink_unsummarised(&self, guard: &Guard) -> bool {
         let Some(snap) = self.snapshot(guard) else {
             return true;
         };
@@ -364,6 +364,62 @@ impl Timeline {
             );
         }
         false
+    }
+}
+
+impl Timeline {
+    /// Entries and newest `created_at` as last published by the writer (0 entries: never
+    /// written or empty).
+    #[inline]
+    pub fn summary(&self) -> (u32, u32) {
+        // Relaxed: a hint only; readers validate everything they use against the buffer.
+        let packed = self.summary.load(Ordering::Relaxed);
+        ((packed >> 32) as u32, packed as u32)
+    }
+
+    fn publish_summary(&self, guard: &Guard) {
+        let packed = self.snapshot(guard).map_or(0, |snap| {
+            let len = snap.len() as u64;
+            let newest = if len == 0 {
+                0
+            } else {
+                u64::from(snap.cell(snap.head - 1).load().created_at)
+            };
+            len << 32 | newest
+        });
+        self.summary.store(packed, Ordering::Relaxed);
+    }
+
+    /// See `insert_unsummarised`. Writer only.
+    pub fn insert(&self, entry: TinyPost, cap: usize, guard: &Guard) -> Option<TinyPost> {
+        let evicted = self.insert_unsummarised(entry, cap, guard);
+        self.publish_summary(guard);
+        evicted
+    }
+
+    /// See `remove_unsummarised`. Writer only.
+    pub fn remove(&self, post_id: i64, created_at: u32, guard: &Guard) -> bool {
+        let removed = self.remove_unsummarised(post_id, created_at, guard);
+        self.publish_summary(guard);
+        removed
+    }
+
+    /// See `pop_expired_unsummarised`. Writer only.
+    pub fn pop_expired(
+        &self,
+        expired: impl FnMut(&TinyPost) -> bool,
+        guard: &Guard,
+    ) -> Vec<TinyPost> {
+        let popped = self.pop_expired_unsummarised(expired, guard);
+        self.publish_summary(guard);
+        popped
+    }
+
+    /// See `shrink_unsummarised`. Writer only.
+    pub fn shrink(&self, guard: &Guard) -> bool {
+        let empty = self.shrink_unsummarised(guard);
+        self.publish_summary(guard);
+        empty
     }
 }
 
