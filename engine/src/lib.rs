@@ -41,8 +41,9 @@
 //! # Performance
 //! A query merges the requested timelines newest first through a heap and stops at
 //! `max_results`, so its work follows the size of the answer, not of the authors' histories;
-//! timeline entries carry the record's slot (no hash lookup per entry), and author lookups,
-//! timeline heads and records are prefetched in passes. Query scratch comes from a per-thread
+//! timeline entries carry the record's slot (no hash lookup per entry), a timeline's ring is
+//! read only when the merge reaches it (ranking uses the newest timestamp published next to
+//! the buffer pointer), and buffers and records are prefetched ahead of use. Query scratch comes from a per-thread
 //! bumpalo arena that is reset between queries.
 //!
 //! The exact rules, and every deliberate difference from the reference, are in [`behaviour`].

@@ -8,10 +8,13 @@
 //! is the same as the reference's (rules in `BEHAVIOUR.md`); the work is proportional to what is
 //! returned, not to what the authors hold.
 //!
-//! Memory-level parallelism: authors are resolved in passes (map lookups, then timeline
-//! headers, then newest cells), each pass prefetching what the next one reads, and a stream
-//! prefetches the record of its next entry as soon as it advances. Timeline entries carry the
-//! record's slot, so no hash lookup happens per entry; only a reply's parent is looked up.
+//! Memory: ranking needs no timeline buffer. Each timeline keeps, next to its buffer pointer,
+//! the entry count and newest `created_at` its writer last published; the heap starts from
+//! those, and a ring is snapshotted only when the merge actually reaches that stream (most of
+//! a 2000-author request's streams never are). When one is reached, the buffers of the next
+//! candidates in the heap are prefetched, and a stream prefetches the record of its next entry
+//! as soon as it advances. Timeline entries carry the record's slot, so no hash lookup happens
+//! per entry; only a reply's parent is looked up.
 //!
 //! Scratch (sets, streams, heap) lives in a per-thread bumpalo arena that is reset, not freed,
 //! between queries.
