@@ -52,47 +52,26 @@ pub fn decode_event(payload: Option<&[u8]>) -> Result<IngestEvent, DecodeError> 
 /// The store record of a create event: every field copied, except that `is_reply` is also set
 /// when the post names a parent post or parent author (as the reference's v2 listener does).
 pub fn light_post(event: &TweetCreateEvent) -> LightPost {
+    let post = crate::convert::post_from_create_event(event);
     LightPost {
-        post_id: event.post_id,
-        author_id: event.author_id,
-        created_at: event.created_at,
-        in_reply_to_post_id: event.in_reply_to_post_id,
-        in_reply_to_user_id: event.in_reply_to_user_id,
-        is_retweet: event.is_retweet,
-        is_reply: event.is_reply
-            || event.in_reply_to_post_id.is_some()
-            || event.in_reply_to_user_id.is_some(),
-        source_post_id: event.source_post_id,
-        source_user_id: event.source_user_id,
-        has_video: event.has_video,
-        conversation_id: event.conversation_id,
+        is_reply: post.is_reply
+            || post.in_reply_to_post_id.is_some()
+            || post.in_reply_to_user_id.is_some(),
+        ..post
     }
 }
 
 /// The store event of a delete event.
 pub fn delete_event(event: &TweetDeleteEvent) -> DeleteEvent {
-    DeleteEvent {
-        post_id: event.post_id,
-        deleted_at: event.deleted_at,
-    }
+    crate::convert::delete_from_event(event)
 }
 
 /// The create event that carries `post` (the inverse of [`light_post`]).
 pub fn create_event(post: &LightPost) -> InNetworkEvent {
     InNetworkEvent {
-        event_variant: Some(EventVariant::TweetCreateEvent(TweetCreateEvent {
-            post_id: post.post_id,
-            author_id: post.author_id,
-            created_at: post.created_at,
-            in_reply_to_post_id: post.in_reply_to_post_id,
-            in_reply_to_user_id: post.in_reply_to_user_id,
-            is_retweet: post.is_retweet,
-            is_reply: post.is_reply,
-            source_post_id: post.source_post_id,
-            source_user_id: post.source_user_id,
-            has_video: post.has_video,
-            conversation_id: post.conversation_id,
-        })),
+        event_variant: Some(EventVariant::TweetCreateEvent(
+            crate::convert::create_event_from_post(post),
+        )),
     }
 }
 
