@@ -170,7 +170,7 @@ impl ModelStore {
             {
                 report.too_old += 1;
             } else {
-                kept.push(normalised(post));
+                kept.push(post.normalised());
             }
         }
         // Stable: batch order among equal timestamps.
@@ -513,19 +513,6 @@ impl ModelStore {
             && post
                 .in_reply_to_user_id
                 .is_some_and(|u| followed.contains(&u))
-    }
-}
-
-/// `post` with every `Some(0)` optional id read back as `None`.
-fn normalised(post: &LightPost) -> LightPost {
-    let none_if_zero = |id: Option<i64>| id.filter(|&v| v != 0);
-    LightPost {
-        in_reply_to_post_id: none_if_zero(post.in_reply_to_post_id),
-        in_reply_to_user_id: none_if_zero(post.in_reply_to_user_id),
-        source_post_id: none_if_zero(post.source_post_id),
-        source_user_id: none_if_zero(post.source_user_id),
-        conversation_id: none_if_zero(post.conversation_id),
-        ..*post
     }
 }
 

@@ -41,6 +41,20 @@ impl LightPost {
         }
     }
 
+    /// The post as the store returns it: optional ids that are `Some(0)` become `None`
+    /// (the store keeps optional ids as 0 meaning `None`, as the reference's `CompactPost`).
+    pub fn normalised(&self) -> Self {
+        let none_if_zero = |id: Option<i64>| id.filter(|&v| v != 0);
+        Self {
+            in_reply_to_post_id: none_if_zero(self.in_reply_to_post_id),
+            in_reply_to_user_id: none_if_zero(self.in_reply_to_user_id),
+            source_post_id: none_if_zero(self.source_post_id),
+            source_user_id: none_if_zero(self.source_user_id),
+            conversation_id: none_if_zero(self.conversation_id),
+            ..*self
+        }
+    }
+
     /// True when the post belongs in the originals timeline (neither reply nor repost).
     pub fn is_original(&self) -> bool {
         !self.is_reply && !self.is_retweet

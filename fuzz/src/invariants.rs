@@ -29,7 +29,7 @@ impl History {
     /// Records that `batch` is offered at `seq` (before or while it is applied).
     pub fn offer(&mut self, seq: Seq, batch: &[LightPost]) {
         for post in batch {
-            self.offered.insert(normalised(post));
+            self.offered.insert(post.normalised());
             self.last_insert.insert(post.post_id, seq);
         }
     }
@@ -139,18 +139,5 @@ impl History {
             }
         }
         Ok(())
-    }
-}
-
-/// `post` with every `Some(0)` optional id read back as `None`, as the store returns it.
-pub fn normalised(post: &LightPost) -> LightPost {
-    let none_if_zero = |id: Option<i64>| id.filter(|&v| v != 0);
-    LightPost {
-        in_reply_to_post_id: none_if_zero(post.in_reply_to_post_id),
-        in_reply_to_user_id: none_if_zero(post.in_reply_to_user_id),
-        source_post_id: none_if_zero(post.source_post_id),
-        source_user_id: none_if_zero(post.source_user_id),
-        conversation_id: none_if_zero(post.conversation_id),
-        ..*post
     }
 }
