@@ -187,12 +187,12 @@ impl Default for KafkaArgs {
 impl KafkaArgs {
     /// Connection settings shared by consumers, producers and admin clients: brokers,
     /// security and the `-X` properties. Fails when no brokers are configured.
-    pub fn client_config(&self) -> Result<ClientConfig, super::KafkaError> {
+    pub fn client_config(&self) -> Result<ClientConfig, super::error::KafkaError> {
         let brokers = self
             .kafka_brokers
             .as_deref()
             .filter(|b| !b.trim().is_empty())
-            .ok_or(super::KafkaError::NoBrokers)?;
+            .ok_or(super::error::KafkaError::NoBrokers)?;
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", brokers)
@@ -219,7 +219,7 @@ impl KafkaArgs {
     pub(crate) fn consumer_config(
         &self,
         group_id: &str,
-    ) -> Result<ClientConfig, super::KafkaError> {
+    ) -> Result<ClientConfig, super::error::KafkaError> {
         let mut config = self.client_config()?;
         config
             .set("group.id", group_id)

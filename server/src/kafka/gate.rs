@@ -1,11 +1,23 @@
 //! The catch-up gate: start-up waits until every ingest thread has read its backlog.
 
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::CatchUpState;
+/// Progress of the start-up catch-up, published on [`KafkaIngest::caught_up`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CatchUpState {
+    /// Still reading the backlog (or waiting for the broker or the topic).
+    CatchingUp,
+    /// Every ingest thread has read its backlog; `took` is the time since [`start`].
+    CaughtUp {
+        /// Time from [`start`] to catch-up.
+        took: Duration,
+    },
+    /// An ingest thread died; ingestion of its partitions has stopped.
+    Failed(String),
+}
 
 /// Collects per-thread catch-up and failure reports and publishes the overall state.
 ///

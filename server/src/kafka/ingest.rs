@@ -13,7 +13,8 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use thunder_engine::PostStore;
 
 use super::decode::EventBatch;
-use super::{Shared, metrics};
+use super::metrics;
+use super::shared::Shared;
 
 /// Longest single poll, so the thread notices shutdown and flushes idle batches promptly.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -106,7 +107,7 @@ impl IngestThread {
         let mut next_offsets: Vec<i64> = self
             .partitions
             .iter()
-            .map(|owned| super::start_marker(owned.start))
+            .map(|owned| super::supervisor::start_marker(owned.start))
             .collect();
         let threshold = i64::try_from(self.partitions.len().saturating_mul(self.batch_size))
             .unwrap_or(i64::MAX);

@@ -16,7 +16,9 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Message as _};
 use thunder_engine::{DeleteEvent, LightPost};
 
-use super::{KafkaArgs, KafkaError, create_event, delete_envelope};
+use super::config::KafkaArgs;
+use super::decode::{create_event, delete_envelope};
+use super::error::KafkaError;
 
 /// Delivery reports of an [`EventProducer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,0 +1,18 @@
+//! The one error type of Kafka ingestion and the producer.
+
+/// Errors of the Kafka ingestion and producer.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// `--kafka-brokers` is not set.
+    #[error("no Kafka brokers configured (--kafka-brokers / THUNDER_KAFKA_BROKERS)")]
+    NoBrokers,
+    /// A flag has a value ingestion cannot work with.
+    #[error("invalid Kafka configuration: {0}")]
+    InvalidConfig(String),
+    /// librdkafka refused the configuration or a request.
+    #[error("Kafka client error: {0}")]
+    Client(#[from] rdkafka::error::KafkaError),
+    /// An ingest thread could not be started.
+    #[error("could not start a Kafka thread: {0}")]
+    Thread(#[from] std::io::Error),
+}

@@ -1,0 +1,150 @@
+//! State shared by the supervisor, the ingest threads and the `KafkaIngest` handle: progress
+//! counters, the live-batch permits and the per-partition offsets.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::decode::BatchOutcome as Outcome;
+use super::gate::CatchUpGate;
+
+/// Totals of what ingestion applied to the store so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IngestStats {
+    /// Records consumed and applied (including skipped bad records).
+    pub records: u64,
+    /// Create events handed to the store.
+    pub creates: u64,
+    /// Delete events handed to the store.
+    pub deletes: u64,
+    /// Records skipped because they did not decode.
+    pub failed: u64,
+    /// Batches applied.
+    pub batches: u64,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    records: AtomicU64,
+    creates: AtomicU64,
+    deletes: AtomicU64,
+    failed: AtomicU64,
+    batches: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn record(&self, outcome: &Outcome) {
+        self.creates
+            .fetch_add(outcome.creates as u64, Ordering::Relaxed);
+        self.deletes
+            .fetch_add(outcome.deletes as u64, Ordering::Relaxed);
+        self.failed
+            .fetch_add(outcome.failed as u64, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        // Release: pairs with the Acquire in `snapshot`, so whoever sees these records counted
+        // also sees the store calls that applied them.
+        self.records
+            .fetch_add(outcome.records as u64, Ordering::Release);
+    }
+
+    pub(super) fn snapshot(&self) -> IngestStats {
+        // Acquire: pairs with the Release in `record`.
+        let records = self.records.load(Ordering::Acquire);
+        IngestStats {
+            records,
+            creates: self.creates.load(Ordering::Relaxed),
+            deletes: self.deletes.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A counting semaphore for OS threads: how many caught-up threads may apply a batch at once.
+#[derive(Debug)]
+pub(super) struct LivePermits {
+    available: Mutex<usize>,
+    released: Condvar,
+}
+
+/// A held [`LivePermits`] permit; released on drop.
+pub(super) struct LivePermit<'a>(&'a LivePermits);
+
+impl LivePermits {
+    pub(super) fn new(permits: usize) -> Self {
+        Self {
+            available: Mutex::new(permits),
+            released: Condvar::new(),
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, usize> {
+        // A plain counter: consistent after any panic.
+        self.available
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn acquire(&self) -> LivePermit<'_> {
+        let mut available = self.lock();
+        while *available == 0 {
+            available = self
+                .released
+                .wait(available)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *available -= 1;
+        LivePermit(self)
+    }
+}
+
+impl Drop for LivePermit<'_> {
+    fn drop(&mut self) {
+        *self.0.lock() += 1;
+        self.0.released.notify_one();
+    }
+}
+
+/// State shared by the supervisor, the ingest threads and the [`KafkaIngest`] handle.
+pub(super) struct Shared {
+    pub(super) stop: AtomicBool,
+    pub(super) gate: CatchUpGate,
+    pub(super) counters: Counters,
+    pub(super) live_permits: Option<LivePermits>,
+    /// Next offset to apply per partition slot (metadata order), once partitions are known.
+    /// `-1`: from the low watermark; `i64::MAX`: from the end.
+    pub(super) offsets: OnceLock<Vec<(i32, AtomicI64)>>,
+}
+
+impl Shared {
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Sleeps up to `duration`; false when shutdown was requested meanwhile.
+    pub(super) fn sleep(&self, duration: Duration) -> bool {
+        let deadline = Instant::now() + duration;
+        while !self.stopping() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permits_limit_concurrency() {
+        let permits = LivePermits::new(1);
+        let held = permits.acquire();
+        assert_eq!(*permits.lock(), 0);
+        drop(held);
+        assert_eq!(*permits.lock(), 1);
+    }
+}
