@@ -10,13 +10,16 @@
 //! Readers validate a read seqlock-style: `meta` before and after the field loads must carry the
 //! same sequence, the slot must be live and hold the expected `post_id`. That makes a read
 //! correct even for a reader that reached a slot after it was freed and reused.
+//!
+//! That protocol lives in `impl Slot` (`publish`, `read`, `free_if`, `release`, `hold`), written
+//! against the `crate::sync` atomics; `loom_tests` models it.
 
 use crate::post::LightPost;
+use crate::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering, fence};
 use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
 use std::alloc::{Layout, alloc_zeroed};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering, fence};
 
 /// Index of a slot in the arena.
 pub(crate) type SlotId = u32;
@@ -56,6 +59,8 @@ struct Slot {
     conversation_id: AtomicI64,
 }
 
+// Loom's atomics are larger; the layout only matters (and only holds) for the real ones.
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 /// A consistent copy of one stored post (the reference's `CompactPost`).
@@ -136,6 +141,163 @@ pub(crate) enum Release {
     Gone,
 }
 
+/// The slot protocol: a seqlock over one post, keyed by its `post_id` stamp. The arena only
+/// maps ids to slots and recycles them; everything a reader relies on is here (and is what the
+/// loom models in `loom_tests` exercise).
+impl Slot {
+    /// An unused slot, as a zeroed chunk holds it (the loom models cannot use zeroed memory).
+    #[cfg(all(test, loom))]
+    fn empty() -> Self {
+        Self {
+            meta: AtomicU32::new(0),
+            created_at: AtomicU32::new(0),
+            post_id: AtomicI64::new(0),
+            author_id: AtomicI64::new(0),
+            in_reply_to_post_id: AtomicI64::new(0),
+            in_reply_to_user_id: AtomicI64::new(0),
+            source_post_id: AtomicI64::new(0),
+            source_user_id: AtomicI64::new(0),
+            conversation_id: AtomicI64::new(0),
+        }
+    }
+
+    /// Writes `post` into this free slot and makes it live, held by `holders`. Only the one
+    /// owner of a free slot (fresh from the bump or popped off the free list) may call this.
+    fn publish(&self, post: &CompactPost, holders: u32) {
+        let seq = self.meta.load(Ordering::Relaxed) & !(SEQ_ONE - 1);
+        // Release fence (seqlock write side), pairs with the Acquire fence in `read`: a reader
+        // whose field loads see any store below also sees, when it re-loads meta, the free
+        // that bumped the sequence before this reuse (it happened before this fence: in this
+        // thread, or in the one that pushed the id onto the free list), so it rejects the read.
+        // Without it a reader racing a reuse could return a mix of both posts (found by
+        // `loom_tests`). Costs nothing on x86.
+        fence(Ordering::Release);
+        self.created_at.store(post.created_at, Ordering::Relaxed);
+        self.post_id.store(post.post_id, Ordering::Relaxed);
+        self.author_id.store(post.author_id, Ordering::Relaxed);
+        self.in_reply_to_post_id
+            .store(post.in_reply_to_post_id, Ordering::Relaxed);
+        self.in_reply_to_user_id
+            .store(post.in_reply_to_user_id, Ordering::Relaxed);
+        self.source_post_id
+            .store(post.source_post_id, Ordering::Relaxed);
+        self.source_user_id
+            .store(post.source_user_id, Ordering::Relaxed);
+        self.conversation_id
+            .store(post.conversation_id, Ordering::Relaxed);
+        let meta = seq.wrapping_add(SEQ_ONE) | LIVE | (holders & HOLDERS) | post.flag_bits();
+        // Release pairs with the Acquire load of meta in `read` (and in the CAS loops below): a
+        // reader that sees this meta sees every field written above.
+        self.meta.store(meta, Ordering::Release);
+    }
+
+    /// A consistent copy of the post if the slot is live and holds `post_id`; `None` if it was
+    /// freed or reused before or during the read.
+    #[inline]
+    fn read(&self, post_id: i64) -> Option<CompactPost> {
+        // Acquire pairs with the Release store of meta in `publish`.
+        let before = self.meta.load(Ordering::Acquire);
+        if before & LIVE == 0 || self.post_id.load(Ordering::Relaxed) != post_id {
+            return None;
+        }
+        let post = CompactPost {
+            post_id,
+            author_id: self.author_id.load(Ordering::Relaxed),
+            created_at: self.created_at.load(Ordering::Relaxed),
+            in_reply_to_post_id: self.in_reply_to_post_id.load(Ordering::Relaxed),
+            in_reply_to_user_id: self.in_reply_to_user_id.load(Ordering::Relaxed),
+            source_post_id: self.source_post_id.load(Ordering::Relaxed),
+            source_user_id: self.source_user_id.load(Ordering::Relaxed),
+            conversation_id: self.conversation_id.load(Ordering::Relaxed),
+            is_retweet: before & IS_RETWEET != 0,
+            is_reply: before & IS_REPLY != 0,
+            has_video: before & HAS_VIDEO != 0,
+        };
+        // Seqlock check: the Acquire fence orders the field loads above before the re-load of
+        // meta; a free or reuse in between changed the sequence.
+        fence(Ordering::Acquire);
+        let after = self.meta.load(Ordering::Relaxed);
+        (after >> SEQ_SHIFT == before >> SEQ_SHIFT).then_some(post)
+    }
+
+    /// Atomically frees the slot if it is live, holds `post_id` and `pred(meta)` holds. True
+    /// for the one caller that freed it.
+    fn free_if(&self, post_id: i64, pred: impl Fn(u32) -> bool) -> bool {
+        // Acquire pairs with the Release store in `publish`: the `post_id` checked below is the
+        // one published with this meta (or newer).
+        let mut meta = self.meta.load(Ordering::Acquire);
+        loop {
+            if meta & LIVE == 0 || self.post_id.load(Ordering::Relaxed) != post_id || !pred(meta) {
+                return false;
+            }
+            let freed = (meta & !(SEQ_ONE - 1)).wrapping_add(SEQ_ONE);
+            // AcqRel: Acquire as for the load above (also on failure, for the retry); Release
+            // orders this thread's earlier accesses to the slot before the free, for whoever
+            // reuses it.
+            match self
+                .meta
+                .compare_exchange_weak(meta, freed, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(now) => meta = now,
+            }
+        }
+    }
+
+    /// Drops one holder's bit; frees the slot with the last one.
+    fn release(&self, post_id: i64, holder: u32) -> Release {
+        // Acquire: as in `free_if`.
+        let mut meta = self.meta.load(Ordering::Acquire);
+        loop {
+            if meta & LIVE == 0 || self.post_id.load(Ordering::Relaxed) != post_id {
+                return Release::Gone;
+            }
+            let rest = meta & HOLDERS & !holder;
+            let (next, outcome) = if rest == 0 {
+                (
+                    (meta & !(SEQ_ONE - 1)).wrapping_add(SEQ_ONE),
+                    Release::Freed,
+                )
+            } else {
+                (meta & !holder, Release::StillHeld)
+            };
+            // AcqRel / Acquire: see `free_if`.
+            match self
+                .meta
+                .compare_exchange_weak(meta, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return outcome,
+                Err(now) => meta = now,
+            }
+        }
+    }
+
+    /// Adds a holder bit to a live post; false if the post is gone or already held.
+    fn hold(&self, post_id: i64, holder: u32) -> bool {
+        // Acquire: as in `free_if`.
+        let mut meta = self.meta.load(Ordering::Acquire);
+        loop {
+            if meta & LIVE == 0
+                || meta & holder != 0
+                || self.post_id.load(Ordering::Relaxed) != post_id
+            {
+                return false;
+            }
+            // AcqRel / Acquire: see `free_if` (the CAS also orders the holder bit with the
+            // Acquire meta loads of a later `release`).
+            match self.meta.compare_exchange_weak(
+                meta,
+                meta | holder,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => meta = now,
+            }
+        }
+    }
+}
+
 /// The arena of post slots.
 pub(crate) struct Arena {
     chunks: Box<[AtomicPtr<Slot>]>,
@@ -205,6 +367,7 @@ impl Arena {
 
     fn ensure_chunk(&self, index: usize) -> Option<()> {
         let cell = self.chunks.get(index)?;
+        // Acquire pairs with the Release CAS below (another writer's): its chunk is zeroed.
         if !cell.load(Ordering::Acquire).is_null() {
             return Some(());
         }
@@ -215,7 +378,8 @@ impl Arena {
             return None;
         }
         advise_huge_pages(fresh.cast(), CHUNK_BYTES);
-        // Release publishes the zeroed chunk to readers that Acquire-load the pointer.
+        // Release publishes the zeroed chunk to readers that Acquire-load the pointer (`slot`);
+        // Acquire on failure pairs with the winner's Release, whose chunk we then use.
         match cell.compare_exchange(
             std::ptr::null_mut(),
             fresh,
@@ -248,24 +412,7 @@ impl Arena {
     /// Stores `post` in a fresh slot held by the timelines in `holders`.
     pub fn publish(&self, post: &CompactPost, holders: u32) -> Option<SlotId> {
         let id = self.take_slot()?;
-        let slot = self.slot(id)?;
-        let seq = slot.meta.load(Ordering::Relaxed) & !(SEQ_ONE - 1);
-        slot.created_at.store(post.created_at, Ordering::Relaxed);
-        slot.post_id.store(post.post_id, Ordering::Relaxed);
-        slot.author_id.store(post.author_id, Ordering::Relaxed);
-        slot.in_reply_to_post_id
-            .store(post.in_reply_to_post_id, Ordering::Relaxed);
-        slot.in_reply_to_user_id
-            .store(post.in_reply_to_user_id, Ordering::Relaxed);
-        slot.source_post_id
-            .store(post.source_post_id, Ordering::Relaxed);
-        slot.source_user_id
-            .store(post.source_user_id, Ordering::Relaxed);
-        slot.conversation_id
-            .store(post.conversation_id, Ordering::Relaxed);
-        let meta = seq.wrapping_add(SEQ_ONE) | LIVE | (holders & HOLDERS) | post.flag_bits();
-        // Release: a reader that Acquire-loads this meta sees every field written above.
-        slot.meta.store(meta, Ordering::Release);
+        self.slot(id)?.publish(post, holders);
         self.live.fetch_add(1, Ordering::Relaxed);
         Some(id)
     }
@@ -281,56 +428,19 @@ impl Arena {
     /// Reads the post in slot `id` if it is live and is `post_id`.
     #[inline]
     pub fn read(&self, id: SlotId, post_id: i64) -> Option<CompactPost> {
-        let slot = self.slot(id)?;
-        // Acquire pairs with the Release store in `publish`.
-        let before = slot.meta.load(Ordering::Acquire);
-        if before & LIVE == 0 || slot.post_id.load(Ordering::Relaxed) != post_id {
-            return None;
-        }
-        let post = CompactPost {
-            post_id,
-            author_id: slot.author_id.load(Ordering::Relaxed),
-            created_at: slot.created_at.load(Ordering::Relaxed),
-            in_reply_to_post_id: slot.in_reply_to_post_id.load(Ordering::Relaxed),
-            in_reply_to_user_id: slot.in_reply_to_user_id.load(Ordering::Relaxed),
-            source_post_id: slot.source_post_id.load(Ordering::Relaxed),
-            source_user_id: slot.source_user_id.load(Ordering::Relaxed),
-            conversation_id: slot.conversation_id.load(Ordering::Relaxed),
-            is_retweet: before & IS_RETWEET != 0,
-            is_reply: before & IS_REPLY != 0,
-            has_video: before & HAS_VIDEO != 0,
-        };
-        // Seqlock check: the Acquire fence orders the field loads above before the re-load of
-        // meta; a free or reuse in between changed the sequence.
-        fence(Ordering::Acquire);
-        let after = slot.meta.load(Ordering::Relaxed);
-        (after >> SEQ_SHIFT == before >> SEQ_SHIFT).then_some(post)
+        self.slot(id)?.read(post_id)
     }
 
     /// Atomically frees the slot if it is live, holds `post_id` and `pred(meta)` holds.
     /// Returns true for the one caller that freed it; that caller must retire the id.
     fn free_if(&self, id: SlotId, post_id: i64, pred: impl Fn(u32) -> bool) -> bool {
-        let Some(slot) = self.slot(id) else {
-            return false;
-        };
-        let mut meta = slot.meta.load(Ordering::Acquire);
-        loop {
-            if meta & LIVE == 0 || slot.post_id.load(Ordering::Relaxed) != post_id || !pred(meta) {
-                return false;
-            }
-            let freed = (meta & !(SEQ_ONE - 1)).wrapping_add(SEQ_ONE);
-            // AcqRel: the winner's later writes to the slot (after reuse) cannot move above.
-            match slot
-                .meta
-                .compare_exchange_weak(meta, freed, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    self.live.fetch_sub(1, Ordering::Relaxed);
-                    return true;
-                }
-                Err(now) => meta = now,
-            }
+        let freed = self
+            .slot(id)
+            .is_some_and(|slot| slot.free_if(post_id, pred));
+        if freed {
+            self.live.fetch_sub(1, Ordering::Relaxed);
         }
+        freed
     }
 
     /// Frees the slot of `post_id` whoever holds it (a delete). True if this call freed it.
@@ -343,59 +453,16 @@ impl Arena {
         let Some(slot) = self.slot(id) else {
             return Release::Gone;
         };
-        let mut meta = slot.meta.load(Ordering::Acquire);
-        loop {
-            if meta & LIVE == 0 || slot.post_id.load(Ordering::Relaxed) != post_id {
-                return Release::Gone;
-            }
-            let rest = meta & HOLDERS & !holder;
-            let (next, outcome) = if rest == 0 {
-                (
-                    (meta & !(SEQ_ONE - 1)).wrapping_add(SEQ_ONE),
-                    Release::Freed,
-                )
-            } else {
-                (meta & !holder, Release::StillHeld)
-            };
-            // AcqRel: see `free_if`.
-            match slot
-                .meta
-                .compare_exchange_weak(meta, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    if outcome == Release::Freed {
-                        self.live.fetch_sub(1, Ordering::Relaxed);
-                    }
-                    return outcome;
-                }
-                Err(now) => meta = now,
-            }
+        let outcome = slot.release(post_id, holder);
+        if outcome == Release::Freed {
+            self.live.fetch_sub(1, Ordering::Relaxed);
         }
+        outcome
     }
 
     /// Adds a holder (`IN_VIDEO`) to a live post; false if the post is gone or already held.
     pub fn hold(&self, id: SlotId, post_id: i64, holder: u32) -> bool {
-        let Some(slot) = self.slot(id) else {
-            return false;
-        };
-        let mut meta = slot.meta.load(Ordering::Acquire);
-        loop {
-            if meta & LIVE == 0
-                || meta & holder != 0
-                || slot.post_id.load(Ordering::Relaxed) != post_id
-            {
-                return false;
-            }
-            match slot.meta.compare_exchange_weak(
-                meta,
-                meta | holder,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return true,
-                Err(now) => meta = now,
-            }
-        }
+        self.slot(id).is_some_and(|slot| slot.hold(post_id, holder))
     }
 
     /// Hands freed slots back for reuse once every reader pinned now has unpinned.
@@ -531,5 +598,102 @@ mod tests {
         assert!(!arena.hold(id, 9, IN_VIDEO));
         assert_eq!(arena.release(id, 9, IN_PRIMARY), Release::StillHeld);
         assert_eq!(arena.release(id, 9, IN_VIDEO), Release::Freed);
+    }
+}
+
+/// Loom models of the slot protocol: `RUSTFLAGS="--cfg loom" cargo test --lib loom` (see
+/// `crate::sync`). The epoch grace period in front of slot reuse is left out on purpose: a
+/// read must validate on its own, even when it races the reuse of its slot.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Post `n`: every field and flag differs between posts 1 and 2, so a mix shows.
+    fn post(n: i64) -> CompactPost {
+        CompactPost {
+            post_id: n,
+            author_id: 10 + n,
+            created_at: 100 + n as u32,
+            in_reply_to_post_id: 20 + n,
+            in_reply_to_user_id: 30 + n,
+            source_post_id: 40 + n,
+            source_user_id: 50 + n,
+            conversation_id: 60 + n,
+            is_retweet: n == 1,
+            is_reply: n == 2,
+            has_video: n == 1,
+        }
+    }
+
+    /// A read of post 1 is either all of post 1 or `None`; a read of post 2 all of post 2 or
+    /// `None`.
+    fn check(read: Option<CompactPost>, n: i64) {
+        assert!(
+            read.is_none() || read == Some(post(n)),
+            "read {n} returned {read:?}"
+        );
+    }
+
+    /// A reader of post 1 races the delete of post 1 and the reuse of its slot for post 2
+    /// by the same writer.
+    #[test]
+    fn loom_read_racing_free_and_reuse() {
+        loom::model(|| {
+            let slot = Arc::new(Slot::empty());
+            slot.publish(&post(1), IN_PRIMARY);
+            let reader = {
+                let slot = Arc::clone(&slot);
+                thread::spawn(move || (slot.read(1), slot.read(2)))
+            };
+            assert!(slot.free_if(1, |_| true));
+            slot.publish(&post(2), IN_PRIMARY);
+            let (old, new) = reader.join().unwrap();
+            check(old, 1);
+            check(new, 2);
+        });
+    }
+
+    /// As above, but the last holder's release frees the slot and another thread reuses it
+    /// (it got the id through the free list, modelled by spawning it after the free).
+    #[test]
+    fn loom_read_racing_release_and_reuse_elsewhere() {
+        loom::model(|| {
+            let slot = Arc::new(Slot::empty());
+            slot.publish(&post(1), IN_PRIMARY | IN_VIDEO);
+            let reader = {
+                let slot = Arc::clone(&slot);
+                thread::spawn(move || slot.read(1))
+            };
+            assert_eq!(slot.release(1, IN_VIDEO), Release::StillHeld);
+            assert_eq!(slot.release(1, IN_PRIMARY), Release::Freed);
+            let reuser = {
+                let slot = Arc::clone(&slot);
+                thread::spawn(move || slot.publish(&post(2), IN_PRIMARY))
+            };
+            check(reader.join().unwrap(), 1);
+            reuser.join().unwrap();
+            assert_eq!(slot.read(2), Some(post(2)));
+        });
+    }
+
+    /// A delete racing the last timeline releases: exactly one of them frees the slot.
+    #[test]
+    fn loom_delete_racing_release_frees_once() {
+        loom::model(|| {
+            let slot = Arc::new(Slot::empty());
+            slot.publish(&post(1), IN_PRIMARY | IN_VIDEO);
+            let deleter = {
+                let slot = Arc::clone(&slot);
+                thread::spawn(move || slot.free_if(1, |_| true))
+            };
+            let released = [slot.release(1, IN_VIDEO), slot.release(1, IN_PRIMARY)];
+            let deleted = deleter.join().unwrap();
+            let frees =
+                usize::from(deleted) + released.iter().filter(|r| **r == Release::Freed).count();
+            assert_eq!(frees, 1, "deleted {deleted}, released {released:?}");
+            assert_eq!(slot.read(1), None);
+        });
     }
 }

@@ -61,6 +61,7 @@ pub mod post;
 mod arena;
 mod query;
 mod store;
+mod sync;
 #[cfg(feature = "synth")]
 pub mod synth;
 mod timeline;

@@ -1,20 +1,24 @@
 //! Per-author timelines: ring buffers of 16-byte [`TinyPost`] entries, oldest first.
 //!
-//! One writer (the author's writer, serialised by the author's lock) and any number of readers.
-//! A buffer is a crossbeam-epoch `[Cell]` whose first cell holds the ring's `head` and `tail`
-//! sequence numbers and whose other cells are the ring (capacity a power of two, recorded in the
-//! pointer's tag). Appends write the next cell and then publish `head`; evicting the oldest entry
-//! advances `tail`. Everything else (inserting out of order, removing a deleted post, growing,
-//! shrinking) builds a new buffer and swaps it in, retiring the old one through the epoch: a
-//! reader therefore always scans one consistent buffer and never waits.
+//! One writer (the author's writer, serialised by the author's lock) and any number of readers. A
+//! buffer is a crossbeam-epoch `[Cell]` whose first element is the [`RingHeader`] (the ring's
+//! `head` and `tail` sequence numbers, in a cell's 16 bytes) and whose other cells are the ring
+//! (capacity a power of two, recorded in the pointer's tag). Appends write the next cell and then
+//! publish `head`; evicting the oldest entry advances `tail`. Everything else (inserting out of
+//! order, removing a deleted post, growing, shrinking) builds a new buffer and swaps it in,
+//! retiring the old one through the epoch: a reader therefore always scans one consistent buffer
+//! and never waits.
 //!
 //! The only thing a reader must check is that the oldest cells it reads were not recycled by
 //! an append after an eviction: it re-reads `tail` after reading a cell ([`Snapshot::get`]).
+//!
+//! The ring protocol itself (`fill`, `Snapshot::load`, `Snapshot::get`, `Snapshot::append`,
+//! `Snapshot::set_tail`) uses the `crate::sync` atomics and has loom models in `loom_tests`.
 
 use crate::arena::SlotId;
+use crate::sync::atomic::{AtomicU64, Ordering, fence};
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
-use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::mem::{MaybeUninit, align_of, size_of};
 
 /// A timeline entry: which post, when, and where its record lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +35,23 @@ pub(crate) struct Cell {
     packed: AtomicU64,
 }
 
-const _: () = assert!(std::mem::size_of::<Cell>() == 16);
+/// The first element of every buffer, in place of cell 0: the ring's bounds as sequence
+/// numbers. Entry `seq` lives in cell `1 + (seq & mask)`; `tail <= seq < head` are held.
+#[repr(C, align(16))]
+struct RingHeader {
+    /// One past the newest entry; stored (Release) after the newest entry's cell is written.
+    head: AtomicU64,
+    /// The oldest entry held; the cells of older sequence numbers may be recycled by appends.
+    tail: AtomicU64,
+}
+
+// The header takes cell 0's place, so the buffer layout (and its cache lines) stay as they were.
+const _: () = assert!(
+    size_of::<RingHeader>() == size_of::<Cell>() && align_of::<RingHeader>() == align_of::<Cell>()
+);
+// Loom's atomics are larger; the 16-byte cell only matters (and only holds) for the real ones.
+#[cfg(not(loom))]
+const _: () = assert!(size_of::<Cell>() == 16);
 
 impl Cell {
     fn new(entry: TinyPost) -> Self {
@@ -65,7 +85,18 @@ const MIN_CAPACITY: usize = 4;
 /// Largest ring capacity the pointer tag can describe (4 tag bits from 16-byte alignment).
 pub(crate) const MAX_CAPACITY: usize = 1 << 14;
 
+/// A ring buffer: element 0 is a [`RingHeader`] (written by `fill`), the rest are cells.
 type Buffer = [MaybeUninit<Cell>];
+
+/// The header of a buffer initialised by `fill`.
+#[inline]
+fn header_of(cells: &Buffer) -> &RingHeader {
+    debug_assert!(!cells.is_empty());
+    // SAFETY: `fill` initialises element 0 of every buffer as a `RingHeader`, which has the
+    // size and alignment of the `Cell` the slice is typed as (asserted above); element 0 is
+    // never accessed as a `Cell`.
+    unsafe { &*cells.as_ptr().cast::<RingHeader>() }
+}
 
 /// A ring of `TinyPost`s ordered by `created_at` (insertion order among equals).
 pub(crate) struct Timeline {
@@ -95,18 +126,37 @@ pub(crate) struct Snapshot<'g> {
 }
 
 impl<'g> Snapshot<'g> {
-    /// Entries in the snapshot.
+    /// Reads the bounds of `cells`, a buffer initialised by `fill` with capacity `mask + 1`.
+    #[inline]
+    fn load(cells: &'g Buffer, mask: u64) -> Self {
+        let header = header_of(cells);
+        // Acquire pairs with the Release store of `head` in `append`: the cells below it are
+        // written.
+        let head = header.head.load(Ordering::Acquire);
+        // Acquire pairs with the Release store of `tail` in `set_tail`. Not load-bearing:
+        // `get` re-validates `tail` after every cell it reads.
+        let tail = header.tail.load(Ordering::Acquire);
+        Self {
+            cells,
+            mask,
+            head,
+            tail,
+        }
+    }
+
+    /// Entries in the snapshot (writer side: a reader's `tail` may pass its `head` if an
+    /// append and a pop ran between its two loads; readers walk `tail..head` instead).
     pub fn len(&self) -> usize {
         (self.head - self.tail) as usize
     }
 
-    fn header(&self) -> &'g Cell {
-        // SAFETY: every cell of a buffer is initialised when the buffer is built.
-        unsafe { self.cells[0].assume_init_ref() }
+    fn header(&self) -> &'g RingHeader {
+        header_of(self.cells)
     }
 
     fn cell(&self, seq: u64) -> &'g Cell {
-        // SAFETY: as in `header`; `1 + (seq & mask)` is below the buffer length `mask + 2`.
+        // SAFETY: `fill` initialises every element after the header as a `Cell`;
+        // `1 + (seq & mask)` is between 1 and the buffer length `mask + 2` (exclusive).
         unsafe { self.cells[1 + (seq & self.mask) as usize].assume_init_ref() }
     }
 
@@ -115,11 +165,40 @@ impl<'g> Snapshot<'g> {
     #[inline]
     pub fn get(&self, seq: u64) -> Option<TinyPost> {
         let entry = self.cell(seq).load();
-        // Pairs with the writer's Release fence between advancing `tail` and reusing a cell:
-        // if the load above saw a recycled cell, this sees the advanced tail.
+        // Acquire fence, pairs with the Release fence in `append` between advancing `tail` and
+        // recycling a cell: if the load above saw a recycled cell, this sees the advanced tail.
         fence(Ordering::Acquire);
-        let tail = self.header().packed.load(Ordering::Relaxed);
+        let tail = self.header().tail.load(Ordering::Relaxed);
         (seq >= tail).then_some(entry)
+    }
+
+    /// Appends `entry` at `head` in place, first evicting (and returning) the oldest entry if
+    /// `evict`. Writer only: the snapshot must be the writer's current view, with a free cell
+    /// at `head` unless evicting a full ring.
+    fn append(&self, entry: TinyPost, evict: bool) -> Option<TinyPost> {
+        let header = self.header();
+        let evicted = evict.then(|| {
+            let oldest = self.cell(self.tail).load();
+            header.tail.store(self.tail + 1, Ordering::Relaxed);
+            oldest
+        });
+        // Release fence, pairs with the Acquire fence in `get`: a reader whose cell load sees
+        // the store below (recycling the cell of an evicted or popped entry) also sees the tail
+        // that moved past that entry.
+        fence(Ordering::Release);
+        self.cell(self.head).store(entry);
+        // Release pairs with the Acquire load of `head` in `load`: readers that see the new
+        // head see the cell written above.
+        header.head.store(self.head + 1, Ordering::Release);
+        evicted
+    }
+
+    /// Drops the entries below `tail` (at most `head`). Writer only, on its current view.
+    fn set_tail(&self, tail: u64) {
+        debug_assert!(self.tail <= tail && tail <= self.head);
+        // Release pairs with the Acquire load of `tail` in `load`. A reader is kept off a
+        // recycled cell by the fence in `append`, which precedes every store to a cell.
+        self.header().tail.store(tail, Ordering::Release);
     }
 }
 
@@ -138,14 +217,27 @@ fn build(
     entries: impl ExactSizeIterator<Item = TinyPost>,
 ) -> Owned<Buffer> {
     debug_assert!(capacity.is_power_of_two() && (MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity));
+    let mut buffer = Owned::<Buffer>::init(capacity + 1);
+    fill(&mut buffer, tail, entries);
+    buffer.with_tag(tag_of(capacity))
+}
+
+/// Initialises `buffer` (a power of two plus one elements) as a ring holding `entries` (oldest
+/// first) with sequence numbers starting at `tail`. The buffer is not shared yet.
+fn fill(buffer: &mut Buffer, tail: u64, entries: impl ExactSizeIterator<Item = TinyPost>) {
+    let capacity = buffer.len() - 1;
+    debug_assert!(capacity.is_power_of_two());
     debug_assert!(entries.len() <= capacity);
     let head = tail + entries.len() as u64;
-    let mut buffer = Owned::<Buffer>::init(capacity + 1);
     let mask = (capacity - 1) as u64;
-    buffer[0].write(Cell {
-        post_id: AtomicU64::new(head),
-        packed: AtomicU64::new(tail),
-    });
+    let header = RingHeader {
+        head: AtomicU64::new(head),
+        tail: AtomicU64::new(tail),
+    };
+    // SAFETY: element 0 is the header's place: a `RingHeader` has the size and alignment of
+    // the `Cell` the element is typed as (asserted above), and `header_of` reads it back as a
+    // `RingHeader`.
+    unsafe { buffer[0].as_mut_ptr().cast::<RingHeader>().write(header) };
     for cell in buffer[1..].iter_mut() {
         cell.write(Cell::new(TinyPost {
             post_id: 0,
@@ -157,7 +249,6 @@ fn build(
         // SAFETY: every cell was initialised by the loop above.
         unsafe { buffer[1 + (seq & mask) as usize].assume_init_ref() }.store(entry);
     }
-    buffer.with_tag(tag_of(capacity))
 }
 
 fn capacity_for(len: usize) -> usize {
@@ -175,24 +266,16 @@ impl Timeline {
     /// A consistent view for reading; `None` if the timeline never held anything.
     #[inline]
     pub fn snapshot<'g>(&self, guard: &'g Guard) -> Option<Snapshot<'g>> {
-        // Acquire pairs with the Release store that published the buffer.
+        // Acquire pairs with the Release half of the swap in `replace`: the buffer is built.
         let shared = self.buffer.load(Ordering::Acquire, guard);
         // SAFETY: non-null buffers stay allocated while `guard` is pinned: replaced ones are
         // retired through the epoch, and the last one is freed only when the owning author is
         // reclaimed, which waits for every reader holding it.
         let cells = unsafe { shared.as_ref() }?;
-        let mask = (capacity_of(shared.tag()) - 1) as u64;
-        // SAFETY: cell 0 is initialised when the buffer is built.
-        let header = unsafe { cells[0].assume_init_ref() };
-        // Acquire pairs with the Release store of `head` after an append wrote its cell.
-        let head = header.post_id.load(Ordering::Acquire);
-        let tail = header.packed.load(Ordering::Acquire);
-        Some(Snapshot {
+        Some(Snapshot::load(
             cells,
-            mask,
-            head,
-            tail,
-        })
+            (capacity_of(shared.tag()) - 1) as u64,
+        ))
     }
 
     /// Address of the buffer's first line (header and oldest cells), for prefetching.
@@ -225,7 +308,9 @@ impl Timeline {
     }
 
     fn replace(&self, fresh: Owned<Buffer>, guard: &Guard) {
-        // Release publishes the fully built buffer; AcqRel also orders the read of the old one.
+        // Release pairs with the Acquire load in `snapshot`: readers see the buffer fully built.
+        // Acquire pairs with the previous swap's Release, for the old buffer retired below
+        // (writers are already ordered by the author lock).
         let old = self.buffer.swap(fresh, Ordering::AcqRel, guard);
         if !old.is_null() {
             // SAFETY: `old` is no longer reachable from the timeline; readers that loaded it
@@ -257,18 +342,7 @@ impl Timeline {
         }
         if in_order && (full || len < capacity) {
             // Fast path: evict in place if needed, then append into a free cell.
-            let header = snap.header();
-            let evicted = full.then(|| {
-                let oldest = snap.cell(snap.tail).load();
-                header.packed.store(snap.tail + 1, Ordering::Relaxed);
-                oldest
-            });
-            // Release fence: a reader that sees the recycled cell below also sees the new tail.
-            fence(Ordering::Release);
-            snap.cell(snap.head).store(entry);
-            // Release: readers that Acquire `head` see the cell written above.
-            header.post_id.store(snap.head + 1, Ordering::Release);
-            return evicted;
+            return snap.append(entry, full);
         }
         // Slow path: rebuild with the entry at its place (and the oldest dropped if full).
         let skip = usize::from(full);
@@ -300,7 +374,7 @@ impl Timeline {
         };
         let at = from + offset;
         if at == 0 {
-            snap.header().packed.store(snap.tail + 1, Ordering::Release);
+            snap.set_tail(snap.tail + 1);
             return true;
         }
         let capacity = (snap.mask + 1) as usize;
@@ -339,7 +413,7 @@ impl Timeline {
             tail += 1;
         }
         if tail != snap.tail {
-            snap.header().packed.store(tail, Ordering::Release);
+            snap.set_tail(tail);
         }
         popped
     }
@@ -547,5 +621,177 @@ mod tests {
             .collect();
         assert_eq!(seen, (0..8).collect::<Vec<_>>(), "old snapshot unchanged");
         assert_eq!(read_all(&t).len(), 9);
+    }
+}
+
+/// Loom models of the ring protocol: `RUSTFLAGS="--cfg loom" cargo test --lib loom` (see
+/// `crate::sync`). One writer and one reader per model, as in the store (writers of a timeline
+/// serialise on the author's lock). crossbeam-epoch cannot run under loom, so `Published`
+/// stands in for `Timeline::buffer`, with the orderings of `Timeline::snapshot` and
+/// `Timeline::replace`; a replaced buffer is kept alive to the end, as the epoch would.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::sync::atomic::AtomicPtr;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Entry `n`: its `created_at` and `slot` are functions of `post_id`, so a torn read (one
+    /// half of a cell from another entry) shows.
+    fn entry(n: i64) -> TinyPost {
+        TinyPost {
+            post_id: n,
+            created_at: 100 + n as u32,
+            slot: 7 * n as u32,
+        }
+    }
+
+    /// A buffer as `Timeline` holds one, without crossbeam.
+    struct Ring {
+        cells: Box<Buffer>,
+        mask: u64,
+    }
+
+    impl Ring {
+        fn new(capacity: usize, tail: u64, posts: &[i64]) -> Self {
+            let mut cells = Box::<[Cell]>::new_uninit_slice(capacity + 1);
+            fill(&mut cells, tail, posts.iter().map(|&n| entry(n)));
+            Self {
+                cells,
+                mask: (capacity - 1) as u64,
+            }
+        }
+
+        fn snapshot(&self) -> Snapshot<'_> {
+            Snapshot::load(&self.cells, self.mask)
+        }
+    }
+
+    /// Stand-in for the timeline's buffer pointer: owns the current `Box<Ring>`.
+    struct Published {
+        current: AtomicPtr<Ring>,
+    }
+
+    impl Published {
+        fn new(ring: Ring) -> Self {
+            Self {
+                current: AtomicPtr::new(Box::into_raw(Box::new(ring))),
+            }
+        }
+
+        /// `Timeline::snapshot`: the buffer (Acquire, as there) and its bounds.
+        fn snapshot(&self) -> (*const Ring, Snapshot<'_>) {
+            let ring = self.current.load(Ordering::Acquire);
+            // SAFETY: the current ring lives until `self` drops, a replaced one until the
+            // model frees it after joining every reader.
+            (ring, unsafe { &*ring }.snapshot())
+        }
+
+        /// `Timeline::replace`: publishes a fully built buffer (AcqRel swap, as there) and
+        /// hands back the old one, to be freed once no reader can hold it.
+        fn replace(&self, ring: Ring) -> *mut Ring {
+            self.current
+                .swap(Box::into_raw(Box::new(ring)), Ordering::AcqRel)
+        }
+    }
+
+    impl Drop for Published {
+        fn drop(&mut self) {
+            let current = self.current.with_mut(|ring| *ring);
+            // SAFETY: the pointer came from `Box::into_raw` and `&mut self` is its last user.
+            drop(unsafe { Box::from_raw(current) });
+        }
+    }
+
+    /// Walks a snapshot newest first the way the query does (`Reader::advance`): stops at the
+    /// first evicted entry. Returns `(seq, entry)` pairs.
+    fn read_newest_first(snap: &Snapshot<'_>) -> Vec<(u64, TinyPost)> {
+        let mut seen = Vec::new();
+        let mut seq = snap.head;
+        while seq > snap.tail {
+            seq -= 1;
+            let Some(entry) = snap.get(seq) else { break };
+            seen.push((seq, entry));
+        }
+        seen
+    }
+
+    /// Every entry read is whole and is the one `expected(seq)` names for its buffer.
+    fn check(seen: &[(u64, TinyPost)], expected: impl Fn(u64) -> i64) {
+        for &(seq, got) in seen {
+            assert_eq!(got, entry(expected(seq)), "seq {seq}: read {seen:?}");
+        }
+    }
+
+    /// A full ring of 4: the writer appends twice at the cap, each time evicting the oldest
+    /// entry and recycling its cell, while a reader walks it.
+    #[test]
+    fn loom_ring_append_recycles_cells_under_a_reader() {
+        loom::model(|| {
+            let ring = Arc::new(Published::new(Ring::new(4, 0, &[1, 2, 3, 4])));
+            let reader = {
+                let ring = Arc::clone(&ring);
+                thread::spawn(move || {
+                    let (_, snap) = ring.snapshot();
+                    assert!(snap.tail <= snap.head && snap.head - snap.tail <= 4);
+                    read_newest_first(&snap)
+                })
+            };
+            for n in [5, 6] {
+                let (_, snap) = ring.snapshot();
+                assert_eq!(snap.append(entry(n), true), Some(entry(n - 4)));
+            }
+            // Sequence `seq` holds post `seq + 1` whichever append the reader saw.
+            check(&reader.join().unwrap(), |seq| seq as i64 + 1);
+        });
+    }
+
+    /// Pops two entries, appends into the cell of a popped one (no eviction), then pops
+    /// everything, while a reader walks the ring.
+    #[test]
+    fn loom_ring_pop_then_append_under_a_reader() {
+        loom::model(|| {
+            let ring = Arc::new(Published::new(Ring::new(4, 0, &[1, 2, 3, 4])));
+            let reader = {
+                let ring = Arc::clone(&ring);
+                thread::spawn(move || read_newest_first(&ring.snapshot().1))
+            };
+            ring.snapshot().1.set_tail(2);
+            assert_eq!(ring.snapshot().1.append(entry(5), false), None);
+            let snap = ring.snapshot().1;
+            snap.set_tail(snap.head);
+            check(&reader.join().unwrap(), |seq| seq as i64 + 1);
+        });
+    }
+
+    /// The writer appends in place (evicting), then rebuilds (an out-of-order insert),
+    /// publishes the new buffer and appends to it in place, while a reader walks whichever
+    /// buffer it loaded: it sees the old one or the new one, never a mix or a torn entry.
+    #[test]
+    fn loom_ring_rebuild_publishes_a_whole_buffer() {
+        loom::model(|| {
+            let ring = Arc::new(Published::new(Ring::new(4, 0, &[1, 2, 3, 4])));
+            let (old, _) = ring.snapshot();
+            let reader = {
+                let ring = Arc::clone(&ring);
+                thread::spawn(move || {
+                    let (which, snap) = ring.snapshot();
+                    (which == old, read_newest_first(&snap))
+                })
+            };
+            assert_eq!(ring.snapshot().1.append(entry(5), true), Some(entry(1)));
+            let replaced = ring.replace(Ring::new(8, 1, &[2, 3, 9, 4, 5]));
+            assert_eq!(ring.snapshot().1.append(entry(11), false), None);
+            let (from_old, seen) = reader.join().unwrap();
+            // SAFETY: from `Box::into_raw` in `Published`; the only reader has been joined.
+            drop(unsafe { Box::from_raw(replaced) });
+            if from_old {
+                check(&seen, |seq| seq as i64 + 1);
+            } else {
+                check(&seen, |seq| [2, 3, 9, 4, 5, 11][seq as usize - 1]);
+                // Nothing is evicted from the new buffer: all of it, with or without post 11.
+                assert!(matches!(seen.len(), 5 | 6), "read {seen:?}");
+            }
+        });
     }
 }
