@@ -69,6 +69,6 @@ mod timeline;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use post::{DeleteEvent, LightPost};
 pub use store::{
-    DeleteReport, FeedQuery, InsertReport, PostStore, QueryOutcome, StoreConfig, StoreStats,
-    TrimReport,
+    DeleteReport, DropReason, FeedQuery, InsertReport, PostStore, QueryOutcome, StoreConfig,
+    StoreStats, TrimReport,
 };

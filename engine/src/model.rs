@@ -13,7 +13,7 @@ use crate::config::{
     MAX_VIDEO_POSTS_PER_AUTHOR, TRIM_FRACTION,
 };
 use crate::{
-    Clock, DeleteEvent, DeleteReport, FeedQuery, InsertReport, LightPost, QueryOutcome,
+    Clock, DeleteEvent, DeleteReport, DropReason, FeedQuery, InsertReport, LightPost, QueryOutcome,
     StoreConfig, StoreStats, TrimReport,
 };
 
@@ -145,41 +145,63 @@ impl ModelStore {
         i128::from(now) - i128::from(basis_secs) > i128::from(self.retention_secs)
     }
 
-    fn tombstone_is_live(&self, now: i64, post_id: i64) -> bool {
+    /// The basis of `post_id`'s tombstone, if it has one that is live at `now`.
+    fn live_tombstone(&self, now: i64, post_id: i64) -> Option<i64> {
         // "Live" is read by time, not by presence: a due tombstone that no trim has removed yet
         // no longer blocks a create, so trim timing cannot change what gets stored.
         self.tombstones
             .get(&post_id)
-            .is_some_and(|&basis| !self.is_expired(now, basis))
+            .copied()
+            .filter(|&basis| !self.is_expired(now, basis))
     }
 
     /// Inserts a batch of posts (see `BEHAVIOUR.md`, `insert_posts`).
     pub fn insert_posts(&mut self, batch: &[LightPost]) -> InsertReport {
+        self.insert_posts_with(batch, |_, _| {})
+    }
+
+    /// [`insert_posts`](Self::insert_posts), calling `on_drop(index in batch, reason)` for every
+    /// post it drops: the time checks in batch order, then the others in application order.
+    pub fn insert_posts_with(
+        &mut self,
+        batch: &[LightPost],
+        mut on_drop: impl FnMut(usize, DropReason),
+    ) -> InsertReport {
         let now = self.clock.now_secs();
         let mut report = InsertReport::default();
+        let mut dropped = |report: &mut InsertReport, index: usize, reason: DropReason| {
+            match reason {
+                DropReason::InvalidTime => report.invalid_time += 1,
+                DropReason::InFuture => report.in_future += 1,
+                DropReason::TooOld => report.too_old += 1,
+                DropReason::Tombstoned => report.tombstoned += 1,
+                DropReason::Duplicate => report.duplicate += 1,
+            }
+            on_drop(index, reason);
+        };
         let mut kept = Vec::new();
-        for post in batch {
+        for (index, post) in batch.iter().enumerate() {
             let created_at = post.created_at;
-            // `in_future` means after now; every other rejection (before the retention window,
-            // or outside `0..=u32::MAX`) counts as `too_old`.
-            if created_at > now {
-                report.in_future += 1;
-            } else if self.is_expired(now, created_at)
-                || created_at < 0
-                || created_at > i64::from(u32::MAX)
-            {
-                report.too_old += 1;
+            if created_at <= 0 || created_at > i64::from(u32::MAX) {
+                dropped(&mut report, index, DropReason::InvalidTime);
+            } else if created_at > now {
+                dropped(&mut report, index, DropReason::InFuture);
+            } else if self.is_expired(now, created_at) {
+                dropped(&mut report, index, DropReason::TooOld);
             } else {
-                kept.push(post.normalised());
+                kept.push((index, post.normalised()));
             }
         }
         // Stable: batch order among equal timestamps.
-        kept.sort_by_key(|p| p.created_at);
-        for post in kept {
-            if self.tombstone_is_live(now, post.post_id) {
-                report.tombstoned += 1;
+        kept.sort_by_key(|(_, p)| p.created_at);
+        for (index, post) in kept {
+            if let Some(basis) = self.live_tombstone(now, post.post_id) {
+                // The tombstone now covers this post as if it had been stored, then deleted.
+                self.tombstones
+                    .insert(post.post_id, basis.max(post.created_at));
+                dropped(&mut report, index, DropReason::Tombstoned);
             } else if self.records.contains_key(&post.post_id) {
-                report.duplicate += 1;
+                dropped(&mut report, index, DropReason::Duplicate);
             } else {
                 self.store(now, post);
                 report.inserted += 1;
@@ -288,9 +310,17 @@ impl ModelStore {
     /// `removed` counts stored records removed; `tombstoned` counts the events (each remembers
     /// or refreshes a tombstone).
     pub fn mark_as_deleted(&mut self, events: &[DeleteEvent]) -> DeleteReport {
+        let now = self.clock.now_secs();
         let mut report = DeleteReport::default();
         for event in events {
-            let mut basis = event.deleted_at;
+            // `deleted_at`, but not after now (`<= 0` counts as now), and not so early that the
+            // tombstone would be born expired.
+            let stamped = if event.deleted_at <= 0 {
+                now
+            } else {
+                event.deleted_at.min(now)
+            };
+            let mut basis = stamped.max(now.saturating_sub(self.retention_secs));
             if let Some(record) = self.records.remove(&event.post_id) {
                 if let Some(timelines) = self.authors.get_mut(&record.author_id) {
                     timelines.originals.remove(record.post_id);
@@ -413,7 +443,14 @@ impl ModelStore {
                 continue;
             };
             outcome.eligible += timelines.originals.len() + timelines.secondary.len();
-            let originals = self.scan(now, &timelines.originals, originals_limit, query, None);
+            let originals = self.scan(
+                now,
+                &timelines.originals,
+                originals_limit,
+                query,
+                None,
+                false,
+            );
             outcome.posts.extend(originals);
             if secondary_limit > 0 {
                 let secondary = self.scan(
@@ -422,6 +459,7 @@ impl ModelStore {
                     secondary_limit,
                     query,
                     Some(&followed),
+                    false,
                 );
                 outcome.posts.extend(secondary);
             }
@@ -445,6 +483,7 @@ impl ModelStore {
                 MAX_VIDEO_POSTS_PER_AUTHOR,
                 query,
                 None,
+                true,
             );
             outcome.posts.extend(videos);
         }
@@ -453,7 +492,8 @@ impl ModelStore {
     }
 
     /// Reads one timeline newest first and returns its first `limit` survivors.
-    /// `followed` is `Some(F)` for the secondary timeline (the reply rule applies).
+    /// `followed` is `Some(F)` for the secondary timeline (the reply rule applies); `videos`
+    /// for the videos timeline (the source rule applies).
     fn scan(
         &self,
         now: i64,
@@ -461,6 +501,7 @@ impl ModelStore {
         limit: usize,
         query: &FeedQuery<'_>,
         followed: Option<&BTreeSet<i64>>,
+        videos: bool,
     ) -> Vec<LightPost> {
         let mut survivors = Vec::new();
         let mut examined = 0;
@@ -474,11 +515,15 @@ impl ModelStore {
             if query.exclude.contains(&entry.post_id) {
                 continue;
             }
+            let post = self.records[&entry.post_id];
+            if videos && !post.has_video && !self.source_is_video_now(now, &post) {
+                // A repost whose source is no longer a video: as if it were not there.
+                continue;
+            }
             if examined == MAX_TINY_POSTS_PER_USER_SCAN {
                 break;
             }
             examined += 1;
-            let post = self.records[&entry.post_id];
             if post.is_retweet && post.source_user_id == Some(query.viewer_id) {
                 continue;
             }
@@ -490,6 +535,16 @@ impl ModelStore {
             survivors.push(post);
         }
         survivors
+    }
+
+    /// True while the source of repost `post` is stored, not expired, `has_video` and not a
+    /// reply: the condition for a repost without its own video to be a video.
+    fn source_is_video_now(&self, now: i64, post: &LightPost) -> bool {
+        post.is_retweet
+            && post
+                .source_post_id
+                .and_then(|id| self.records.get(&id))
+                .is_some_and(|s| s.has_video && !s.is_reply && !self.is_expired(now, s.created_at))
     }
 
     /// The reply visibility rule of the secondary timeline.
@@ -718,27 +773,82 @@ mod tests {
     }
 
     #[test]
-    fn insert_rejects_created_at_outside_0_to_u32_max_without_overflow() {
+    fn insert_rejects_created_at_outside_1_to_u32_max_first_and_without_overflow() {
         let (mut s, clock) = store_with(i64::MAX, 5000);
         clock.set(i64::from(u32::MAX) + 10);
-        let report = s.insert_posts(&[
-            original(1, 7, -1),
-            original(2, 7, i64::from(u32::MAX) + 1),
-            original(3, 7, i64::MIN),
-            original(4, 7, i64::MAX),
-            original(5, 7, 0),
-            original(6, 7, i64::from(u32::MAX)),
-        ]);
+        let mut drops = Vec::new();
+        let report = s.insert_posts_with(
+            &[
+                original(1, 7, -1),
+                original(2, 7, i64::from(u32::MAX) + 1),
+                original(3, 7, i64::MIN),
+                original(4, 7, i64::MAX),
+                original(5, 7, 0),
+                original(6, 7, i64::from(u32::MAX)),
+                original(7, 7, 1),
+            ],
+            |index, reason| drops.push((index, reason)),
+        );
         assert_eq!(
             report,
             InsertReport {
                 inserted: 2,
-                too_old: 3,
-                in_future: 1,
+                invalid_time: 5,
                 ..InsertReport::default()
             }
         );
-        assert_eq!(all_ids(&s, &[7]), [6, 5]);
+        assert_eq!(
+            drops,
+            (0..5)
+                .map(|i| (i, DropReason::InvalidTime))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(all_ids(&s, &[7]), [6, 7]);
+    }
+
+    #[test]
+    fn drops_are_reported_by_reason_and_batch_index() {
+        let (mut s, _) = store();
+        s.insert_posts(&[original(1, 7, NOW - 5)]);
+        s.mark_as_deleted(&[delete(2, NOW)]);
+        let mut drops = Vec::new();
+        let report = s.insert_posts_with(
+            &[
+                original(3, 7, NOW),
+                original(2, 7, NOW - 1),
+                original(4, 7, NOW + 1),
+                original(1, 7, NOW - 7),
+                original(5, 7, NOW - RETENTION - 1),
+                original(6, 7, 0),
+                original(3, 7, NOW - 2),
+            ],
+            |index, reason| drops.push((index, reason)),
+        );
+        assert_eq!(
+            report,
+            InsertReport {
+                inserted: 1,
+                invalid_time: 1,
+                in_future: 1,
+                too_old: 1,
+                tombstoned: 1,
+                duplicate: 2,
+            }
+        );
+        assert_eq!(report.dropped(), 6);
+        // Time checks in batch order, then the rest in created_at order.
+        assert_eq!(
+            drops,
+            [
+                (2, DropReason::InFuture),
+                (4, DropReason::TooOld),
+                (5, DropReason::InvalidTime),
+                (3, DropReason::Duplicate),
+                (1, DropReason::Tombstoned),
+                (0, DropReason::Duplicate),
+            ]
+        );
+        assert_eq!(s.record(3), Some(original(3, 7, NOW - 2)));
     }
 
     #[test]
@@ -831,12 +941,19 @@ mod tests {
                 ..InsertReport::default()
             }
         );
-        // Basis is deleted_at (no record was removed): expires after NOW - 100 + RETENTION.
-        clock.set(NOW - 100 + RETENTION);
-        assert_eq!(s.insert_posts(&[original(1, 7, NOW)]).tombstoned, 1);
+        // The dropped create raised the basis from deleted_at (NOW - 100) to its created_at.
+        clock.set(NOW - 50 + RETENTION);
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW - 50)]).tombstoned, 1);
         clock.advance(1);
         // Due but not trimmed: it no longer blocks.
         assert_eq!(s.insert_posts(&[original(1, 7, NOW)]).inserted, 1);
+        // Without a dropped create the basis stays deleted_at.
+        clock.set(NOW);
+        s.mark_as_deleted(&[delete(2, NOW - 100)]);
+        clock.set(NOW - 100 + RETENTION);
+        assert_eq!(s.insert_posts(&[original(2, 7, NOW - 100)]).tombstoned, 1);
+        clock.advance(1);
+        assert_eq!(s.insert_posts(&[original(2, 7, NOW)]).inserted, 1);
     }
 
     #[test]
@@ -847,26 +964,43 @@ mod tests {
         assert_eq!(report.removed, 1);
         assert_eq!(all_ids(&s, &[7]), Vec::<i64>::new());
         clock.set(NOW + RETENTION);
-        assert_eq!(s.insert_posts(&[original(1, 7, NOW + 500)]).tombstoned, 1);
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW)]).tombstoned, 1);
         clock.set(NOW + RETENTION + 1);
         assert_eq!(s.insert_posts(&[original(1, 7, NOW + 500)]).inserted, 1);
     }
 
     #[test]
-    fn repeated_delete_keeps_the_larger_basis_and_future_deleted_at_lives_longer() {
+    fn repeated_delete_keeps_the_larger_basis_and_future_deleted_at_counts_as_now() {
         let (mut s, clock) = store();
-        s.mark_as_deleted(&[delete(1, NOW + 300), delete(1, NOW - 300)]);
-        s.mark_as_deleted(&[delete(1, NOW)]);
-        clock.set(NOW + 300 + RETENTION);
+        s.mark_as_deleted(&[delete(1, NOW - 300), delete(1, NOW - 200)]);
+        s.mark_as_deleted(&[delete(1, NOW - 250)]);
+        clock.set(NOW - 200 + RETENTION);
         s.trim_all();
-        assert_eq!(s.insert_posts(&[original(1, 7, NOW + 300)]).tombstoned, 1);
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW - 200)]).tombstoned, 1);
         clock.advance(1);
         assert_eq!(s.trim(3).tombstones_expired, 1);
-        assert_eq!(
-            s.insert_posts(&[original(1, 7, NOW + 300 + RETENTION)])
-                .inserted,
-            1
-        );
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW)]).inserted, 1);
+        // A deleted_at in the future (or <= 0) counts as the delete's arrival.
+        clock.set(NOW);
+        s.mark_as_deleted(&[delete(2, 32_503_680_000), delete(3, 0), delete(4, -5)]);
+        clock.set(NOW + RETENTION);
+        assert_eq!(s.trim_all().tombstones_expired, 0);
+        clock.advance(1);
+        assert_eq!(s.trim(0).tombstones_expired, 3);
+    }
+
+    #[test]
+    fn delete_older_than_retention_still_blocks_its_create_at_arrival() {
+        let (mut s, clock) = store();
+        // Born due by deleted_at; it lives until its own arrival second at least.
+        s.mark_as_deleted(&[delete(1, NOW - 5 * RETENTION)]);
+        assert_eq!(s.insert_posts(&[original(1, 7, NOW - 10)]).tombstoned, 1);
+        assert_eq!(s.stats().tombstones, 1);
+        // The dropped create keeps it as long as that post could live.
+        clock.set(NOW - 10 + RETENTION);
+        assert_eq!(s.trim(0).tombstones_expired, 0);
+        clock.advance(1);
+        assert_eq!(s.trim(0).tombstones_expired, 1);
     }
 
     #[test]
@@ -1097,9 +1231,11 @@ mod tests {
     fn every_trim_expires_all_due_tombstones() {
         let (mut s, clock) = store();
         s.mark_as_deleted(&[delete(1, NOW), delete(2, NOW + 5), delete(3, NOW - 5)]);
-        clock.advance(RETENTION + 1);
+        clock.advance(5);
+        s.mark_as_deleted(&[delete(4, NOW + 5)]);
+        clock.set(NOW + RETENTION + 1);
         let report = s.trim(0);
-        assert_eq!(report.tombstones_expired, 2);
+        assert_eq!(report.tombstones_expired, 3);
         assert_eq!(s.stats().tombstones, 1);
     }
 

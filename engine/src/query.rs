@@ -314,7 +314,11 @@ impl PostStore {
             }
             let stream = &mut streams[(top & u64::from(u32::MAX)) as usize];
             let entry = stream.current;
-            if let Some(record) = self.arena.read(entry.slot, entry.post_id) {
+            if let Some(record) = self.arena.read(entry.slot, entry.post_id)
+                && (stream.kind != Kind::Videos
+                    || record.has_video
+                    || self.repost_source_is_video(&record, &g, now))
+            {
                 stream.examined += 1;
                 if self.visible(&record, stream.kind, query.viewer_id, &followed, &g, now) {
                     posts.push(record.to_light());
@@ -338,6 +342,24 @@ impl PostStore {
         }
         outcome.posts = posts;
         outcome
+    }
+
+    /// For a videos-timeline entry without its own video (a repost that joined through its
+    /// source): true while the source is stored, not expired, `has_video` and not a reply.
+    /// When false the entry is treated as absent: skipped, and not counted toward the scan
+    /// window, so a replica that holds it answers like one that never indexed it.
+    #[inline]
+    fn repost_source_is_video(
+        &self,
+        repost: &CompactPost,
+        g: &crate::store::Guards<'_>,
+        now: i64,
+    ) -> bool {
+        repost.is_retweet
+            && repost.source_post_id != 0
+            && self
+                .lookup(repost.source_post_id, &g.maps)
+                .is_some_and(|source| self.is_video_source(&source, now))
     }
 
     /// The self-repost filter and, for the secondary timeline, the reply rule.

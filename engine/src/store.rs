@@ -54,19 +54,96 @@ impl Default for StoreConfig {
     }
 }
 
-/// What `insert_posts` did with a batch.
+/// What `insert_posts` did with a batch: every post is counted exactly once, as inserted or
+/// under the [`DropReason`] it was dropped for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InsertReport {
     /// Posts stored and indexed.
     pub inserted: usize,
-    /// Dropped: older than the retention window (or a negative `created_at`).
-    pub too_old: usize,
+    /// Dropped: `created_at <= 0` or `created_at > u32::MAX` (checked first).
+    pub invalid_time: usize,
     /// Dropped: `created_at` after now.
     pub in_future: usize,
+    /// Dropped: older than the retention window.
+    pub too_old: usize,
     /// Dropped: the post was deleted before (live tombstone).
     pub tombstoned: usize,
     /// Dropped: the post is already stored (the stored record is kept unchanged).
     pub duplicate: usize,
+}
+
+impl InsertReport {
+    /// Posts dropped for `reason`.
+    pub fn dropped_for(&self, reason: DropReason) -> usize {
+        match reason {
+            DropReason::InvalidTime => self.invalid_time,
+            DropReason::InFuture => self.in_future,
+            DropReason::TooOld => self.too_old,
+            DropReason::Tombstoned => self.tombstoned,
+            DropReason::Duplicate => self.duplicate,
+        }
+    }
+
+    /// Posts dropped, all reasons together.
+    pub fn dropped(&self) -> usize {
+        DropReason::ALL.iter().map(|&r| self.dropped_for(r)).sum()
+    }
+
+    /// Counts one post dropped for `reason`.
+    pub(crate) fn count_drop(&mut self, reason: DropReason) {
+        *match reason {
+            DropReason::InvalidTime => &mut self.invalid_time,
+            DropReason::InFuture => &mut self.in_future,
+            DropReason::TooOld => &mut self.too_old,
+            DropReason::Tombstoned => &mut self.tombstoned,
+            DropReason::Duplicate => &mut self.duplicate,
+        } += 1;
+    }
+}
+
+/// Why `insert_posts` dropped a post (see `BEHAVIOUR.md`, `insert_posts`). The time checks
+/// run in the order `InvalidTime`, `InFuture`, `TooOld`, before anything is looked up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    /// `created_at` is older than the retention window.
+    TooOld,
+    /// `created_at` is after now.
+    InFuture,
+    /// `created_at <= 0` or `created_at > u32::MAX`.
+    InvalidTime,
+    /// The post id has a live tombstone (it was deleted).
+    Tombstoned,
+    /// The post id is already stored; the stored record is kept.
+    Duplicate,
+}
+
+impl DropReason {
+    /// Every reason, for registering one metric per reason.
+    pub const ALL: [DropReason; 5] = [
+        DropReason::TooOld,
+        DropReason::InFuture,
+        DropReason::InvalidTime,
+        DropReason::Tombstoned,
+        DropReason::Duplicate,
+    ];
+
+    /// A snake_case label for metrics and logs: `too_old`, `in_future`, `invalid_time`,
+    /// `tombstoned`, `duplicate`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::TooOld => "too_old",
+            DropReason::InFuture => "in_future",
+            DropReason::InvalidTime => "invalid_time",
+            DropReason::Tombstoned => "tombstoned",
+            DropReason::Duplicate => "duplicate",
+        }
+    }
+}
+
+impl std::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What `mark_as_deleted` did.
@@ -162,6 +239,14 @@ struct PendingRepost {
     post_id: i64,
     author_id: i64,
     created_at: u32,
+}
+
+/// What `insert_one` did with a post that passed the time checks.
+enum Applied {
+    Inserted,
+    Dropped(DropReason),
+    /// No arena slot (every `u32` slot id in use, or memory exhausted); nothing stored.
+    NoSlot,
 }
 
 /// The post store.
@@ -339,42 +424,72 @@ impl PostStore {
 
     /// Stores a batch of new posts. See `BEHAVIOUR.md` for the exact rules.
     pub fn insert_posts(&self, batch: &[LightPost]) -> InsertReport {
+        self.insert_posts_with(batch, |_, _| {})
+    }
+
+    /// [`insert_posts`](Self::insert_posts), calling `on_drop(index in batch, reason)` for
+    /// every post it drops (time checks in batch order first, then the others in the order the
+    /// batch is applied).
+    pub fn insert_posts_with(
+        &self,
+        batch: &[LightPost],
+        mut on_drop: impl FnMut(usize, DropReason),
+    ) -> InsertReport {
         let mut report = InsertReport::default();
         let g = self.guards();
-        let now = g.now;
-        let mut kept: Vec<&LightPost> = Vec::with_capacity(batch.len());
-        for post in batch {
-            if post.created_at > now {
-                report.in_future += 1;
-            } else if post.created_at < 0
-                || post.created_at > i64::from(u32::MAX)
-                || now - post.created_at > self.retention_secs
-            {
-                report.too_old += 1;
-            } else {
-                kept.push(post);
-            }
-        }
-        kept.sort_by_key(|p| p.created_at);
+        // Keys pack `created_at` above the index, so sorting them is a stable sort by time.
+        // Batches longer than `u32::MAX` (never in practice) are applied in such chunks.
+        const CHUNK: usize = u32::MAX as usize;
         let mut retired = Vec::new();
-        for post in kept {
-            self.insert_one(post, &g, &mut retired, &mut report);
+        for (c, chunk) in batch.chunks(CHUNK).enumerate() {
+            let base = c * CHUNK;
+            let mut kept: Vec<u64> = Vec::with_capacity(chunk.len());
+            for (i, post) in chunk.iter().enumerate() {
+                match self.time_check(post.created_at, g.now) {
+                    None => kept.push(((post.created_at as u64) << 32) | i as u64),
+                    Some(reason) => {
+                        report.count_drop(reason);
+                        on_drop(base + i, reason);
+                    }
+                }
+            }
+            kept.sort_unstable();
+            for key in kept {
+                let i = (key & u64::from(u32::MAX)) as usize;
+                match self.insert_one(&chunk[i], &g, &mut retired) {
+                    Applied::Inserted => report.inserted += 1,
+                    Applied::Dropped(reason) => {
+                        report.count_drop(reason);
+                        on_drop(base + i, reason);
+                    }
+                    Applied::NoSlot => {}
+                }
+            }
         }
         self.arena.retire(retired, &g.epoch);
         report
     }
 
-    fn insert_one(
-        &self,
-        post: &LightPost,
-        g: &Guards<'_>,
-        retired: &mut Vec<SlotId>,
-        report: &mut InsertReport,
-    ) {
+    /// Why a post created at `created_at` is not kept at `now`, if it is not.
+    #[inline]
+    fn time_check(&self, created_at: i64, now: i64) -> Option<DropReason> {
+        if created_at <= 0 || created_at > i64::from(u32::MAX) {
+            Some(DropReason::InvalidTime)
+        } else if created_at > now {
+            Some(DropReason::InFuture)
+        } else if now - created_at > self.retention_secs {
+            // No overflow: 0 < created_at <= now.
+            Some(DropReason::TooOld)
+        } else {
+            None
+        }
+    }
+
+    fn insert_one(&self, post: &LightPost, g: &Guards<'_>, retired: &mut Vec<SlotId>) -> Applied {
         let post_id = post.post_id;
-        if self.tombstoned(post_id, g) {
-            report.tombstoned += 1;
-            return;
+        if let Some(basis) = self.live_tombstone(post_id, g) {
+            self.tombstone_dropped_create(post_id, basis, post.created_at, g);
+            return Applied::Dropped(DropReason::Tombstoned);
         }
         // No separate duplicate probe: `try_insert` below finds duplicates (a rare case that
         // then costs an unshared slot round trip) while the common new post pays one probe.
@@ -390,9 +505,7 @@ impl PostStore {
                         video = self
                             .arena
                             .read(slot, record.source_post_id)
-                            .is_some_and(|s| {
-                                s.has_video && !s.is_reply && !self.expired(s.created_at, g.now)
-                            });
+                            .is_some_and(|s| self.is_video_source(&s, g.now));
                     }
                     None => awaited_source = Some(record.source_post_id),
                 }
@@ -401,25 +514,23 @@ impl PostStore {
         let holders = IN_PRIMARY | if video { IN_VIDEO } else { 0 };
         let Some(slot) = self.arena.publish(&record, holders) else {
             // Only when every u32 slot id is in use or memory is exhausted.
-            return;
+            return Applied::NoSlot;
         };
         if self.posts.try_insert(post_id, slot, &g.maps).is_err() {
             // A concurrent insert of the same post won.
             self.arena.unpublish_unshared(slot, post_id);
-            report.duplicate += 1;
-            return;
+            return Applied::Dropped(DropReason::Duplicate);
         }
         // Pairs with the fence in `mark_as_deleted` (store-load: publish, then check).
         fence(Ordering::SeqCst);
-        if self.tombstoned(post_id, g) {
+        if let Some(basis) = self.live_tombstone(post_id, g) {
             let _ = self.posts.remove_if(&post_id, |_, s| *s == slot, &g.maps);
             if self.arena.free(slot, post_id) {
                 retired.push(slot);
             }
-            report.tombstoned += 1;
-            return;
+            self.tombstone_dropped_create(post_id, basis, post.created_at, g);
+            return Applied::Dropped(DropReason::Tombstoned);
         }
-        report.inserted += 1;
         let entry = TinyPost {
             post_id,
             created_at: record.created_at,
@@ -454,6 +565,14 @@ impl PostStore {
                 }
             }
         }
+        Applied::Inserted
+    }
+
+    /// True if `source` makes a repost of it video-eligible at `now`: an unexpired original or
+    /// repost (not a reply) with its own video. The videos rule of `BEHAVIOUR.md`.
+    #[inline]
+    pub(crate) fn is_video_source(&self, source: &CompactPost, now: i64) -> bool {
+        source.has_video && !source.is_reply && !self.expired(source.created_at, now)
     }
 
     /// Remembers a repost whose source is not stored yet, then re-checks the source.
@@ -478,24 +597,54 @@ impl PostStore {
         // or we see it stored.
         fence(Ordering::SeqCst);
         if let Some(src) = self.lookup(source, &g.maps)
-            && src.has_video
-            && !src.is_reply
-            && !self.expired(src.created_at, g.now)
+            && self.is_video_source(&src, g.now)
         {
             self.promote_to_video(source, repost, g, retired);
         }
     }
 
-    /// True if `post_id` has a tombstone that has not expired (trimmed or not).
-    fn tombstoned(&self, post_id: i64, g: &Guards<'_>) -> bool {
+    /// The basis of `post_id`'s tombstone if it has one that has not expired (trimmed or not).
+    fn live_tombstone(&self, post_id: i64, g: &Guards<'_>) -> Option<i64> {
         let (word, bit) = filter_bit(post_id);
         // Relaxed: the SeqCst fences around the check order it (see the module docs).
         if self.tombstone_filter[word].load(Ordering::Relaxed) & bit == 0 {
-            return false;
+            return None;
         }
         self.tombstones
             .get(&post_id, &g.maps)
-            .is_some_and(|basis| g.now.saturating_sub(*basis) <= self.retention_secs)
+            .copied()
+            .filter(|basis| !self.tombstone_expired(*basis, g.now))
+    }
+
+    fn tombstone_expired(&self, basis: i64, now: i64) -> bool {
+        now.saturating_sub(basis) > self.retention_secs
+    }
+
+    /// The basis a delete event gives its tombstone at `now` (before the removed record's
+    /// `created_at` is taken into account): `deleted_at`, but never later than now (a
+    /// `deleted_at <= 0` counts as now) and never so early that the tombstone is born expired.
+    /// So a tombstone lives at most the retention from its arrival, and at least until then.
+    fn delete_basis(&self, deleted_at: i64, now: i64) -> i64 {
+        let stamped = if deleted_at <= 0 {
+            now
+        } else {
+            deleted_at.min(now)
+        };
+        stamped.max(now.saturating_sub(self.retention_secs))
+    }
+
+    /// A create of `post_id` created at `created_at` was dropped by its tombstone (of `basis`):
+    /// the tombstone lives at least as long as that post could (as if the create had come first
+    /// and the delete had removed it), so the basis does not depend on the order.
+    fn tombstone_dropped_create(&self, post_id: i64, basis: i64, created_at: i64, g: &Guards<'_>) {
+        if created_at > basis {
+            self.tombstones.update_or_insert(
+                post_id,
+                |old| (*old).max(created_at),
+                created_at,
+                &g.maps,
+            );
+        }
     }
 
     /// Adds a remembered repost of `source` to its author's videos timeline (once), if that
@@ -543,7 +692,7 @@ impl PostStore {
         let mut retired = Vec::new();
         for event in events {
             let post_id = event.post_id;
-            let basis = event.deleted_at;
+            let basis = self.delete_basis(event.deleted_at, g.now);
             let (word, bit) = filter_bit(post_id);
             self.tombstone_filter[word].fetch_or(bit, Ordering::Relaxed);
             self.tombstones
@@ -612,11 +761,10 @@ impl PostStore {
                 report.authors_dropped += 1;
             }
         }
-        let retention = self.retention_secs;
         let mut expired = 0;
         self.tombstones.retain(
             |_, basis| {
-                let keep = now.saturating_sub(*basis) <= retention;
+                let keep = !self.tombstone_expired(*basis, now);
                 expired += usize::from(!keep);
                 keep
             },

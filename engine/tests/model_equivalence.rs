@@ -116,9 +116,26 @@ fn created(retention_secs: i64) -> impl Strategy<Value = When> {
         2 => (retention_secs - 3..=retention_secs + 1).prop_map(When::SecsAgo),
         1 => prop_oneof![
             Just(When::At(-1)),
+            Just(When::At(0)),
+            Just(When::At(1)),
             Just(When::At(i64::from(u32::MAX) + 1)),
             Just(When::At(i64::MIN)),
             Just(When::At(i64::MAX)),
+        ],
+    ]
+}
+
+/// A delete's `deleted_at`: mostly recent, sometimes in the future, long ago or invalid.
+fn deleted_at(retention_secs: i64) -> impl Strategy<Value = When> {
+    prop_oneof![
+        12 => (-50..=retention_secs + 50).prop_map(When::SecsAgo),
+        1 => Just(When::SecsAgo(10 * retention_secs)),
+        1 => prop_oneof![
+            Just(When::At(0)),
+            Just(When::At(-1)),
+            Just(When::At(32_503_680_000)), // the year 3000
+            Just(When::At(i64::MAX)),
+            Just(When::At(i64::MIN)),
         ],
     ]
 }
@@ -207,11 +224,8 @@ fn query_spec() -> impl Strategy<Value = QuerySpec> {
 fn op(retention_secs: i64) -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => prop::collection::vec(post_spec(retention_secs), 0..=6).prop_map(Op::Insert),
-        2 => prop::collection::vec(
-            (POST_IDS, (-50..=retention_secs + 50).prop_map(When::SecsAgo)),
-            1..=3,
-        )
-        .prop_map(Op::Delete),
+        2 => prop::collection::vec((POST_IDS, deleted_at(retention_secs)), 1..=3)
+            .prop_map(Op::Delete),
         2 => prop_oneof![
             6 => 1..=30i64,
             2 => 100..=retention_secs / 2,
@@ -285,9 +299,21 @@ impl Pair {
                         ..s.post
                     })
                     .collect();
-                let engine = self.engine.insert_posts(&batch);
-                let model = self.model.insert_posts(&batch);
+                let (mut engine_drops, mut model_drops) = (Vec::new(), Vec::new());
+                let engine = self
+                    .engine
+                    .insert_posts_with(&batch, |i, why| engine_drops.push((i, why)));
+                let model = self
+                    .model
+                    .insert_posts_with(&batch, |i, why| model_drops.push((i, why)));
                 prop_assert_eq!(engine, model, "step {}: insert report", step);
+                prop_assert_eq!(engine_drops, model_drops, "step {}: drops", step);
+                prop_assert_eq!(
+                    engine.inserted + engine.dropped(),
+                    batch.len(),
+                    "step {}: every post counted once",
+                    step
+                );
             }
             Op::Delete(deletes) => {
                 let events: Vec<DeleteEvent> = deletes

@@ -3,7 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use thunder_engine::config::{MAX_TINY_POSTS_PER_USER_SCAN, TRIM_FRACTION};
-use thunder_engine::{DeleteEvent, FeedQuery, LightPost, ManualClock, PostStore, StoreConfig};
+use thunder_engine::{
+    DeleteEvent, DropReason, FeedQuery, InsertReport, LightPost, ManualClock, PostStore,
+    StoreConfig,
+};
 
 const NOW: i64 = 1_700_000_000;
 const RETENTION: i64 = 1000;
@@ -121,7 +124,10 @@ fn retention_filter_keeps_the_current_second_and_drops_the_future() {
         original(4, 1, NOW - RETENTION - 1),
         original(5, 1, -5),
     ]);
-    assert_eq!((r.inserted, r.in_future, r.too_old), (2, 1, 2));
+    assert_eq!(
+        (r.inserted, r.in_future, r.too_old, r.invalid_time),
+        (2, 1, 1, 1)
+    );
     assert_eq!(all(&s, 0, &[1]), vec![1, 3]);
 }
 
@@ -282,6 +288,105 @@ fn a_repost_before_its_source_becomes_a_video_when_the_source_arrives() {
 }
 
 #[test]
+fn a_promoted_repost_leaves_video_answers_when_its_source_is_deleted() {
+    let (s, _) = store();
+    s.insert_posts(&[repost(3, 2, NOW - 40, 1, 1)]);
+    s.insert_posts(&[video(1, 1, NOW - 50)]);
+    assert_eq!(videos(&s, &[2]), vec![3]);
+    s.mark_as_deleted(&[delete(1, NOW)]);
+    assert!(videos(&s, &[1, 2]).is_empty());
+    // Still an ordinary repost in the feed.
+    assert_eq!(all(&s, 0, &[2]), vec![3]);
+}
+
+#[test]
+fn a_repost_indexed_at_insert_leaves_video_answers_when_its_source_is_deleted() {
+    let (s, _) = store();
+    s.insert_posts(&[video(1, 1, NOW - 50)]);
+    s.insert_posts(&[repost(3, 2, NOW - 40, 1, 1)]);
+    assert_eq!(videos(&s, &[2]), vec![3]);
+    s.mark_as_deleted(&[delete(1, NOW)]);
+    assert!(videos(&s, &[2]).is_empty());
+}
+
+#[test]
+fn a_repost_leaves_video_answers_when_its_source_expires() {
+    let (s, clock) = store();
+    s.insert_posts(&[video(1, 1, NOW - 500), repost(3, 2, NOW - 10, 1, 1)]);
+    assert_eq!(videos(&s, &[2]), vec![3]);
+    clock.advance(RETENTION - 500);
+    assert_eq!(videos(&s, &[2]), vec![3]);
+    clock.advance(1);
+    // The repost itself is 491 s old, well inside the window; its source is not.
+    assert!(videos(&s, &[2]).is_empty());
+    assert_eq!(all(&s, 0, &[2]), vec![3]);
+}
+
+#[test]
+fn a_repost_whose_source_was_deleted_before_it_arrived_is_never_a_video() {
+    let (s, _) = store();
+    s.insert_posts(&[video(1, 1, NOW - 50)]);
+    s.mark_as_deleted(&[delete(1, NOW)]);
+    s.insert_posts(&[repost(3, 2, NOW - 40, 1, 1)]);
+    // The source cannot come back while its tombstone lives.
+    assert_eq!(s.insert_posts(&[video(1, 1, NOW - 50)]).tombstoned, 1);
+    assert!(videos(&s, &[1, 2]).is_empty());
+    // Delete before the source was ever stored: same.
+    s.mark_as_deleted(&[delete(11, NOW)]);
+    s.insert_posts(&[repost(13, 2, NOW - 30, 11, 1)]);
+    s.insert_posts(&[video(11, 1, NOW - 35)]);
+    assert!(videos(&s, &[1, 2]).is_empty());
+}
+
+#[test]
+fn replicas_that_see_a_source_delete_in_different_orders_agree() {
+    // Creates keyed by author, deletes by post id: the cross-partition order varies.
+    let orders: [&[u8]; 6] = [b"SRD", b"SDR", b"RSD", b"RDS", b"DSR", b"DRS"];
+    for order in orders {
+        let (s, _) = store();
+        for event in order {
+            match event {
+                b'S' => {
+                    s.insert_posts(&[video(1, 1, NOW - 50)]);
+                }
+                b'R' => {
+                    s.insert_posts(&[repost(3, 2, NOW - 40, 1, 1), repost(4, 2, NOW - 30, 5, 1)]);
+                }
+                _ => {
+                    s.mark_as_deleted(&[delete(1, NOW)]);
+                }
+            }
+            s.insert_posts(&[video(5, 1, NOW - 45)]);
+        }
+        let order = std::str::from_utf8(order).unwrap();
+        assert_eq!(videos(&s, &[1, 2]), vec![4, 5], "order {order}");
+        assert_eq!(all(&s, 0, &[1, 2]), vec![4, 3, 5], "order {order}");
+    }
+}
+
+#[test]
+fn reposts_that_lost_their_source_do_not_use_up_the_scan_window() {
+    // An entry that one replica holds but may not return must behave like one it never
+    // indexed: skipped, and not counted toward the 500 entries scanned.
+    let (s, _) = store();
+    let n = MAX_TINY_POSTS_PER_USER_SCAN as i64;
+    s.insert_posts(&[video(1, 1, NOW - 900), video(2, 9, NOW - 950)]);
+    let reposts: Vec<LightPost> = (0..n + 10)
+        .map(|i| repost(100 + i, 1, NOW - 800 + i, 2, 9))
+        .collect();
+    s.insert_posts(&reposts);
+    assert_eq!(videos(&s, &[1]).len(), 100, "per-author video cap");
+    s.mark_as_deleted(&[delete(2, NOW)]);
+    assert_eq!(videos(&s, &[1]), vec![1]);
+    let q = FeedQuery::new(0, &[1]);
+    assert_eq!(
+        s.get_videos_by_users(&q).eligible,
+        n as usize + 11,
+        "eligible still counts every entry of the videos timeline"
+    );
+}
+
+#[test]
 fn cap_eviction_keeps_records_other_timelines_hold() {
     // Bug 1: evicting an original video from the videos timeline dropped its record.
     let (s, _) = store_with_cap(3);
@@ -313,21 +418,144 @@ fn cap_evicts_the_oldest_and_frees_its_record() {
     assert_eq!(s.stats().posts, 3);
 }
 
+/// 2000-01-01 and 3000-01-01, unix seconds.
+const YEAR_3000: i64 = 32_503_680_000;
+
 #[test]
-fn future_deleted_at_does_not_wrap_and_keeps_the_tombstone() {
-    // Bug 10: u64 arithmetic underflowed on a deleted_at in the future.
+fn future_deleted_at_does_not_wrap_and_counts_as_the_arrival() {
+    // Bug 10: u64 arithmetic underflowed on a deleted_at in the future. Here a tombstone lives
+    // at most the retention from its arrival, whatever deleted_at says.
     let (s, clock) = store();
-    s.mark_as_deleted(&[delete(7, NOW + 10 * RETENTION)]);
-    clock.advance(RETENTION * 3);
-    let r = s.trim_all();
-    assert_eq!(r.tombstones_expired, 0);
-    assert_eq!(
-        s.insert_posts(&[original(7, 1, NOW + RETENTION * 3 - 5)])
-            .tombstoned,
-        1
-    );
-    clock.advance(RETENTION * 9);
+    s.mark_as_deleted(&[delete(7, YEAR_3000), delete(8, i64::MAX)]);
+    assert_eq!(s.insert_posts(&[original(7, 1, NOW - 5)]).tombstoned, 1);
+    clock.advance(RETENTION);
+    assert_eq!(s.trim_all().tombstones_expired, 0);
+    assert_eq!(s.stats().tombstones, 2);
+    clock.advance(1);
+    assert_eq!(s.trim_all().tombstones_expired, 2);
+    assert_eq!(s.stats().tombstones, 0);
+    assert_eq!(s.insert_posts(&[original(7, 1, NOW + 1)]).inserted, 1);
+}
+
+#[test]
+fn an_invalid_deleted_at_counts_as_now_and_still_blocks_its_create() {
+    let (s, clock) = store();
+    s.mark_as_deleted(&[delete(7, 0), delete(8, -1)]);
+    let r = s.insert_posts(&[original(7, 1, NOW - 1), original(8, 1, NOW - 1)]);
+    assert_eq!(r.tombstoned, 2);
+    clock.advance(RETENTION);
+    assert_eq!(s.trim_all().tombstones_expired, 0);
+    clock.advance(1);
+    assert_eq!(s.trim_all().tombstones_expired, 2);
+}
+
+#[test]
+fn a_delete_older_than_the_retention_still_blocks_its_create_when_it_arrives() {
+    // Order independence: had the create come first, the delete would have removed it.
+    let (s, clock) = store();
+    s.mark_as_deleted(&[delete(7, NOW - 10 * RETENTION)]);
+    assert_eq!(s.insert_posts(&[original(7, 1, NOW - 3)]).tombstoned, 1);
+    assert!(all(&s, 0, &[1]).is_empty());
+    // The dropped create raised the basis to its created_at: it lives as long as the post could.
+    clock.advance(RETENTION - 3);
+    assert_eq!(s.trim_all().tombstones_expired, 0);
+    assert_eq!(s.insert_posts(&[original(7, 1, NOW - 3)]).tombstoned, 1);
+    clock.advance(1);
     assert_eq!(s.trim_all().tombstones_expired, 1);
+}
+
+#[test]
+fn a_dropped_create_raises_the_tombstone_basis_to_its_created_at() {
+    let (s, clock) = store();
+    s.mark_as_deleted(&[delete(7, NOW - 500), delete(8, NOW - 500)]);
+    assert_eq!(s.insert_posts(&[original(7, 1, NOW - 100)]).tombstoned, 1);
+    // 8's basis stays NOW - 500; 7's is now NOW - 100.
+    clock.advance(RETENTION - 499);
+    assert_eq!(s.trim_all().tombstones_expired, 1);
+    assert_eq!(s.insert_posts(&[original(8, 1, NOW)]).inserted, 1);
+    assert_eq!(s.insert_posts(&[original(7, 1, NOW - 100)]).tombstoned, 1);
+    clock.advance(400);
+    assert_eq!(s.trim_all().tombstones_expired, 1);
+    assert_eq!(s.insert_posts(&[original(7, 1, NOW)]).inserted, 1);
+}
+
+#[test]
+fn drops_are_counted_by_reason_with_their_batch_index() {
+    let (s, _) = store();
+    s.insert_posts(&[original(1, 1, NOW - 5)]);
+    s.mark_as_deleted(&[delete(2, NOW)]);
+    let mut drops = Vec::new();
+    let batch = [
+        original(3, 1, NOW),
+        original(2, 1, NOW - 1),
+        original(4, 1, NOW + 1),
+        original(1, 1, NOW - 7),
+        original(5, 1, NOW - RETENTION - 1),
+        original(6, 1, 0),
+        original(3, 1, NOW - 2),
+        original(7, 1, i64::MAX),
+        original(8, 1, i64::from(u32::MAX) + 1),
+        original(9, 1, i64::MIN),
+    ];
+    let r = s.insert_posts_with(&batch, |index, reason| drops.push((index, reason)));
+    assert_eq!(
+        r,
+        InsertReport {
+            inserted: 1,
+            invalid_time: 4,
+            in_future: 1,
+            too_old: 1,
+            tombstoned: 1,
+            duplicate: 2,
+        }
+    );
+    assert_eq!(r.inserted + r.dropped(), batch.len());
+    for reason in DropReason::ALL {
+        assert_eq!(
+            drops.iter().filter(|(_, why)| *why == reason).count(),
+            r.dropped_for(reason),
+            "{reason}"
+        );
+    }
+    // Time checks in batch order (invalid first: i64::MAX is not "in the future"), then the
+    // others in the order the batch is applied (created_at, then batch order).
+    assert_eq!(
+        drops,
+        [
+            (2, DropReason::InFuture),
+            (4, DropReason::TooOld),
+            (5, DropReason::InvalidTime),
+            (7, DropReason::InvalidTime),
+            (8, DropReason::InvalidTime),
+            (9, DropReason::InvalidTime),
+            (3, DropReason::Duplicate),
+            (1, DropReason::Tombstoned),
+            (0, DropReason::Duplicate),
+        ]
+    );
+    let labels: Vec<&str> = DropReason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "too_old",
+            "in_future",
+            "invalid_time",
+            "tombstoned",
+            "duplicate"
+        ]
+    );
+    // insert_posts is the same without the callback.
+    assert_eq!(
+        s.insert_posts(&batch),
+        InsertReport {
+            invalid_time: 4,
+            in_future: 1,
+            too_old: 1,
+            tombstoned: 1,
+            duplicate: 3,
+            ..InsertReport::default()
+        }
+    );
 }
 
 #[test]

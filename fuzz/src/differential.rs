@@ -1,5 +1,7 @@
 //! `PostStore` against `ModelStore`: the same operations on both, one shared `ManualClock`,
 //! every answer compared with `answers_agree` and checked against the [`History`] invariants.
+//! The threaded target also replays every round into a second `PostStore` in another order and
+//! checks that both engines converge (`BEHAVIOUR.md`, "Convergence").
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -7,8 +9,8 @@ use std::sync::{Arc, Barrier};
 use thunder_engine::config::TRIM_FRACTION;
 use thunder_engine::model::{ModelStore, answers_agree};
 use thunder_engine::{
-    Clock, DeleteEvent, DeleteReport, InsertReport, LightPost, ManualClock, PostStore,
-    QueryOutcome, StoreConfig,
+    Clock, DeleteEvent, DeleteReport, DropReason, InsertReport, LightPost, ManualClock, PostStore,
+    QueryOutcome, StoreConfig, TrimReport,
 };
 
 use crate::invariants::{History, Seq};
@@ -54,18 +56,27 @@ impl Pair {
         self.clock.now_secs()
     }
 
-    /// Inserts `batch` into both stores; the reports must be equal.
+    /// Inserts `batch` into both stores; the reports and the drops must be equal.
     pub fn insert(&mut self, seq: Seq, batch: &[LightPost]) {
         self.history.offer(seq, batch);
-        let engine = self.engine.insert_posts(batch);
+        let engine = insert(&self.engine, batch);
         self.model_insert(seq, batch, engine);
     }
 
-    fn model_insert(&mut self, seq: Seq, batch: &[LightPost], engine: InsertReport) {
-        let model = self.model.insert_posts(batch);
+    fn model_insert(&mut self, seq: Seq, batch: &[LightPost], engine: Inserted) {
+        let mut drops = Vec::new();
+        let model = self
+            .model
+            .insert_posts_with(batch, |i, why| drops.push((i, why)));
         assert_eq!(
-            engine, model,
-            "{seq:?}: insert reports differ (engine, model) for {batch:?}"
+            engine,
+            (model, drops),
+            "{seq:?}: insert reports or drops differ (engine, model) for {batch:?}"
+        );
+        assert_eq!(
+            model.inserted + model.dropped(),
+            batch.len(),
+            "{seq:?}: every post is counted once"
         );
     }
 
@@ -91,14 +102,15 @@ impl Pair {
         self.clock.advance(secs);
     }
 
-    /// Trims one shard of both stores; the reports must be equal.
-    pub fn trim(&mut self, seq: Seq, shard: usize) {
+    /// Trims one shard of both stores; the reports must be equal. Returns the report.
+    pub fn trim(&mut self, seq: Seq, shard: usize) -> TrimReport {
         let engine = self.engine.trim(shard);
         let model = self.model.trim(shard);
         assert_eq!(
             engine, model,
             "{seq:?}: trim({shard}) reports differ (engine, model)"
         );
+        engine
     }
 
     /// Runs `query` on both stores: the answers must agree and satisfy the invariants.
@@ -168,6 +180,15 @@ fn check(
     }
 }
 
+/// An insert report with the drops `insert_posts_with` reported, in call order.
+type Inserted = (InsertReport, Vec<(usize, DropReason)>);
+
+fn insert(store: &PostStore, batch: &[LightPost]) -> Inserted {
+    let mut drops = Vec::new();
+    let report = store.insert_posts_with(batch, |i, why| drops.push((i, why)));
+    (report, drops)
+}
+
 fn run_query(store: &PostStore, query: &Query) -> QueryOutcome {
     let feed = query.feed_query();
     if query.videos {
@@ -223,7 +244,9 @@ pub fn run_sequence(input: &Sequence) {
                 pair.delete(seq, &events);
             }
             Op::Advance(advance) => pair.advance(advance.secs(retention)),
-            Op::Trim(shard) => pair.trim(seq, trim_shard(*shard)),
+            Op::Trim(shard) => {
+                pair.trim(seq, trim_shard(*shard));
+            }
             Op::Query(spec) => pair.query(seq, &spec.build()),
         }
         pair.audit(seq);
@@ -232,8 +255,95 @@ pub fn run_sequence(input: &Sequence) {
 
 /// What one writer thread did in one round, in order.
 enum Written {
-    Insert(Vec<LightPost>, InsertReport),
+    Insert(Vec<LightPost>, Inserted),
     Delete(Vec<DeleteEvent>, DeleteReport),
+}
+
+/// A second engine that gets every round's writes applied sequentially in another order than
+/// the model's (writer 1's batches first, or the two writers' batches alternating), plus the
+/// same trims. The writers' operations commute (disjoint ids and authors), so it must report
+/// and answer exactly like the engine the writers ran on concurrently.
+struct Replay {
+    store: PostStore,
+}
+
+impl Replay {
+    fn new(setup: &crate::ops::Setup, clock: Arc<ManualClock>) -> Self {
+        Self {
+            store: PostStore::with_config(StoreConfig {
+                retention_secs: setup.retention_secs(),
+                max_posting_list_size: setup.max_posting_list_size(),
+                clock,
+            }),
+        }
+    }
+
+    /// Applies one round's writes in the order `round` selects and checks each report against
+    /// the concurrent run's.
+    fn apply(&self, round: usize, by_writer: &[Vec<Written>; 2]) {
+        let order: Vec<(usize, usize)> = if round.is_multiple_of(2) {
+            // Writer 1's batches, then writer 0's.
+            (0..by_writer[1].len())
+                .map(|i| (1, i))
+                .chain((0..by_writer[0].len()).map(|i| (0, i)))
+                .collect()
+        } else {
+            // Alternating, writer 1 first.
+            let longest = by_writer[0].len().max(by_writer[1].len());
+            (0..longest)
+                .flat_map(|i| [(1, i), (0, i)])
+                .filter(|&(w, i)| i < by_writer[w].len())
+                .collect()
+        };
+        for (writer, i) in order {
+            match &by_writer[writer][i] {
+                Written::Insert(posts, concurrent) => {
+                    let replayed = insert(&self.store, posts);
+                    assert_eq!(
+                        &replayed, concurrent,
+                        "round {round}, writer {writer}, batch {i}: the replay reports or drops \
+                         differently (replay, concurrent) for {posts:?}"
+                    );
+                }
+                Written::Delete(events, concurrent) => {
+                    let replayed = self.store.mark_as_deleted(events);
+                    assert_eq!(
+                        &replayed, concurrent,
+                        "round {round}, writer {writer}, batch {i}: the replay deletes \
+                         differently (replay, concurrent) for {events:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The replay must answer `query` like the engine: same posts (up to ties at the cut),
+    /// same `timed_out`, same `eligible`.
+    fn converges(&self, seq: Seq, engine: &PostStore, query: &Query) {
+        if query.deadline_passed {
+            return;
+        }
+        let concurrent = run_query(engine, query);
+        let replayed = run_query(&self.store, query);
+        if let Err(why) = answers_agree(&concurrent.posts, &replayed.posts, query.max_results) {
+            panic!(
+                "{seq:?}: the concurrent engine and the replay disagree ({why})\n query: \
+                 {query:?}\n concurrent: {:?}\n replay:     {:?}",
+                ids(&concurrent.posts),
+                ids(&replayed.posts)
+            );
+        }
+        assert_eq!(
+            (concurrent.timed_out, concurrent.eligible),
+            (replayed.timed_out, replayed.eligible),
+            "{seq:?}: timed_out or eligible differ (concurrent, replay) for {query:?}"
+        );
+    }
+
+    fn audit(&self, seq: Seq, engine: &PostStore) {
+        self.converges(seq, engine, &Query::audit(false));
+        self.converges(seq, engine, &Query::audit(true));
+    }
 }
 
 /// Runs `ingest_ordering_threads`.
@@ -246,6 +356,7 @@ enum Written {
 /// run on both stores with the writers parked at a barrier.
 pub fn run_rounds(input: &Rounds) {
     let mut pair = Pair::new(&input.setup);
+    let replay = Replay::new(&input.setup, Arc::clone(&pair.clock));
     let retention = input.setup.retention_secs();
     let rounds = &input.rounds[..input.rounds.len().min(MAX_OPS / 4)];
     // Main thread and both writers meet at three barriers per round: start, end, verdict.
@@ -290,7 +401,7 @@ pub fn run_rounds(input: &Rounds) {
                     for batch in build(owner, &round.writers[writer], now) {
                         written.push(match batch {
                             WriterBatch::Insert(posts) => {
-                                let report = engine.insert_posts(&posts);
+                                let report = insert(engine, &posts);
                                 Written::Insert(posts, report)
                             }
                             WriterBatch::Delete(events) => {
@@ -342,7 +453,9 @@ pub fn run_rounds(input: &Rounds) {
                         let (writer, written) = rx.recv().expect("both writers report every round");
                         by_writer[writer] = written;
                     }
-                    // The model applies writer 0's round, then writer 1's.
+                    // The replay applies them in another order; the model applies writer 0's
+                    // round, then writer 1's.
+                    replay.apply(r, &by_writer);
                     for written in by_writer {
                         for (i, w) in written.into_iter().enumerate() {
                             match w {
@@ -356,14 +469,27 @@ pub fn run_rounds(input: &Rounds) {
                         }
                     }
                     pair.audit((r, usize::MAX));
+                    replay.audit((r, usize::MAX), engine);
                     for (i, op) in round.between.iter().take(MAX_BATCH).enumerate() {
                         let seq = (r, MAX_BATCH + i);
                         match op {
                             BetweenOp::Advance(advance) => pair.advance(advance.secs(retention)),
-                            BetweenOp::Trim(shard) => pair.trim(seq, trim_shard(*shard)),
-                            BetweenOp::Query(spec) => pair.query(seq, &spec.build()),
+                            BetweenOp::Trim(shard) => {
+                                let concurrent = pair.trim(seq, trim_shard(*shard));
+                                let replayed = replay.store.trim(trim_shard(*shard));
+                                assert_eq!(
+                                    concurrent, replayed,
+                                    "{seq:?}: trim reports differ (engine, replay)"
+                                );
+                            }
+                            BetweenOp::Query(spec) => {
+                                let query = spec.build();
+                                pair.query(seq, &query);
+                                replay.converges(seq, engine, &query);
+                            }
                         }
                         pair.audit(seq);
+                        replay.audit(seq, engine);
                     }
                 }))
             });

@@ -464,9 +464,39 @@ const BUG_1: &str = "bug 1: record evicted through another timeline";
 const BUG_1_PARENT: &str = "bug 1: reply's parent evicted through another timeline";
 const BUG_3: &str = "bug 3: dead entries used up the 500-entry scan window";
 const BUG_13: &str = "bug 13: repost stored before its source never joins videos";
+const SOURCE_GONE: &str =
+    "rule: a repost is a video only while its source is stored and unexpired (baseline keeps it)";
 const UNEXPLAINED: &str = "unexplained";
 const UNEXPLAINED_EXTRA: &str = "unexplained: baseline returned a post the engine did not";
 const UNEXPLAINED_CUT: &str = "unexplained: only the cut differs";
+
+/// True if `post_id` is a repost without its own video whose source is no longer a video source
+/// (deleted, or expired at the workload's now): the engine does not return it as a video
+/// (`BEHAVIOUR.md`, videos rule); the baseline keeps it in its videos timeline.
+fn source_gone(baseline: &BaselineStore, w: &Workload, post_id: i64) -> bool {
+    let record = w.config.post((post_id - POST_ID_BASE) as u64);
+    record.is_retweet
+        && !record.has_video
+        && record.source_post_id.is_some_and(|source| {
+            let created_at = w.config.post((source - POST_ID_BASE) as u64).created_at;
+            baseline.get(source).is_none()
+                || w.config.now_secs - created_at > DEFAULT_RETENTION_SECS
+        })
+}
+
+/// Why the baseline's answer has `post_id`, which the engine did not return.
+fn explain_extra(
+    baseline: &BaselineStore,
+    w: &Workload,
+    post_id: i64,
+    video: bool,
+) -> &'static str {
+    if video && source_gone(baseline, w, post_id) {
+        SOURCE_GONE
+    } else {
+        UNEXPLAINED_EXTRA
+    }
+}
 
 /// Why the baseline's answer lacks `post_id`, which the engine returned, read from the
 /// baseline's state and the workload's record of the post.
@@ -534,6 +564,14 @@ fn explain_missing(
     if position >= MAX_TINY_POSTS_PER_USER_SCAN || dead_before {
         return BUG_3;
     }
+    // The baseline spent its per-author budget on reposts the engine no longer returns.
+    if video
+        && newest_first()
+            .take(position)
+            .any(|t| source_gone(baseline, w, t.post_id))
+    {
+        return SOURCE_GONE;
+    }
     UNEXPLAINED
 }
 
@@ -560,23 +598,30 @@ fn agreement(
             .filter(|(id, c)| *c > b.cut && !b_all.contains(id))
             .map(|(id, _)| *id)
             .collect();
-        let only_baseline = b
+        let only_baseline: Vec<i64> = b
             .posts
             .iter()
-            .any(|(id, c)| *c > e.cut && !e_all.contains(id));
-        let reason = if only_baseline {
-            UNEXPLAINED_EXTRA
-        } else if only_engine.is_empty() {
+            .filter(|(id, c)| *c > e.cut && !e_all.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        let reason = if only_engine.is_empty() && only_baseline.is_empty() {
             UNEXPLAINED_CUT
         } else {
-            // Every post the baseline lacks must be explained: the answer counts under the
+            // Every post only one side returned must be explained: the answer counts under the
             // first post's reason, or as unexplained if any post has no reason.
             let exclude: HashSet<i64> = w.excludes[i].iter().copied().collect();
-            let reasons: Vec<&'static str> = only_engine
+            let reasons: Vec<&'static str> = only_baseline
                 .iter()
-                .map(|id| explain_missing(baseline, w, *id, video, &exclude))
+                .map(|id| explain_extra(baseline, w, *id, video))
+                .chain(
+                    only_engine
+                        .iter()
+                        .map(|id| explain_missing(baseline, w, *id, video, &exclude)),
+                )
                 .collect();
-            if reasons.contains(&UNEXPLAINED) {
+            if reasons.contains(&UNEXPLAINED_EXTRA) {
+                UNEXPLAINED_EXTRA
+            } else if reasons.contains(&UNEXPLAINED) {
                 UNEXPLAINED
             } else {
                 reasons[0]
