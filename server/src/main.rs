@@ -118,8 +118,26 @@ async fn main() -> anyhow::Result<()> {
     server.readiness().set_ready().await;
 
     // After catch-up, a dead ingest thread means the store silently stops following the topic:
-    // exit (after draining) so the process supervisor restarts the replica.
+    // exit (after draining) so the process supervisor restarts the replica. A stalled
+    // partition turns readiness off until it moves again.
     let mut ingest_state = ingest.as_ref().map(|i| i.caught_up.clone());
+    let mut stalled = ingest.as_ref().map(|i| i.stalled.clone());
+    let readiness = server.readiness().clone();
+    let follow_stalls = async {
+        let Some(stalled) = stalled.as_mut() else {
+            return std::future::pending::<()>().await;
+        };
+        while stalled.changed().await.is_ok() {
+            let partitions = stalled.borrow_and_update().clone();
+            let reason = if partitions.is_empty() {
+                "every Kafka partition moves again".to_owned()
+            } else {
+                format!("Kafka partitions {partitions:?} stalled")
+            };
+            readiness.set_serving(partitions.is_empty(), &reason).await;
+        }
+        std::future::pending::<()>().await
+    };
     let ingest_failed = async {
         let Some(state) = ingest_state.as_mut() else {
             return std::future::pending::<String>().await;
@@ -136,6 +154,7 @@ async fn main() -> anyhow::Result<()> {
     let failure = tokio::select! {
         () = &mut stop => None,
         message = ingest_failed => Some(message),
+        () = follow_stalls => None,
     };
     if let Some(message) = &failure {
         tracing::error!(%message, "Kafka ingestion failed after catch-up; shutting down");

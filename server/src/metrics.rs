@@ -1,24 +1,551 @@
-//! Prometheus metrics, under the reference service's names, in the default registry.
+//! Prometheus metrics, under the reference service's names, as one registry type.
 //!
-//! Everything registers into [`prometheus::default_registry`], so metrics of other modules (the
-//! Kafka ingestion) show up on `/metrics` without wiring. [`init`] registers all of them eagerly
-//! so a scrape lists them before the first request.
+//! [`Metrics`] holds every metric of the process, the Kafka ingestion's in [`KafkaMetrics`].
+//! Each field is named (prometheus name and help) once, in [`Metrics::new`], and registered as
+//! it is built: there is no separate list to keep in sync. [`Metrics::global`] is the instance
+//! the server uses, registered in [`prometheus::default_registry`] on first use (at start-up),
+//! so a scrape lists every metric before the first request; [`render`] encodes that registry.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use prometheus::core::Collector;
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 use thunder_engine::{LightPost, StoreStats};
 
-/// Registers `collector` in the default registry. A name clash (another module registered the
-/// same name) is logged and the collector keeps working unexported, rather than failing start-up.
-fn registered<C: Collector + Clone + 'static>(collector: C) -> C {
-    if let Err(e) = prometheus::default_registry().register(Box::new(collector.clone())) {
-        tracing::warn!(error = %e, "metric not registered");
+/// Every metric of the process.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    /// `get_in_network_posts_duration_seconds`: duration of a whole `GetInNetworkPosts` call.
+    pub request_duration: Histogram,
+    /// `get_in_network_posts_duration_without_strato_seconds`: duration of a call after the
+    /// follow-graph fetch.
+    pub request_duration_without_fetch: Histogram,
+    /// `get_in_network_posts_count`: posts returned per call.
+    pub posts_returned: Histogram,
+    /// `get_in_network_posts_following_size`: length of `following_user_ids` as received
+    /// (before truncation).
+    pub following_size: Histogram,
+    /// `get_in_network_posts_excluded_size`: length of `exclude_tweet_ids` as received (before
+    /// truncation).
+    pub excluded_size: Histogram,
+    /// `get_in_network_posts_max_results`: effective `max_results` per call.
+    pub max_results: Histogram,
+    /// `get_in_network_posts_requests_total{status}`: calls by final gRPC status
+    /// ([`status_label`]).
+    pub requests: IntCounterVec,
+    /// `get_in_network_posts_request_bytes`: request message size (protobuf-encoded).
+    pub request_bytes: Histogram,
+    /// `get_in_network_posts_response_bytes`: response message size (protobuf-encoded, before
+    /// compression).
+    pub response_bytes: Histogram,
+    /// `get_in_network_posts_found_freshness_seconds{stage}`: age of the newest post found.
+    pub found_freshness: HistogramVec,
+    /// `get_in_network_posts_found_time_range_seconds{stage}`: time between the newest and the
+    /// oldest post found.
+    pub found_time_range: HistogramVec,
+    /// `get_in_network_posts_found_reply_ratio{stage}`: share of replies among the posts found.
+    pub found_reply_ratio: HistogramVec,
+    /// `get_in_network_posts_found_unique_authors{stage}`: distinct authors among the posts
+    /// found.
+    pub found_unique_authors: HistogramVec,
+    /// `get_in_network_posts_found_posts_per_author{stage}`: posts per author among the posts
+    /// found.
+    pub found_posts_per_author: HistogramVec,
+    /// `post_store_requests_total`: store queries run.
+    pub store_queries: IntCounter,
+    /// `post_store_request_timeouts_total`: store queries cut short by their deadline (partial
+    /// answers).
+    pub store_query_timeouts: IntCounter,
+    /// `post_store_posts_returned`: posts returned by the store per query (before the final
+    /// cut).
+    pub store_posts_returned: Histogram,
+    /// `post_store_posts_returned_ratio`: returned posts over eligible timeline entries, per
+    /// query.
+    pub store_posts_returned_ratio: Histogram,
+    /// `in_flight_requests`: calls being served now.
+    pub in_flight_requests: IntGauge,
+    /// `rejected_requests_total`: calls refused by the QPS limit.
+    pub rejected_requests: IntCounter,
+    /// `init_duration_seconds`: seconds from start-up to ready (store caught up).
+    pub init_duration: Gauge,
+    /// `strato_requests_total{endpoint,status}`: follow-graph fetches by endpoint and outcome.
+    pub following_fetches: IntCounterVec,
+    /// `post_store_user_count`: authors in the store.
+    pub store_authors: IntGauge,
+    /// `post_store_total_posts`: post records in the store.
+    pub store_posts: IntGauge,
+    /// `post_store_deleted_posts`: live tombstones (deleted post ids remembered).
+    pub store_tombstones: IntGauge,
+    /// `post_store_entity_count{type}`: store entities by type.
+    pub store_entities: IntGaugeVec,
+    /// `post_store_arena_bytes{kind}`: arena bytes by kind (`reserved`, `used`).
+    pub store_arena_bytes: IntGaugeVec,
+    /// `post_store_timeline_bytes`: bytes held by timeline buffers.
+    pub store_timeline_bytes: IntGauge,
+    /// `post_store_trimmed_posts_total`: posts removed by trimming.
+    pub store_trimmed_posts: IntCounter,
+    /// The Kafka ingestion's metrics.
+    pub kafka: KafkaMetrics,
+}
+
+/// The Kafka ingestion's metrics (part of [`Metrics`]).
+#[derive(Clone, Debug)]
+pub struct KafkaMetrics {
+    /// `kafka_messages_failed_parse_total`: records skipped because they did not decode.
+    pub messages_failed_parse: IntCounter,
+    /// `kafka_poll_errors_total`: errors returned by consumer polls (the consumer retries).
+    pub poll_errors: IntCounter,
+    /// `kafka_messages_consumed_total`: records read from Kafka and applied (or skipped).
+    pub messages_consumed: IntCounter,
+    /// `batch_processing_seconds`: time to apply one batch to the store.
+    pub batch_processing: Histogram,
+    /// `kafka_partition_lag{topic,partition}`: high watermark minus the next offset to apply.
+    pub partition_lag: IntGaugeVec,
+    /// `kafka_partition_stalled{topic,partition}`: 1 while a partition is stalled after
+    /// catch-up.
+    pub partition_stalled: IntGaugeVec,
+    /// `kafka_events_dropped_total{reason}`: decoded events that changed nothing, by reason
+    /// ([`DROP_REASONS`]: `out_of_contract_id`, rejected at decode, and the store's drop
+    /// reasons). Every reason is exported at zero from the start.
+    pub events_dropped: IntCounterVec,
+}
+
+/// Every label of `kafka_events_dropped_total`, exported at zero from the start.
+pub const DROP_REASONS: [&str; 6] = [
+    "out_of_contract_id",
+    "too_old",
+    "in_future",
+    "invalid_time",
+    "duplicate",
+    "tombstoned",
+];
+
+static GLOBAL: LazyLock<Metrics> = LazyLock::new(|| Metrics::new(prometheus::default_registry()));
+
+impl Metrics {
+    /// The process's metrics, registered in [`prometheus::default_registry`] by the first call.
+    pub fn global() -> &'static Metrics {
+        &GLOBAL
     }
-    collector
+
+    /// Builds every metric and registers it in `registry`. A name clash (something else
+    /// registered the same name) is logged and that metric keeps working unexported, rather
+    /// than failing start-up.
+    pub fn new(registry: &Registry) -> Self {
+        let r = Registrar(registry);
+        Self {
+            request_duration: r.histogram(
+                "get_in_network_posts_duration_seconds",
+                "Duration of GetInNetworkPosts calls",
+                exp_buckets(0.001, 1.3, 40),
+            ),
+            request_duration_without_fetch: r.histogram(
+                "get_in_network_posts_duration_without_strato_seconds",
+                "Duration of GetInNetworkPosts calls without the following-list fetch",
+                exp_buckets(0.001, 1.3, 40),
+            ),
+            posts_returned: r.histogram(
+                "get_in_network_posts_count",
+                "Posts returned per GetInNetworkPosts call",
+                exp_buckets(1.0, 1.2, 55),
+            ),
+            following_size: r.histogram(
+                "get_in_network_posts_following_size",
+                "Length of following_user_ids as received",
+                exp_buckets(1.0, 1.2, 55),
+            ),
+            excluded_size: r.histogram(
+                "get_in_network_posts_excluded_size",
+                "Length of exclude_tweet_ids as received",
+                exp_buckets(1.0, 1.2, 55),
+            ),
+            max_results: r.histogram(
+                "get_in_network_posts_max_results",
+                "Effective max_results per GetInNetworkPosts call",
+                exp_buckets(1.0, 1.2, 55),
+            ),
+            requests: r.counter_vec(
+                "get_in_network_posts_requests_total",
+                "GetInNetworkPosts calls by gRPC status",
+                &["status"],
+            ),
+            request_bytes: r.histogram(
+                "get_in_network_posts_request_bytes",
+                "Encoded size of GetInNetworkPosts requests",
+                exp_buckets(16.0, 2.0, 20),
+            ),
+            response_bytes: r.histogram(
+                "get_in_network_posts_response_bytes",
+                "Encoded size of GetInNetworkPosts responses",
+                exp_buckets(16.0, 2.0, 20),
+            ),
+            found_freshness: r.histogram_vec(
+                "get_in_network_posts_found_freshness_seconds",
+                "Age of the newest post found",
+                &["stage"],
+                time_range_buckets(),
+            ),
+            found_time_range: r.histogram_vec(
+                "get_in_network_posts_found_time_range_seconds",
+                "Time between the newest and the oldest post found",
+                &["stage"],
+                time_range_buckets(),
+            ),
+            found_reply_ratio: r.histogram_vec(
+                "get_in_network_posts_found_reply_ratio",
+                "Share of replies among the posts found",
+                &["stage"],
+                ratio_buckets(),
+            ),
+            found_unique_authors: r.histogram_vec(
+                "get_in_network_posts_found_unique_authors",
+                "Distinct authors among the posts found",
+                &["stage"],
+                exp_buckets(1.0, 1.2, 55),
+            ),
+            found_posts_per_author: r.histogram_vec(
+                "get_in_network_posts_found_posts_per_author",
+                "Posts per author among the posts found",
+                &["stage"],
+                vec![1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0],
+            ),
+            store_queries: r.counter("post_store_requests_total", "Store queries run"),
+            store_query_timeouts: r.counter(
+                "post_store_request_timeouts_total",
+                "Store queries cut short by their deadline",
+            ),
+            store_posts_returned: r.histogram(
+                "post_store_posts_returned",
+                "Posts returned by the store per query",
+                exp_buckets(1.0, 1.2, 55),
+            ),
+            store_posts_returned_ratio: r.histogram(
+                "post_store_posts_returned_ratio",
+                "Posts returned over eligible timeline entries",
+                ratio_buckets(),
+            ),
+            in_flight_requests: r.gauge("in_flight_requests", "GetInNetworkPosts calls in flight"),
+            rejected_requests: r.counter(
+                "rejected_requests_total",
+                "GetInNetworkPosts calls refused by the QPS limit",
+            ),
+            init_duration: r.float_gauge("init_duration_seconds", "Seconds from start-up to ready"),
+            following_fetches: r.counter_vec(
+                "strato_requests_total",
+                "Following-list fetches by outcome",
+                &["endpoint", "status"],
+            ),
+            store_authors: r.gauge("post_store_user_count", "Authors in the store"),
+            store_posts: r.gauge("post_store_total_posts", "Post records in the store"),
+            store_tombstones: r.gauge("post_store_deleted_posts", "Live tombstones in the store"),
+            store_entities: r.gauge_vec(
+                "post_store_entity_count",
+                "Store entities by type",
+                &["type"],
+            ),
+            store_arena_bytes: r.gauge_vec(
+                "post_store_arena_bytes",
+                "Bytes of the post arena by kind",
+                &["kind"],
+            ),
+            store_timeline_bytes: r.gauge(
+                "post_store_timeline_bytes",
+                "Bytes held by per-author timeline buffers",
+            ),
+            store_trimmed_posts: r.counter(
+                "post_store_trimmed_posts_total",
+                "Post records freed by trimming",
+            ),
+            kafka: KafkaMetrics::new(&r),
+        }
+    }
+
+    /// Observes everything one `GetInNetworkPosts` call did: its status and duration always,
+    /// and each stage it reached (see [`RequestSummary`]).
+    pub fn record_request(&self, summary: &RequestSummary) {
+        if let Some(size) = &summary.request {
+            self.request_bytes.observe(size.encoded_bytes as f64);
+            self.following_size.observe(size.following as f64);
+            self.excluded_size.observe(size.excluded as f64);
+        }
+        if let Some(success) = summary.following_fetch {
+            let status = if success { "success" } else { "error" };
+            self.following_fetches
+                .with_label_values(&["fetch_following_list", status])
+                .inc();
+        }
+        if let Some(max_results) = summary.max_results {
+            self.max_results.observe(max_results as f64);
+        }
+        if let Some(query) = &summary.query {
+            self.store_queries.inc();
+            if query.timed_out {
+                self.store_query_timeouts.inc();
+            }
+            let returned = query.posts.len();
+            self.store_posts_returned.observe(returned as f64);
+            if query.eligible > 0 {
+                self.store_posts_returned_ratio
+                    .observe(returned as f64 / query.eligible as f64);
+            }
+            self.record_found_posts("scored", &query.posts, query.now_secs);
+            self.posts_returned.observe(returned as f64);
+        }
+        if let Some(bytes) = summary.response_bytes {
+            self.response_bytes.observe(bytes as f64);
+        }
+        if let Some(duration) = summary.duration_without_fetch {
+            self.request_duration_without_fetch
+                .observe(duration.as_secs_f64());
+        }
+        self.requests
+            .with_label_values(&[status_label(summary.code)])
+            .inc();
+        self.request_duration
+            .observe(summary.duration.as_secs_f64());
+    }
+
+    /// Publishes the store's statistics as the `post_store_*` gauges.
+    pub fn record_store_stats(&self, stats: &StoreStats) {
+        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.store_authors.set(as_i64(stats.authors));
+        self.store_posts.set(as_i64(stats.posts));
+        self.store_tombstones.set(as_i64(stats.tombstones));
+        for (kind, n) in [
+            ("users", stats.authors),
+            ("posts", stats.posts),
+            ("original_posts", stats.original_entries),
+            ("secondary_posts", stats.secondary_entries),
+            ("video_posts", stats.video_entries),
+            ("deleted_posts", stats.tombstones),
+        ] {
+            self.store_entities
+                .with_label_values(&[kind])
+                .set(as_i64(n));
+        }
+        self.store_arena_bytes
+            .with_label_values(&["reserved"])
+            .set(as_i64(stats.arena_bytes_reserved));
+        self.store_arena_bytes
+            .with_label_values(&["used"])
+            .set(as_i64(stats.arena_bytes_used));
+        self.store_timeline_bytes.set(as_i64(stats.timeline_bytes));
+    }
+
+    /// Observes the `get_in_network_posts_found_*` histograms for `posts` at `stage`
+    /// (`retrieved` or `scored`), like the reference's `analyze_and_report_post_statistics`.
+    pub fn record_found_posts(&self, stage: &str, posts: &[LightPost], now_secs: i64) {
+        let (Some(newest), Some(oldest)) = (
+            posts.iter().map(|p| p.created_at).max(),
+            posts.iter().map(|p| p.created_at).min(),
+        ) else {
+            return;
+        };
+        let labels = [stage];
+        self.found_freshness
+            .with_label_values(&labels)
+            .observe((now_secs - newest).max(0) as f64);
+        self.found_time_range
+            .with_label_values(&labels)
+            .observe((newest - oldest) as f64);
+        let replies = posts.iter().filter(|p| p.is_reply).count();
+        self.found_reply_ratio
+            .with_label_values(&labels)
+            .observe(replies as f64 / posts.len() as f64);
+        let mut per_author: HashMap<i64, usize> = HashMap::new();
+        for post in posts {
+            *per_author.entry(post.author_id).or_default() += 1;
+        }
+        self.found_unique_authors
+            .with_label_values(&labels)
+            .observe(per_author.len() as f64);
+        let posts_per_author = self.found_posts_per_author.with_label_values(&labels);
+        for count in per_author.values() {
+            posts_per_author.observe(*count as f64);
+        }
+    }
+}
+
+impl KafkaMetrics {
+    fn new(r: &Registrar<'_>) -> Self {
+        let metrics = Self {
+            messages_failed_parse: r.counter(
+                "kafka_messages_failed_parse_total",
+                "Kafka records skipped because they are not a decodable InNetworkEvent with a variant",
+            ),
+            poll_errors: r.counter(
+                "kafka_poll_errors_total",
+                "Errors returned by Kafka consumer polls",
+            ),
+            messages_consumed: r.counter(
+                "kafka_messages_consumed_total",
+                "Kafka records consumed and applied to the store (including skipped bad records)",
+            ),
+            batch_processing: r.histogram(
+                "batch_processing_seconds",
+                "Time to apply one batch of Kafka events to the post store",
+                vec![0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0],
+            ),
+            partition_lag: r.gauge_vec(
+                "kafka_partition_lag",
+                "Records in the partition not yet applied to the store",
+                &["topic", "partition"],
+            ),
+            partition_stalled: r.gauge_vec(
+                "kafka_partition_stalled",
+                "1 while the partition has records to read but applied none within --kafka-stall-timeout-secs",
+                &["topic", "partition"],
+            ),
+            events_dropped: r.counter_vec(
+                "kafka_events_dropped_total",
+                "Kafka events dropped, by reason (out_of_contract_id, too_old, in_future, invalid_time, duplicate, tombstoned)",
+                &["reason"],
+            ),
+        };
+        for reason in DROP_REASONS {
+            metrics.events_dropped.with_label_values(&[reason]);
+        }
+        metrics
+    }
+}
+
+/// What one `GetInNetworkPosts` call did, for [`Metrics::record_request`]. The stages the call
+/// did not reach stay `None` and are not observed.
+#[derive(Debug)]
+pub struct RequestSummary {
+    /// Final gRPC status; `Unknown` until the call ends.
+    pub code: tonic::Code,
+    /// The whole call, admission included.
+    pub duration: Duration,
+    /// The request as received; `None` when admission refused the call.
+    pub request: Option<RequestSize>,
+    /// Outcome of the follow-graph fetch (`true`: success), when the call ran one.
+    pub following_fetch: Option<bool>,
+    /// Effective `max_results`, once the call got past the follow-graph fetch.
+    pub max_results: Option<usize>,
+    /// The call from the end of the follow-graph fetch (or where it would run) to its end.
+    pub duration_without_fetch: Option<Duration>,
+    /// The store query's answer, when the query ran.
+    pub query: Option<QuerySummary>,
+    /// Encoded size of the response, for a successful call.
+    pub response_bytes: Option<usize>,
+}
+
+impl Default for RequestSummary {
+    fn default() -> Self {
+        Self {
+            code: tonic::Code::Unknown,
+            duration: Duration::ZERO,
+            request: None,
+            following_fetch: None,
+            max_results: None,
+            duration_without_fetch: None,
+            query: None,
+            response_bytes: None,
+        }
+    }
+}
+
+/// Sizes of a `GetInNetworkPostsRequest` as received (before validation and truncation).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestSize {
+    /// Protobuf-encoded size in bytes.
+    pub encoded_bytes: usize,
+    /// Length of `following_user_ids`.
+    pub following: usize,
+    /// Length of `exclude_tweet_ids`.
+    pub excluded: usize,
+}
+
+/// The store query's answer, as far as the metrics go.
+#[derive(Clone, Debug, Default)]
+pub struct QuerySummary {
+    /// The posts returned (before the response is built), newest first.
+    pub posts: Vec<LightPost>,
+    /// The deadline passed; `posts` is partial.
+    pub timed_out: bool,
+    /// Summed timeline lengths of the requested authors.
+    pub eligible: usize,
+    /// The store's clock when the query ran (unix seconds), for the posts' ages.
+    pub now_secs: i64,
+}
+
+/// Metric label (`status` of `get_in_network_posts_requests_total`) of a gRPC status code.
+pub fn status_label(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::Ok => "ok",
+        tonic::Code::ResourceExhausted => "resource_exhausted",
+        tonic::Code::InvalidArgument => "invalid_argument",
+        tonic::Code::Internal => "internal",
+        _ => "other",
+    }
+}
+
+/// Renders the default registry in the Prometheus text format.
+pub fn render() -> String {
+    let encoder = prometheus::TextEncoder::new();
+    encoder
+        .encode_to_string(&prometheus::gather())
+        .unwrap_or_else(|e| format!("# encoding metrics failed: {e}\n"))
+}
+
+/// Builds metrics and registers each in a registry as it is built.
+struct Registrar<'a>(&'a Registry);
+
+impl Registrar<'_> {
+    /// Registers `built`. Metric definitions are compile-time constants, so an invalid one is a
+    /// bug in this file; a registration clash is logged and the metric kept, unexported.
+    fn register<C: Collector + Clone + 'static>(&self, built: prometheus::Result<C>) -> C {
+        let collector = built.unwrap_or_else(|e| panic!("invalid metric definition: {e}"));
+        if let Err(e) = self.0.register(Box::new(collector.clone())) {
+            tracing::warn!(error = %e, "metric not registered");
+        }
+        collector
+    }
+
+    fn counter(&self, name: &str, help: &str) -> IntCounter {
+        self.register(IntCounter::new(name, help))
+    }
+
+    fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.register(IntCounterVec::new(Opts::new(name, help), labels))
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.register(IntGauge::new(name, help))
+    }
+
+    fn float_gauge(&self, name: &str, help: &str) -> Gauge {
+        self.register(Gauge::new(name, help))
+    }
+
+    fn gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.register(IntGaugeVec::new(Opts::new(name, help), labels))
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+        self.register(Histogram::with_opts(
+            HistogramOpts::new(name, help).buckets(buckets),
+        ))
+    }
+
+    fn histogram_vec(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+        buckets: Vec<f64>,
+    ) -> HistogramVec {
+        self.register(HistogramVec::new(
+            HistogramOpts::new(name, help).buckets(buckets),
+            labels,
+        ))
+    }
 }
 
 fn exp_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {
@@ -29,252 +556,6 @@ fn ratio_buckets() -> Vec<f64> {
     (0..=10).map(|i| f64::from(i) / 10.0).collect()
 }
 
-fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
-    let opts = HistogramOpts::new(name, help).buckets(buckets);
-    registered(Histogram::with_opts(opts).unwrap_or_else(|_| unreachable_metric(name)))
-}
-
-fn histogram_vec(name: &str, help: &str, labels: &[&str], buckets: Vec<f64>) -> HistogramVec {
-    let opts = HistogramOpts::new(name, help).buckets(buckets);
-    registered(HistogramVec::new(opts, labels).unwrap_or_else(|_| unreachable_metric(name)))
-}
-
-fn counter(name: &str, help: &str) -> IntCounter {
-    registered(IntCounter::new(name, help).unwrap_or_else(|_| unreachable_metric(name)))
-}
-
-fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    registered(
-        IntCounterVec::new(Opts::new(name, help), labels)
-            .unwrap_or_else(|_| unreachable_metric(name)),
-    )
-}
-
-fn gauge(name: &str, help: &str) -> IntGauge {
-    registered(IntGauge::new(name, help).unwrap_or_else(|_| unreachable_metric(name)))
-}
-
-fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    registered(
-        IntGaugeVec::new(Opts::new(name, help), labels)
-            .unwrap_or_else(|_| unreachable_metric(name)),
-    )
-}
-
-/// Metric definitions are compile-time constants; an invalid one is a bug in this file.
-fn unreachable_metric(name: &str) -> ! {
-    panic!("invalid metric definition: {name}")
-}
-
-/// Duration of a whole `GetInNetworkPosts` call.
-pub static GET_IN_NETWORK_POSTS_DURATION: LazyLock<Histogram> = LazyLock::new(|| {
-    histogram(
-        "get_in_network_posts_duration_seconds",
-        "Duration of GetInNetworkPosts calls",
-        exp_buckets(0.001, 1.3, 40),
-    )
-});
-/// Duration of a call without the follow-graph fetch.
-pub static GET_IN_NETWORK_POSTS_DURATION_WITHOUT_STRATO: LazyLock<Histogram> =
-    LazyLock::new(|| {
-        histogram(
-            "get_in_network_posts_duration_without_strato_seconds",
-            "Duration of GetInNetworkPosts calls without the following-list fetch",
-            exp_buckets(0.001, 1.3, 40),
-        )
-    });
-/// Posts returned per call.
-pub static GET_IN_NETWORK_POSTS_COUNT: LazyLock<Histogram> = LazyLock::new(|| {
-    histogram(
-        "get_in_network_posts_count",
-        "Posts returned per GetInNetworkPosts call",
-        exp_buckets(1.0, 1.2, 55),
-    )
-});
-/// Length of `following_user_ids` as received (before truncation).
-pub static GET_IN_NETWORK_POSTS_FOLLOWING_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
-    histogram(
-        "get_in_network_posts_following_size",
-        "Length of following_user_ids as received",
-        exp_buckets(1.0, 1.2, 55),
-    )
-});
-/// Length of `exclude_tweet_ids` as received (before truncation).
-pub static GET_IN_NETWORK_POSTS_EXCLUDED_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
-    histogram(
-        "get_in_network_posts_excluded_size",
-        "Length of exclude_tweet_ids as received",
-        exp_buckets(1.0, 1.2, 55),
-    )
-});
-/// Effective `max_results` per call.
-pub static GET_IN_NETWORK_POSTS_MAX_RESULTS: LazyLock<Histogram> = LazyLock::new(|| {
-    histogram(
-        "get_in_network_posts_max_results",
-        "Effective max_results per GetInNetworkPosts call",
-        exp_buckets(1.0, 1.2, 55),
-    )
-});
-/// Calls by final gRPC status code name.
-pub static GET_IN_NETWORK_POSTS_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    counter_vec(
-        "get_in_network_posts_requests_total",
-        "GetInNetworkPosts calls by gRPC status",
-        &["status"],
-    )
-});
-/// Request message size in bytes (protobuf-encoded).
-pub static GET_IN_NETWORK_POSTS_REQUEST_BYTES: LazyLock<Histogram> = LazyLock::new(|| {
-    histogram(
-        "get_in_network_posts_request_bytes",
-        "Encoded size of GetInNetworkPosts requests",
-        exp_buckets(16.0, 2.0, 20),
-    )
-});
-/// Response message size in bytes (protobuf-encoded, before compression).
-pub static GET_IN_NETWORK_POSTS_RESPONSE_BYTES: LazyLock<Histogram> = LazyLock::new(|| {
-    histogram(
-        "get_in_network_posts_response_bytes",
-        "Encoded size of GetInNetworkPosts responses",
-        exp_buckets(16.0, 2.0, 20),
-    )
-});
-/// Age of the newest post found, by stage.
-pub static FOUND_FRESHNESS: LazyLock<HistogramVec> = LazyLock::new(|| {
-    histogram_vec(
-        "get_in_network_posts_found_freshness_seconds",
-        "Age of the newest post found",
-        &["stage"],
-        time_range_buckets(),
-    )
-});
-/// Time between the newest and the oldest post found, by stage.
-pub static FOUND_TIME_RANGE: LazyLock<HistogramVec> = LazyLock::new(|| {
-    histogram_vec(
-        "get_in_network_posts_found_time_range_seconds",
-        "Time between the newest and the oldest post found",
-        &["stage"],
-        time_range_buckets(),
-    )
-});
-/// Share of replies among the posts found, by stage.
-pub static FOUND_REPLY_RATIO: LazyLock<HistogramVec> = LazyLock::new(|| {
-    histogram_vec(
-        "get_in_network_posts_found_reply_ratio",
-        "Share of replies among the posts found",
-        &["stage"],
-        ratio_buckets(),
-    )
-});
-/// Distinct authors among the posts found, by stage.
-pub static FOUND_UNIQUE_AUTHORS: LazyLock<HistogramVec> = LazyLock::new(|| {
-    histogram_vec(
-        "get_in_network_posts_found_unique_authors",
-        "Distinct authors among the posts found",
-        &["stage"],
-        exp_buckets(1.0, 1.2, 55),
-    )
-});
-/// Posts per author among the posts found, by stage.
-pub static FOUND_POSTS_PER_AUTHOR: LazyLock<HistogramVec> = LazyLock::new(|| {
-    histogram_vec(
-        "get_in_network_posts_found_posts_per_author",
-        "Posts per author among the posts found",
-        &["stage"],
-        vec![1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0],
-    )
-});
-/// Store queries run.
-pub static POST_STORE_REQUESTS: LazyLock<IntCounter> =
-    LazyLock::new(|| counter("post_store_requests_total", "Store queries run"));
-/// Store queries cut short by their deadline (partial answers).
-pub static POST_STORE_REQUEST_TIMEOUTS: LazyLock<IntCounter> = LazyLock::new(|| {
-    counter(
-        "post_store_request_timeouts_total",
-        "Store queries cut short by their deadline",
-    )
-});
-/// Posts returned by the store per query (before the final cut).
-pub static POST_STORE_POSTS_RETURNED: LazyLock<Histogram> = LazyLock::new(|| {
-    histogram(
-        "post_store_posts_returned",
-        "Posts returned by the store per query",
-        exp_buckets(1.0, 1.2, 55),
-    )
-});
-/// Returned posts over eligible timeline entries, per query.
-pub static POST_STORE_POSTS_RETURNED_RATIO: LazyLock<Histogram> = LazyLock::new(|| {
-    histogram(
-        "post_store_posts_returned_ratio",
-        "Posts returned over eligible timeline entries",
-        ratio_buckets(),
-    )
-});
-/// Calls being served now.
-pub static IN_FLIGHT_REQUESTS: LazyLock<IntGauge> =
-    LazyLock::new(|| gauge("in_flight_requests", "GetInNetworkPosts calls in flight"));
-/// Calls refused by the QPS limit.
-pub static REJECTED_REQUESTS: LazyLock<IntCounter> = LazyLock::new(|| {
-    counter(
-        "rejected_requests_total",
-        "GetInNetworkPosts calls refused by the QPS limit",
-    )
-});
-/// Seconds from start-up to ready (store caught up).
-pub static INIT_DURATION_SECONDS: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
-    registered(
-        prometheus::Gauge::new("init_duration_seconds", "Seconds from start-up to ready")
-            .unwrap_or_else(|_| unreachable_metric("init_duration_seconds")),
-    )
-});
-/// Follow-graph fetches by endpoint and outcome.
-pub static STRATO_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    counter_vec(
-        "strato_requests_total",
-        "Following-list fetches by outcome",
-        &["endpoint", "status"],
-    )
-});
-/// Authors in the store.
-pub static POST_STORE_USER_COUNT: LazyLock<IntGauge> =
-    LazyLock::new(|| gauge("post_store_user_count", "Authors in the store"));
-/// Post records in the store.
-pub static POST_STORE_TOTAL_POSTS: LazyLock<IntGauge> =
-    LazyLock::new(|| gauge("post_store_total_posts", "Post records in the store"));
-/// Live tombstones (deleted post ids remembered).
-pub static POST_STORE_DELETED_POSTS: LazyLock<IntGauge> =
-    LazyLock::new(|| gauge("post_store_deleted_posts", "Live tombstones in the store"));
-/// Store entities by type.
-pub static POST_STORE_ENTITY_COUNT: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    gauge_vec(
-        "post_store_entity_count",
-        "Store entities by type",
-        &["type"],
-    )
-});
-/// Arena bytes by kind (`reserved`, `used`).
-pub static POST_STORE_ARENA_BYTES: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    gauge_vec(
-        "post_store_arena_bytes",
-        "Bytes of the post arena by kind",
-        &["kind"],
-    )
-});
-/// Bytes held by timeline buffers.
-pub static POST_STORE_TIMELINE_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
-    gauge(
-        "post_store_timeline_bytes",
-        "Bytes held by per-author timeline buffers",
-    )
-});
-/// Posts removed by trimming.
-pub static POST_STORE_TRIMMED: LazyLock<IntCounter> = LazyLock::new(|| {
-    counter(
-        "post_store_trimmed_posts_total",
-        "Post records freed by trimming",
-    )
-});
-
 fn time_range_buckets() -> Vec<f64> {
     vec![
         60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 43200.0, 86400.0, 129600.0,
@@ -282,103 +563,151 @@ fn time_range_buckets() -> Vec<f64> {
     ]
 }
 
-/// Registers every metric of this module, so `/metrics` lists them from the start.
-pub fn init() {
-    LazyLock::force(&GET_IN_NETWORK_POSTS_DURATION);
-    LazyLock::force(&GET_IN_NETWORK_POSTS_DURATION_WITHOUT_STRATO);
-    LazyLock::force(&GET_IN_NETWORK_POSTS_COUNT);
-    LazyLock::force(&GET_IN_NETWORK_POSTS_FOLLOWING_SIZE);
-    LazyLock::force(&GET_IN_NETWORK_POSTS_EXCLUDED_SIZE);
-    LazyLock::force(&GET_IN_NETWORK_POSTS_MAX_RESULTS);
-    LazyLock::force(&GET_IN_NETWORK_POSTS_REQUESTS);
-    LazyLock::force(&GET_IN_NETWORK_POSTS_REQUEST_BYTES);
-    LazyLock::force(&GET_IN_NETWORK_POSTS_RESPONSE_BYTES);
-    LazyLock::force(&FOUND_FRESHNESS);
-    LazyLock::force(&FOUND_TIME_RANGE);
-    LazyLock::force(&FOUND_REPLY_RATIO);
-    LazyLock::force(&FOUND_UNIQUE_AUTHORS);
-    LazyLock::force(&FOUND_POSTS_PER_AUTHOR);
-    LazyLock::force(&POST_STORE_REQUESTS);
-    LazyLock::force(&POST_STORE_REQUEST_TIMEOUTS);
-    LazyLock::force(&POST_STORE_POSTS_RETURNED);
-    LazyLock::force(&POST_STORE_POSTS_RETURNED_RATIO);
-    LazyLock::force(&IN_FLIGHT_REQUESTS);
-    LazyLock::force(&REJECTED_REQUESTS);
-    LazyLock::force(&INIT_DURATION_SECONDS);
-    LazyLock::force(&STRATO_REQUESTS);
-    LazyLock::force(&POST_STORE_USER_COUNT);
-    LazyLock::force(&POST_STORE_TOTAL_POSTS);
-    LazyLock::force(&POST_STORE_DELETED_POSTS);
-    LazyLock::force(&POST_STORE_ENTITY_COUNT);
-    LazyLock::force(&POST_STORE_ARENA_BYTES);
-    LazyLock::force(&POST_STORE_TIMELINE_BYTES);
-    LazyLock::force(&POST_STORE_TRIMMED);
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Publishes the store's statistics as the `post_store_*` gauges.
-pub fn record_store_stats(stats: &StoreStats) {
-    let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    POST_STORE_USER_COUNT.set(as_i64(stats.authors));
-    POST_STORE_TOTAL_POSTS.set(as_i64(stats.posts));
-    POST_STORE_DELETED_POSTS.set(as_i64(stats.tombstones));
-    for (kind, n) in [
-        ("users", stats.authors),
-        ("posts", stats.posts),
-        ("original_posts", stats.original_entries),
-        ("secondary_posts", stats.secondary_entries),
-        ("video_posts", stats.video_entries),
-        ("deleted_posts", stats.tombstones),
-    ] {
-        POST_STORE_ENTITY_COUNT
-            .with_label_values(&[kind])
-            .set(as_i64(n));
+    /// A fresh instance, so the counts do not depend on other tests.
+    fn metrics() -> (Metrics, Registry) {
+        let registry = Registry::new();
+        (Metrics::new(&registry), registry)
     }
-    POST_STORE_ARENA_BYTES
-        .with_label_values(&["reserved"])
-        .set(as_i64(stats.arena_bytes_reserved));
-    POST_STORE_ARENA_BYTES
-        .with_label_values(&["used"])
-        .set(as_i64(stats.arena_bytes_used));
-    POST_STORE_TIMELINE_BYTES.set(as_i64(stats.timeline_bytes));
-}
 
-/// Observes the `get_in_network_posts_found_*` histograms for `posts` at `stage`
-/// (`retrieved` or `scored`), like the reference's `analyze_and_report_post_statistics`.
-pub fn record_found_posts(stage: &str, posts: &[LightPost], now_secs: i64) {
-    let (Some(newest), Some(oldest)) = (
-        posts.iter().map(|p| p.created_at).max(),
-        posts.iter().map(|p| p.created_at).min(),
-    ) else {
-        return;
-    };
-    let labels = [stage];
-    FOUND_FRESHNESS
-        .with_label_values(&labels)
-        .observe((now_secs - newest).max(0) as f64);
-    FOUND_TIME_RANGE
-        .with_label_values(&labels)
-        .observe((newest - oldest) as f64);
-    let replies = posts.iter().filter(|p| p.is_reply).count();
-    FOUND_REPLY_RATIO
-        .with_label_values(&labels)
-        .observe(replies as f64 / posts.len() as f64);
-    let mut per_author: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
-    for post in posts {
-        *per_author.entry(post.author_id).or_default() += 1;
+    fn family_names(registry: &Registry) -> Vec<String> {
+        registry
+            .gather()
+            .iter()
+            .map(|f| f.name().to_owned())
+            .collect()
     }
-    FOUND_UNIQUE_AUTHORS
-        .with_label_values(&labels)
-        .observe(per_author.len() as f64);
-    let posts_per_author = FOUND_POSTS_PER_AUTHOR.with_label_values(&labels);
-    for count in per_author.values() {
-        posts_per_author.observe(*count as f64);
-    }
-}
 
-/// Renders the default registry in the Prometheus text format.
-pub fn render() -> String {
-    let encoder = prometheus::TextEncoder::new();
-    encoder
-        .encode_to_string(&prometheus::gather())
-        .unwrap_or_else(|e| format!("# encoding metrics failed: {e}\n"))
+    #[test]
+    fn every_drop_reason_is_exported_at_zero() {
+        let (metrics, registry) = metrics();
+        for reason in DROP_REASONS {
+            assert_eq!(
+                metrics
+                    .kafka
+                    .events_dropped
+                    .with_label_values(&[reason])
+                    .get(),
+                0
+            );
+        }
+        let families = registry.gather();
+        let dropped = families
+            .iter()
+            .find(|f| f.name() == "kafka_events_dropped_total")
+            .expect("exported");
+        assert_eq!(dropped.get_metric().len(), DROP_REASONS.len());
+        for reason in thunder_engine::DropReason::ALL {
+            assert!(DROP_REASONS.contains(&reason.as_str()), "{reason} missing");
+        }
+    }
+
+    #[test]
+    fn unlabelled_metrics_are_exported_from_the_start() {
+        let (_metrics, registry) = metrics();
+        let names = family_names(&registry);
+        for name in [
+            "get_in_network_posts_duration_seconds",
+            "get_in_network_posts_count",
+            "post_store_requests_total",
+            "in_flight_requests",
+            "init_duration_seconds",
+            "post_store_trimmed_posts_total",
+            "kafka_messages_failed_parse_total",
+            "kafka_poll_errors_total",
+            "kafka_messages_consumed_total",
+            "batch_processing_seconds",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} missing");
+        }
+    }
+
+    #[test]
+    fn a_refused_call_counts_only_its_status_and_duration() {
+        let (metrics, _registry) = metrics();
+        metrics.record_request(&RequestSummary {
+            code: tonic::Code::ResourceExhausted,
+            duration: Duration::from_millis(2),
+            ..RequestSummary::default()
+        });
+        assert_eq!(
+            metrics
+                .requests
+                .with_label_values(&["resource_exhausted"])
+                .get(),
+            1
+        );
+        assert_eq!(metrics.request_duration.get_sample_count(), 1);
+        assert_eq!(metrics.request_bytes.get_sample_count(), 0);
+        assert_eq!(metrics.request_duration_without_fetch.get_sample_count(), 0);
+        assert_eq!(metrics.store_queries.get(), 0);
+        assert_eq!(metrics.response_bytes.get_sample_count(), 0);
+    }
+
+    #[test]
+    fn a_served_call_observes_every_stage() {
+        let (metrics, _registry) = metrics();
+        let now = 1_000_000;
+        let posts = vec![
+            LightPost::original(1, 10, now - 60),
+            LightPost::original(2, 10, now - 120),
+            LightPost::original(3, 11, now - 600),
+        ];
+        metrics.record_request(&RequestSummary {
+            code: tonic::Code::Ok,
+            duration: Duration::from_millis(5),
+            request: Some(RequestSize {
+                encoded_bytes: 40,
+                following: 0,
+                excluded: 1,
+            }),
+            following_fetch: Some(true),
+            max_results: Some(1200),
+            duration_without_fetch: Some(Duration::from_millis(3)),
+            query: Some(QuerySummary {
+                posts,
+                timed_out: true,
+                eligible: 6,
+                now_secs: now,
+            }),
+            response_bytes: Some(120),
+        });
+        assert_eq!(metrics.requests.with_label_values(&["ok"]).get(), 1);
+        assert_eq!(
+            metrics
+                .following_fetches
+                .with_label_values(&["fetch_following_list", "success"])
+                .get(),
+            1
+        );
+        for histogram in [
+            &metrics.request_duration,
+            &metrics.request_duration_without_fetch,
+            &metrics.request_bytes,
+            &metrics.following_size,
+            &metrics.excluded_size,
+            &metrics.max_results,
+            &metrics.store_posts_returned,
+            &metrics.store_posts_returned_ratio,
+            &metrics.posts_returned,
+            &metrics.response_bytes,
+        ] {
+            assert_eq!(histogram.get_sample_count(), 1);
+        }
+        assert_eq!(metrics.posts_returned.get_sample_sum(), 3.0);
+        assert_eq!(metrics.store_posts_returned_ratio.get_sample_sum(), 0.5);
+        assert_eq!(metrics.store_queries.get(), 1);
+        assert_eq!(metrics.store_query_timeouts.get(), 1);
+        let scored = |h: &HistogramVec| h.with_label_values(&["scored"]);
+        assert_eq!(scored(&metrics.found_freshness).get_sample_sum(), 60.0);
+        assert_eq!(scored(&metrics.found_time_range).get_sample_sum(), 540.0);
+        assert_eq!(scored(&metrics.found_unique_authors).get_sample_sum(), 2.0);
+        assert_eq!(
+            scored(&metrics.found_posts_per_author).get_sample_count(),
+            2
+        );
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::metrics;
+use crate::metrics::Metrics;
 
 /// Shared readiness flag, mirrored into `grpc.health.v1.Health` for both the overall server
 /// (service `""`) and `thunder.v1.InNetworkPostsService`.
@@ -51,7 +51,9 @@ impl Readiness {
 
     /// Marks the server ready: health SERVING, `/readyz` 200, `init_duration_seconds` set.
     pub async fn set_ready(&self) {
-        metrics::INIT_DURATION_SECONDS.set(self.inner.started.elapsed().as_secs_f64());
+        Metrics::global()
+            .init_duration
+            .set(self.inner.started.elapsed().as_secs_f64());
         for service in HEALTH_SERVICES {
             self.inner
                 .health
@@ -63,6 +65,28 @@ impl Readiness {
             after_secs = self.inner.started.elapsed().as_secs_f64(),
             "ready: health SERVING"
         );
+    }
+
+    /// Turns serving off and on again after start-up (a stalled Kafka partition), without
+    /// touching `init_duration_seconds`.
+    pub async fn set_serving(&self, serving: bool, reason: &str) {
+        if serving == self.is_ready() {
+            return;
+        }
+        self.inner.ready.store(serving, Ordering::Relaxed);
+        let status = if serving {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        for service in HEALTH_SERVICES {
+            self.inner.health.set_service_status(service, status).await;
+        }
+        if serving {
+            tracing::info!(reason, "health SERVING again");
+        } else {
+            tracing::warn!(reason, "health NOT_SERVING");
+        }
     }
 
     /// Marks the server not ready (during shutdown, so balancers stop sending traffic).

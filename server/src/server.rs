@@ -16,10 +16,11 @@ use tonic::transport::server::TcpIncoming;
 use crate::admission::Admission;
 use crate::error::StartupError;
 use crate::following::FollowingSource;
+use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use crate::service::ThunderService;
 use crate::tls::TlsFiles;
-use crate::{admin, metrics, tasks};
+use crate::{admin, tasks};
 
 /// Default largest accepted (decoded) request message: 4 MiB, far above the ~200 KB of two
 /// full 10000-id lists.
@@ -136,7 +137,8 @@ pub async fn start(
     following: Option<Arc<dyn FollowingSource>>,
 ) -> Result<RunningServer, StartupError> {
     let started = Instant::now();
-    metrics::init();
+    // Registers every metric, so a scrape lists them before the first request.
+    Metrics::global();
     let qps_limit = NonZeroU32::new(options.qps_limit)
         .ok_or_else(|| StartupError::Config("--qps-limit must be greater than 0".into()))?;
 

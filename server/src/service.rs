@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 use crate::admission::Admission;
 use crate::error::ServiceError;
 use crate::following::FollowingSource;
-use crate::metrics;
+use crate::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 use crate::request::{ValidatedRequest, response_from};
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
@@ -29,6 +29,7 @@ pub struct ThunderService {
     admission: Admission,
     following: Option<Arc<dyn FollowingSource>>,
     request_timeout: Option<Duration>,
+    metrics: &'static Metrics,
 }
 
 impl ThunderService {
@@ -46,20 +47,42 @@ impl ThunderService {
             admission,
             following,
             request_timeout,
+            metrics: Metrics::global(),
         }
     }
 
+    /// Serves one call and records it in the metrics with a single
+    /// [`Metrics::record_request`] at its end.
     async fn serve(
         &self,
         request: Request<GetInNetworkPostsRequest>,
+    ) -> Result<GetInNetworkPostsResponse, ServiceError> {
+        let started = Instant::now();
+        let mut summary = RequestSummary::default();
+        let result = self.handle(request, &mut summary).await;
+        summary.code = result
+            .as_ref()
+            .map_or_else(ServiceError::code, |_| tonic::Code::Ok);
+        summary.duration = started.elapsed();
+        self.metrics.record_request(&summary);
+        result
+    }
+
+    /// Admission, validation and the follow-graph fallback; notes in `summary` what it did.
+    async fn handle(
+        &self,
+        request: Request<GetInNetworkPostsRequest>,
+        summary: &mut RequestSummary,
     ) -> Result<GetInNetworkPostsResponse, ServiceError> {
         let _in_flight = self.admission.admit()?;
         let arrival = Instant::now();
         let client_timeout = grpc_timeout(request.metadata());
         let req = request.into_inner();
-        metrics::GET_IN_NETWORK_POSTS_REQUEST_BYTES.observe(req.encoded_len() as f64);
-        metrics::GET_IN_NETWORK_POSTS_FOLLOWING_SIZE.observe(req.following_user_ids.len() as f64);
-        metrics::GET_IN_NETWORK_POSTS_EXCLUDED_SIZE.observe(req.exclude_tweet_ids.len() as f64);
+        summary.request = Some(RequestSize {
+            encoded_bytes: req.encoded_len(),
+            following: req.following_user_ids.len(),
+            excluded: req.exclude_tweet_ids.len(),
+        });
         let mut validated = ValidatedRequest::from_request(&req)?;
         if validated.debug {
             tracing::info!(
@@ -80,16 +103,25 @@ impl ThunderService {
             let fetched = source
                 .fetch_following_list(validated.viewer_id, MAX_INPUT_LIST_SIZE)
                 .await;
-            let status = if fetched.is_ok() { "success" } else { "error" };
-            metrics::STRATO_REQUESTS
-                .with_label_values(&["fetch_following_list", status])
-                .inc();
+            summary.following_fetch = Some(fetched.is_ok());
             validated.set_authors(fetched.map_err(ServiceError::FollowingFetch)?);
         }
 
-        let _without_fetch = metrics::GET_IN_NETWORK_POSTS_DURATION_WITHOUT_STRATO.start_timer();
-        metrics::GET_IN_NETWORK_POSTS_MAX_RESULTS.observe(validated.max_results as f64);
+        let after_fetch = Instant::now();
+        summary.max_results = Some(validated.max_results);
         let deadline = self.deadline(arrival, client_timeout);
+        let result = self.query(validated, deadline, summary).await;
+        summary.duration_without_fetch = Some(after_fetch.elapsed());
+        result
+    }
+
+    /// The store query on a blocking thread and the response; notes the answer in `summary`.
+    async fn query(
+        &self,
+        validated: ValidatedRequest,
+        deadline: Option<Instant>,
+        summary: &mut RequestSummary,
+    ) -> Result<GetInNetworkPostsResponse, ServiceError> {
         let store = Arc::clone(&self.store);
         let (outcome, validated, now_secs) = tokio::task::spawn_blocking(move || {
             let outcome = validated.execute(&store, deadline);
@@ -98,28 +130,22 @@ impl ThunderService {
         .await
         .map_err(|e| ServiceError::QueryTask(e.to_string()))?;
 
-        metrics::POST_STORE_REQUESTS.inc();
-        if outcome.timed_out {
-            metrics::POST_STORE_REQUEST_TIMEOUTS.inc();
-        }
-        let returned = outcome.posts.len();
-        metrics::POST_STORE_POSTS_RETURNED.observe(returned as f64);
-        if outcome.eligible > 0 {
-            metrics::POST_STORE_POSTS_RETURNED_RATIO
-                .observe(returned as f64 / outcome.eligible as f64);
-        }
-        metrics::record_found_posts("scored", &outcome.posts, now_secs);
-        metrics::GET_IN_NETWORK_POSTS_COUNT.observe(returned as f64);
         if validated.debug {
             tracing::info!(
                 user_id = validated.viewer_id,
-                returned,
+                returned = outcome.posts.len(),
                 timed_out = outcome.timed_out,
                 "GetInNetworkPosts done"
             );
         }
         let response = response_from(&outcome);
-        metrics::GET_IN_NETWORK_POSTS_RESPONSE_BYTES.observe(response.encoded_len() as f64);
+        summary.response_bytes = Some(response.encoded_len());
+        summary.query = Some(QuerySummary {
+            posts: outcome.posts,
+            timed_out: outcome.timed_out,
+            eligible: outcome.eligible,
+            now_secs,
+        });
         Ok(response)
     }
 
@@ -141,15 +167,7 @@ impl InNetworkPostsService for ThunderService {
         &self,
         request: Request<GetInNetworkPostsRequest>,
     ) -> Result<Response<GetInNetworkPostsResponse>, Status> {
-        let timer = metrics::GET_IN_NETWORK_POSTS_DURATION.start_timer();
         let result = self.serve(request).await;
-        let code = result
-            .as_ref()
-            .map_or_else(ServiceError::code, |_| tonic::Code::Ok);
-        metrics::GET_IN_NETWORK_POSTS_REQUESTS
-            .with_label_values(&[code_label(code)])
-            .inc();
-        timer.observe_duration();
         match result {
             Ok(response) => Ok(Response::new(response)),
             Err(error) => {
@@ -159,17 +177,6 @@ impl InNetworkPostsService for ThunderService {
                 Err(error.into())
             }
         }
-    }
-}
-
-/// Metric label of a gRPC status code.
-fn code_label(code: tonic::Code) -> &'static str {
-    match code {
-        tonic::Code::Ok => "ok",
-        tonic::Code::ResourceExhausted => "resource_exhausted",
-        tonic::Code::InvalidArgument => "invalid_argument",
-        tonic::Code::Internal => "internal",
-        _ => "other",
     }
 }
 

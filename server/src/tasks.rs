@@ -8,7 +8,7 @@ use thunder_engine::config::TRIM_FRACTION;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use crate::metrics;
+use crate::metrics::Metrics;
 
 /// How often one author shard is trimmed (the reference's `start_auto_trim(2)`).
 pub const TRIM_INTERVAL: Duration = Duration::from_secs(120);
@@ -35,7 +35,9 @@ pub async fn run_trim(
         let store = Arc::clone(&store);
         match tokio::task::spawn_blocking(move || store.trim(current)).await {
             Ok(report) => {
-                metrics::POST_STORE_TRIMMED.inc_by(report.posts_freed as u64);
+                Metrics::global()
+                    .store_trimmed_posts
+                    .inc_by(report.posts_freed as u64);
                 if report.entries_removed > 0 || report.tombstones_expired > 0 {
                     tracing::info!(shard = current, ?report, "auto-trim");
                 }
@@ -61,7 +63,7 @@ pub async fn run_stats(
         }
         let store = Arc::clone(&store);
         match tokio::task::spawn_blocking(move || store.stats()).await {
-            Ok(stats) => metrics::record_store_stats(&stats),
+            Ok(stats) => Metrics::global().record_store_stats(&stats),
             Err(e) => tracing::error!(error = %e, "store stats task failed"),
         }
     }

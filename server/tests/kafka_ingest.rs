@@ -5,6 +5,8 @@
 
 mod kafka_support;
 
+use prost::Message;
+
 use kafka_support::*;
 use thunder_engine::synth::SynthEvent;
 use thunder_engine::{DeleteEvent, LightPost};
@@ -22,6 +24,21 @@ fn bad_payloads() -> Vec<(Option<Vec<u8>>, &'static str)> {
         (Some(Vec::new()), "no variant"),
         // A null payload.
         (None, "no payload"),
+        // Well-formed, but with ids the contract cannot ask for.
+        (
+            Some(kafka::create_event(&LightPost::original(5, -7, 1)).encode_to_vec()),
+            "negative id",
+        ),
+        (
+            Some(
+                kafka::delete_envelope(&DeleteEvent {
+                    post_id: -9,
+                    deleted_at: 1,
+                })
+                .encode_to_vec(),
+            ),
+            "negative id",
+        ),
     ]
 }
 
@@ -106,6 +123,13 @@ fn ingested_store_matches_the_model() {
         }));
         extra.push(SynthEvent::Create(post));
     }
+    // Bad times the store drops and counts: milliseconds, zero, negative, in the future.
+    for created_at in [now * 1000, 0, -5, now + 3600] {
+        extra.push(SynthEvent::Create(LightPost::original(
+            next_id, 42, created_at,
+        )));
+        next_id += 1;
+    }
     // Replies that name a parent but do not set `is_reply`: ingestion derives it.
     for p in originals
         .iter()
@@ -134,6 +158,7 @@ fn ingested_store_matches_the_model() {
             DecodeError::Malformed(_) => *what == "malformed",
             DecodeError::NoVariant => *what == "no variant",
             DecodeError::NoPayload => *what == "no payload",
+            DecodeError::OutOfContractId { .. } => *what == "negative id",
         };
         assert!(matches, "{what}: got {error}");
     }
@@ -167,15 +192,36 @@ fn ingested_store_matches_the_model() {
     wait_applied(&ingest, total);
 
     let stats = ingest.stats();
-    assert_eq!(stats.failed, bad.len() as u64, "{stats:?}");
+    let rejected = bad
+        .iter()
+        .filter(|(_, what)| *what == "negative id")
+        .count() as u64;
+    assert_eq!(stats.failed, bad.len() as u64 - rejected, "{stats:?}");
+    assert_eq!(stats.rejected, rejected, "{stats:?}");
     assert_eq!(
-        stats.creates + stats.deletes + stats.failed,
+        stats.creates + stats.deletes + stats.failed + stats.rejected,
         total,
         "{stats:?}"
     );
+    // At least the four bad times, the repeated creates and the deleted-first creates.
+    assert!(stats.dropped >= 4 + 15, "{stats:?}");
+    for reason in ["invalid_time", "in_future", "duplicate", "tombstoned"] {
+        assert!(
+            metric_value("kafka_events_dropped_total", &[("reason", reason)]).unwrap_or(0.0) >= 1.0,
+            "no drop counted as {reason}"
+        );
+    }
+    assert!(
+        metric_value(
+            "kafka_events_dropped_total",
+            &[("reason", "out_of_contract_id")]
+        )
+        .unwrap_or(0.0)
+            >= rejected as f64
+    );
     let failed_after = metric_value("kafka_messages_failed_parse_total", &[]).unwrap_or(0.0);
     assert!(
-        failed_after - failed_before >= bad.len() as f64,
+        failed_after - failed_before >= (bad.len() as u64 - rejected) as f64,
         "parse failures not counted"
     );
 

@@ -69,6 +69,10 @@ pub struct KafkaArgs {
     )]
     pub lag_monitor_interval_secs: u64,
 
+    /// After catch-up, a partition that has records to read but applied none for this many
+    /// seconds is stalled: readiness turns NOT_SERVING until it moves again (0 disables).
+    #[arg(long, env = "THUNDER_KAFKA_STALL_TIMEOUT_SECS", default_value_t = 30)]
+    pub kafka_stall_timeout_secs: u64,
     /// Ingest threads that may apply a batch at the same time once caught up (0 = no limit).
     /// Before catch-up all threads apply in parallel. The default 1 keeps a burst of live
     /// events from taking more than one core away from queries; one thread applies far more
@@ -146,6 +150,7 @@ impl std::fmt::Debug for KafkaArgs {
             .field("kafka_auto_offset_reset", &self.kafka_auto_offset_reset)
             .field("start_from_time", &self.start_from_time)
             .field("lag_monitor_interval_secs", &self.lag_monitor_interval_secs)
+            .field("kafka_stall_timeout_secs", &self.kafka_stall_timeout_secs)
             .field("kafka_live_batch_permits", &self.kafka_live_batch_permits)
             .field("kafka_security_protocol", &self.kafka_security_protocol)
             .field("kafka_sasl_mechanism", &self.kafka_sasl_mechanism)
@@ -173,6 +178,7 @@ impl Default for KafkaArgs {
             kafka_auto_offset_reset: "earliest".to_owned(),
             start_from_time: false,
             lag_monitor_interval_secs: 30,
+            kafka_stall_timeout_secs: 30,
             kafka_live_batch_permits: 1,
             kafka_security_protocol: "plaintext".to_owned(),
             kafka_sasl_mechanism: None,
@@ -225,12 +231,13 @@ impl KafkaArgs {
             .set("group.id", group_id)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
             .set("auto.offset.reset", &self.kafka_auto_offset_reset);
         // `-X` wins over our defaults too.
         for (key, value) in &self.kafka_properties {
             config.set(key, value);
         }
+        // The catch-up and stall rules rely on end-of-partition events.
+        config.set("enable.partition.eof", "true");
         Ok(config)
     }
 }

@@ -1,5 +1,6 @@
 //! Kafka record → store event: the one decode path of ingestion (also the fuzzers' entry point).
 
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prost::Message;
@@ -8,6 +9,7 @@ use thunder_proto::in_network_event::EventVariant;
 use thunder_proto::{InNetworkEvent, TweetCreateEvent, TweetDeleteEvent};
 
 use super::metrics;
+use super::throttle::{LOG_INTERVAL, LogThrottle};
 
 /// One decoded Kafka record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,9 +32,35 @@ pub enum DecodeError {
     /// The `InNetworkEvent` has no `event_variant` set.
     #[error("InNetworkEvent has no event variant")]
     NoVariant,
+    /// An id is negative: the gRPC contract (`uint64` ids) could never ask for it.
+    #[error("{field} {value} is negative: the gRPC contract (uint64 ids) cannot express it")]
+    OutOfContractId {
+        /// The event field.
+        field: &'static str,
+        /// Its value.
+        value: i64,
+    },
 }
 
-/// Decodes one record payload (a protobuf `InNetworkEvent`, no framing).
+impl DecodeError {
+    /// The `kafka_events_dropped_total` reason of an error that drops a well-formed event,
+    /// `None` for records that did not decode at all.
+    pub fn drop_reason(&self) -> Option<&'static str> {
+        matches!(self, Self::OutOfContractId { .. }).then_some("out_of_contract_id")
+    }
+}
+
+/// Fails on the first negative id: every id the gRPC contract can name is an `uint64` that
+/// fits an `i64`, so a negative one could be stored but never asked for.
+fn check_ids(ids: &[(&'static str, Option<i64>)]) -> Result<(), DecodeError> {
+    match ids.iter().find(|(_, id)| id.is_some_and(|id| id < 0)) {
+        Some(&(field, Some(value))) => Err(DecodeError::OutOfContractId { field, value }),
+        _ => Ok(()),
+    }
+}
+
+/// Decodes one record payload (a protobuf `InNetworkEvent`, no framing). Events with a
+/// negative id are refused ([`DecodeError::OutOfContractId`]).
 ///
 /// Never panics, whatever the bytes.
 pub fn decode_event(payload: Option<&[u8]>) -> Result<IngestEvent, DecodeError> {
@@ -40,9 +68,19 @@ pub fn decode_event(payload: Option<&[u8]>) -> Result<IngestEvent, DecodeError> 
     let event = InNetworkEvent::decode(payload)?;
     match event.event_variant {
         Some(EventVariant::TweetCreateEvent(create)) => {
+            check_ids(&[
+                ("post_id", Some(create.post_id)),
+                ("author_id", Some(create.author_id)),
+                ("in_reply_to_post_id", create.in_reply_to_post_id),
+                ("in_reply_to_user_id", create.in_reply_to_user_id),
+                ("source_post_id", create.source_post_id),
+                ("source_user_id", create.source_user_id),
+                ("conversation_id", create.conversation_id),
+            ])?;
             Ok(IngestEvent::Create(light_post(&create)))
         }
         Some(EventVariant::TweetDeleteEvent(delete)) => {
+            check_ids(&[("post_id", Some(delete.post_id))])?;
             Ok(IngestEvent::Delete(delete_event(&delete)))
         }
         None => Err(DecodeError::NoVariant),
@@ -89,13 +127,32 @@ pub fn delete_envelope(delete: &DeleteEvent) -> InNetworkEvent {
 /// logged, so a flood of bad records cannot flood the log (the counter still counts each).
 static FAILURES_LOGGED: AtomicU64 = AtomicU64::new(0);
 
+/// One sampled log line per drop reason every [`LOG_INTERVAL`].
+static DROPS_LOGGED: LazyLock<LogThrottle> = LazyLock::new(|| LogThrottle::new(LOG_INTERVAL));
+
+/// Logs a dropped event with where it came from, rate-limited per reason.
+fn log_drop(reason: &str, partition: i32, offset: i64, detail: &dyn std::fmt::Display) {
+    if let Some(suppressed) = DROPS_LOGGED.admit(reason) {
+        tracing::warn!(
+            reason,
+            partition,
+            offset,
+            suppressed,
+            "dropping Kafka event: {detail}"
+        );
+    }
+}
+
 /// Decoded records waiting to be applied to the store as one batch.
 #[derive(Debug, Default)]
 pub struct EventBatch {
     creates: Vec<LightPost>,
+    /// (partition, offset) of each create, for the drop log.
+    create_origins: Vec<(i32, i64)>,
     deletes: Vec<DeleteEvent>,
     records: usize,
     failed: usize,
+    rejected: usize,
 }
 
 /// What applying one [`EventBatch`] did.
@@ -109,6 +166,10 @@ pub struct BatchOutcome {
     pub deletes: usize,
     /// Records skipped because they did not decode.
     pub failed: usize,
+    /// Events skipped because an id is outside the contract.
+    pub rejected: usize,
+    /// Creates the store dropped (too old, in the future, invalid time, duplicate, deleted).
+    pub dropped: usize,
 }
 
 impl EventBatch {
@@ -116,9 +177,11 @@ impl EventBatch {
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
             creates: Vec::with_capacity(capacity),
+            create_origins: Vec::with_capacity(capacity),
             deletes: Vec::with_capacity(capacity / 8),
             records: 0,
             failed: 0,
+            rejected: 0,
         }
     }
 
@@ -133,7 +196,9 @@ impl EventBatch {
     }
 
     /// Decodes one record into the batch. A record that does not decode is counted in
-    /// `kafka_messages_failed_parse_total`, logged with its partition and offset, and skipped.
+    /// `kafka_messages_failed_parse_total`, logged with its partition and offset, and skipped;
+    /// an event with an id outside the contract is counted in `kafka_events_dropped_total`,
+    /// sampled in the log and skipped.
     pub fn push_record(
         &mut self,
         partition: i32,
@@ -142,11 +207,24 @@ impl EventBatch {
     ) -> Result<(), DecodeError> {
         self.records += 1;
         match decode_event(payload) {
-            Ok(IngestEvent::Create(post)) => self.creates.push(post),
+            Ok(IngestEvent::Create(post)) => {
+                self.creates.push(post);
+                self.create_origins.push((partition, offset));
+            }
             Ok(IngestEvent::Delete(delete)) => self.deletes.push(delete),
+            Err(error) if error.drop_reason().is_some() => {
+                let reason = error.drop_reason().unwrap_or_default();
+                self.rejected += 1;
+                metrics::kafka()
+                    .events_dropped
+                    .with_label_values(&[reason])
+                    .inc();
+                log_drop(reason, partition, offset, &error);
+                return Err(error);
+            }
             Err(error) => {
                 self.failed += 1;
-                metrics::MESSAGES_FAILED_PARSE.inc();
+                metrics::kafka().messages_failed_parse.inc();
                 let logged = FAILURES_LOGGED.fetch_add(1, Ordering::Relaxed);
                 if logged < 100 || logged.is_multiple_of(1000) {
                     tracing::warn!(partition, offset, %error, "skipping Kafka record that failed to parse");
@@ -158,11 +236,31 @@ impl EventBatch {
     }
 
     /// Applies the batch: `insert_posts` with every create, then `mark_as_deleted` with every
-    /// delete, and empties it. Times the store calls in `batch_processing_seconds`.
+    /// delete, and empties it. Times the store calls in `batch_processing_seconds`; counts the
+    /// creates the store drops by reason and logs a sample of them with partition and offset.
     pub fn apply(&mut self, store: &PostStore) -> BatchOutcome {
-        let timer = metrics::BATCH_PROCESSING_SECONDS.start_timer();
+        let timer = metrics::kafka().batch_processing.start_timer();
+        let mut dropped = 0;
         if !self.creates.is_empty() {
-            store.insert_posts(&self.creates);
+            let creates = &self.creates;
+            let origins = &self.create_origins;
+            store.insert_posts_with(creates, |index, reason| {
+                dropped += 1;
+                let reason = reason.as_str();
+                metrics::kafka()
+                    .events_dropped
+                    .with_label_values(&[reason])
+                    .inc();
+                if let (Some(post), Some(&(partition, offset))) =
+                    (creates.get(index), origins.get(index))
+                {
+                    let detail = format_args!(
+                        "post {} by {} created_at {}",
+                        post.post_id, post.author_id, post.created_at
+                    );
+                    log_drop(reason, partition, offset, &detail);
+                }
+            });
         }
         if !self.deletes.is_empty() {
             store.mark_as_deleted(&self.deletes);
@@ -173,8 +271,12 @@ impl EventBatch {
             creates: self.creates.len(),
             deletes: self.deletes.len(),
             failed: self.failed,
+            rejected: self.rejected,
+            dropped,
         };
         self.creates.clear();
+        self.create_origins.clear();
+        self.rejected = 0;
         self.deletes.clear();
         self.records = 0;
         self.failed = 0;
@@ -199,13 +301,113 @@ mod tests {
     #[test]
     fn delete_round_trips() {
         let delete = DeleteEvent {
-            post_id: -5,
+            post_id: 5,
             deleted_at: 12,
         };
         let bytes = delete_envelope(&delete).encode_to_vec();
         assert_eq!(
             decode_event(Some(&bytes)).expect("decodes"),
             IngestEvent::Delete(delete)
+        );
+    }
+
+    #[test]
+    fn negative_ids_are_rejected_and_counted() {
+        let mut post = LightPost::original(7, 3, 1_700_000_000);
+        post.author_id = -3;
+        let bytes = create_event(&post).encode_to_vec();
+        assert!(matches!(
+            decode_event(Some(&bytes)),
+            Err(DecodeError::OutOfContractId {
+                field: "author_id",
+                value: -3
+            })
+        ));
+        let mut repost = LightPost::original(8, 3, 1_700_000_000);
+        repost.source_post_id = Some(-1);
+        let bytes = create_event(&repost).encode_to_vec();
+        assert!(matches!(
+            decode_event(Some(&bytes)),
+            Err(DecodeError::OutOfContractId {
+                field: "source_post_id",
+                ..
+            })
+        ));
+        let delete = DeleteEvent {
+            post_id: -5,
+            deleted_at: 12,
+        };
+        let bytes = delete_envelope(&delete).encode_to_vec();
+        assert!(matches!(
+            decode_event(Some(&bytes)),
+            Err(DecodeError::OutOfContractId {
+                field: "post_id",
+                ..
+            })
+        ));
+
+        let counter = metrics::kafka()
+            .events_dropped
+            .with_label_values(&["out_of_contract_id"]);
+        let before = counter.get();
+        let parse_failures = metrics::kafka().messages_failed_parse.get();
+        let mut batch = EventBatch::with_capacity(4);
+        assert!(batch.push_record(0, 9, Some(&bytes)).is_err());
+        assert_eq!(counter.get(), before + 1);
+        assert_eq!(metrics::kafka().messages_failed_parse.get(), parse_failures);
+        let store = PostStore::new(172_800);
+        let outcome = batch.apply(&store);
+        assert_eq!(
+            (outcome.records, outcome.rejected, outcome.deletes),
+            (1, 1, 0)
+        );
+    }
+
+    #[test]
+    fn store_drops_are_counted_by_reason() {
+        let store = PostStore::new(172_800);
+        let now = store.now_secs();
+        let count = |reason: &str| {
+            metrics::kafka()
+                .events_dropped
+                .with_label_values(&[reason])
+                .get()
+        };
+        let before: Vec<u64> = ["in_future", "invalid_time", "too_old", "duplicate"]
+            .iter()
+            .map(|r| count(r))
+            .collect();
+        let mut batch = EventBatch::with_capacity(8);
+        for (offset, post) in [
+            LightPost::original(1, 1, now),
+            LightPost::original(1, 1, now),
+            LightPost::original(2, 1, now + 3600),
+            LightPost::original(3, 1, now * 1000),
+            LightPost::original(4, 1, 0),
+            LightPost::original(5, 1, now - 172_801),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let bytes = create_event(post).encode_to_vec();
+            batch
+                .push_record(0, offset as i64, Some(&bytes))
+                .expect("decodes");
+        }
+        let outcome = batch.apply(&store);
+        assert_eq!(outcome.dropped, 5);
+        let after: Vec<u64> = ["in_future", "invalid_time", "too_old", "duplicate"]
+            .iter()
+            .map(|r| count(r))
+            .collect();
+        // One in the future, two invalid times (milliseconds, zero), one too old, one duplicate.
+        assert_eq!(
+            after
+                .iter()
+                .zip(&before)
+                .map(|(a, b)| a - b)
+                .collect::<Vec<_>>(),
+            vec![1, 2, 1, 1]
         );
     }
 
@@ -220,10 +422,10 @@ mod tests {
             decode_event(Some(&[0xff, 0xff, 0xff])),
             Err(DecodeError::Malformed(_))
         ));
-        let before = metrics::MESSAGES_FAILED_PARSE.get();
+        let before = metrics::kafka().messages_failed_parse.get();
         let mut batch = EventBatch::with_capacity(4);
         assert!(batch.push_record(0, 1, Some(b"\x0a\x05abc")).is_err());
         assert_eq!(batch.len(), 1);
-        assert!(metrics::MESSAGES_FAILED_PARSE.get() > before);
+        assert!(metrics::kafka().messages_failed_parse.get() > before);
     }
 }

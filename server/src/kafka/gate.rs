@@ -1,22 +1,49 @@
-//! The catch-up gate: start-up waits until every ingest thread has read its backlog.
+//! The catch-up gate: start-up waits until every partition's backlog is applied.
+//!
+//! At start the supervisor records each partition's high watermark (also with
+//! `--start-from-time`); a partition is caught up once the next offset to apply reaches it,
+//! an ingest thread once all its partitions are, and the gate opens once every thread is.
+//! Records appended meanwhile do not move the goal, so a busy topic cannot hold start-up back
+//! forever, and nothing recorded at start is unread when the gate opens.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-/// Progress of the start-up catch-up, published on [`KafkaIngest::caught_up`].
+/// Progress of the start-up catch-up, published on [`KafkaIngest::caught_up`](super::KafkaIngest::caught_up).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CatchUpState {
     /// Still reading the backlog (or waiting for the broker or the topic).
     CatchingUp,
-    /// Every ingest thread has read its backlog; `took` is the time since [`start`].
+    /// Every ingest thread has read its backlog; `took` is the time since [`start`](super::start).
     CaughtUp {
-        /// Time from [`start`] to catch-up.
+        /// Time from [`start`](super::start) to catch-up.
         took: Duration,
     },
     /// An ingest thread died; ingestion of its partitions has stopped.
     Failed(String),
+}
+
+/// The catch-up rule of one partition: it is caught up once the next offset to apply has
+/// reached the high watermark recorded at start (or the partition held nothing to read from
+/// the start position), or once its consumer reported the end of the partition with every
+/// record before it applied (which also covers transaction markers, which are never delivered
+/// but count in the watermark).
+pub(super) fn partition_caught_up(
+    low_at_start: i64,
+    end_at_start: i64,
+    next: i64,
+    at_end: bool,
+) -> bool {
+    at_end || partition_lag(low_at_start, end_at_start, next) == 0
+}
+
+/// Lag of one partition: records between the next offset to read (or the low watermark, when
+/// that is later or nothing was read yet) and the high watermark. Never negative.
+pub(crate) fn partition_lag(low: i64, high: i64, next: i64) -> i64 {
+    let position = next.max(low);
+    high.saturating_sub(position).max(0)
 }
 
 /// Collects per-thread catch-up and failure reports and publishes the overall state.
@@ -98,6 +125,32 @@ impl CatchUpGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lag_is_clamped() {
+        assert_eq!(partition_lag(0, 10, -1), 10);
+        assert_eq!(partition_lag(4, 10, 2), 6);
+        assert_eq!(partition_lag(0, 10, 10), 0);
+        assert_eq!(partition_lag(0, 10, i64::MAX), 0);
+        // The log was truncated or reset under us.
+        assert_eq!(partition_lag(0, 3, 7), 0);
+    }
+
+    #[test]
+    fn a_partition_is_caught_up_at_its_recorded_end() {
+        // From the beginning (-1) of a log holding offsets 5..20.
+        assert!(!partition_caught_up(5, 20, -1, false));
+        assert!(!partition_caught_up(5, 20, 19, false));
+        assert!(partition_caught_up(5, 20, 20, false));
+        // Records appended after start do not move the goal.
+        assert!(partition_caught_up(5, 20, 21, false));
+        // An empty partition, or a start position at or past the end.
+        assert!(partition_caught_up(7, 7, -1, false));
+        assert!(partition_caught_up(0, 20, i64::MAX, false));
+        // The consumer saw the end (a transaction marker holds the watermark above the last
+        // record).
+        assert!(partition_caught_up(0, 20, 19, true));
+    }
 
     #[test]
     fn caught_up_after_every_thread() {

@@ -7,28 +7,30 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use thunder_engine::PostStore;
 
 use super::decode::EventBatch;
+use super::gate::partition_caught_up;
 use super::metrics;
-use super::shared::Shared;
+use super::shared::{PartitionState, Shared};
+use super::throttle::{LOG_INTERVAL, LogThrottle, ThrottledContext};
 
 /// Longest single poll, so the thread notices shutdown and flushes idle batches promptly.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Pause after a poll error before polling again (as the reference).
 const POLL_ERROR_BACKOFF: Duration = Duration::from_millis(100);
-/// Least time between two watermark queries while catching up.
-const LAG_CHECK_INTERVAL: Duration = Duration::from_millis(250);
-/// Least time between two warnings of the same kind from one thread.
-const WARN_INTERVAL: Duration = Duration::from_secs(10);
+/// How long "unknown topic or partition" may last before start-up gives up on it: a topic that
+/// was just created can briefly be unknown to the broker that leads it.
+const UNKNOWN_PARTITION_GRACE: Duration = Duration::from_secs(15);
 
 /// One partition owned by an ingest thread.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OwnedPartition {
-    /// Index into `Shared::offsets`.
+    /// Index into `Shared::partitions`.
     pub slot: usize,
     /// Kafka partition id.
     pub partition: i32,
@@ -44,28 +46,69 @@ pub(crate) struct IngestThread {
     pub consumer_config: ClientConfig,
     pub batch_size: usize,
     pub fetch_timeout: Duration,
-    pub request_timeout: Duration,
     pub store: Arc<PostStore>,
     pub shared: Arc<Shared>,
 }
 
-/// Logs a repeated warning at most once per [`WARN_INTERVAL`].
-#[derive(Default)]
-struct WarnThrottle {
-    last: Option<Instant>,
-    suppressed: u64,
+/// Where one owned partition stands, as this thread has read it.
+#[derive(Clone, Copy, Debug)]
+struct Position {
+    /// Next offset to read (`-1`: from the low watermark; `i64::MAX`: from the end).
+    next: i64,
+    /// The consumer reported the end of the partition after the last record read.
+    at_end: bool,
 }
 
-impl WarnThrottle {
-    fn warn(&mut self, thread: usize, what: &str, error: &dyn std::fmt::Display) {
-        if self.last.is_some_and(|t| t.elapsed() < WARN_INTERVAL) {
-            self.suppressed += 1;
-            return;
-        }
-        tracing::warn!(thread, suppressed = self.suppressed, %error, "{what}");
-        self.last = Some(Instant::now());
-        self.suppressed = 0;
+/// Why an ingest thread stopped.
+#[derive(Debug, thiserror::Error)]
+enum IngestError {
+    #[error(transparent)]
+    Client(#[from] KafkaError),
+    #[error("{0}")]
+    Unrecoverable(String),
+}
+
+/// Errors that retrying cannot heal: the partition can never move past the record batch that
+/// caused them. `None` for everything librdkafka retries by itself (broker outages, leader
+/// changes, timeouts).
+fn unrecoverable_cause(error: &KafkaError) -> Option<&'static str> {
+    if let KafkaError::MessageConsumptionFatal(_) = error {
+        return Some("librdkafka reported a fatal consumer error");
     }
+    let KafkaError::MessageConsumption(code) = error else {
+        return None;
+    };
+    Some(match code {
+        RDKafkaErrorCode::NotImplemented | RDKafkaErrorCode::UnsupportedCompressionType => {
+            "a record batch uses a compression codec this build cannot decode"
+        }
+        RDKafkaErrorCode::BadCompression => "a record batch does not decompress (corrupt batch)",
+        RDKafkaErrorCode::BadMessage
+        | RDKafkaErrorCode::InvalidMessage
+        | RDKafkaErrorCode::InvalidRecord => "a record batch is corrupt",
+        RDKafkaErrorCode::TopicAuthorizationFailed
+        | RDKafkaErrorCode::GroupAuthorizationFailed
+        | RDKafkaErrorCode::ClusterAuthorizationFailed => "not authorised to read the topic",
+        RDKafkaErrorCode::SaslAuthenticationFailed | RDKafkaErrorCode::Authentication => {
+            "authentication with the broker failed"
+        }
+        RDKafkaErrorCode::UnknownPartition
+        | RDKafkaErrorCode::UnknownTopic
+        | RDKafkaErrorCode::UnknownTopicOrPartition => "the topic or partition does not exist",
+        _ => return None,
+    })
+}
+
+/// True for causes that may still heal for a short while (a topic being created).
+fn heals_briefly(error: &KafkaError) -> bool {
+    matches!(
+        error,
+        KafkaError::MessageConsumption(
+            RDKafkaErrorCode::UnknownPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+        )
+    )
 }
 
 impl IngestThread {
@@ -75,6 +118,7 @@ impl IngestThread {
         let outcome = catch_unwind(AssertUnwindSafe(|| self.ingest()));
         let reason = match outcome {
             Ok(Ok(())) => return,
+            Ok(Err(IngestError::Unrecoverable(message))) => message,
             Ok(Err(error)) => format!("Kafka ingest thread {} stopped: {error}", self.index),
             Err(panic) => {
                 let message = panic
@@ -88,8 +132,15 @@ impl IngestThread {
         self.shared.gate.failed(reason);
     }
 
-    fn ingest(&self) -> KafkaResult<()> {
-        let consumer: BaseConsumer = self.consumer_config.create()?;
+    /// The shared state of an owned partition.
+    fn state(&self, owned: &OwnedPartition) -> Option<&PartitionState> {
+        self.shared.partitions.get()?.get(owned.slot)
+    }
+
+    fn ingest(&self) -> Result<(), IngestError> {
+        let consumer: BaseConsumer<ThrottledContext> = self
+            .consumer_config
+            .create_with_context(ThrottledContext::default())?;
         let mut assignment = TopicPartitionList::with_capacity(self.partitions.len());
         for owned in &self.partitions {
             assignment.add_partition_offset(&self.topic, owned.partition, owned.start)?;
@@ -101,25 +152,25 @@ impl IngestThread {
             "Kafka ingest thread started"
         );
 
-        // Next offset to read per owned partition, as far as this thread has consumed.
-        // `-1`: nothing read yet and starting at the beginning (the low watermark);
-        // `i64::MAX`: starting at the end.
-        let mut next_offsets: Vec<i64> = self
+        let mut positions: Vec<Position> = self
             .partitions
             .iter()
-            .map(|owned| super::supervisor::start_marker(owned.start))
+            .map(|owned| Position {
+                next: super::supervisor::start_marker(owned.start),
+                at_end: false,
+            })
             .collect();
-        let threshold = i64::try_from(self.partitions.len().saturating_mul(self.batch_size))
-            .unwrap_or(i64::MAX);
-
         let mut batch = EventBatch::with_capacity(self.batch_size);
         let mut batch_started: Option<Instant> = None;
         let mut caught_up = false;
-        let mut last_lag_check: Option<Instant> = None;
-        let mut poll_warnings = WarnThrottle::default();
-        let mut lag_warnings = WarnThrottle::default();
+        let warnings = LogThrottle::new(LOG_INTERVAL);
+        // Since when the current run of "unknown partition" errors lasts.
+        let mut unknown_since: Option<Instant> = None;
 
-        while !self.shared.stop.load(Ordering::Relaxed) {
+        if self.all_caught_up(&positions) {
+            caught_up = self.report_caught_up();
+        }
+        while !self.shared.stopping() {
             let wait = match batch_started {
                 None => POLL_INTERVAL,
                 Some(started) => self
@@ -127,83 +178,158 @@ impl IngestThread {
                     .saturating_sub(started.elapsed())
                     .min(POLL_INTERVAL),
             };
-            let mut idle = false;
+            let mut flush = false;
             match consumer.poll(wait) {
                 Some(Ok(message)) => {
                     let partition = message.partition();
                     let offset = message.offset();
                     // A bad record is counted and logged inside; the rest of the batch goes on.
                     let _ = batch.push_record(partition, offset, message.payload());
-                    if let Some(i) = self
-                        .partitions
-                        .iter()
-                        .position(|p| p.partition == partition)
-                    {
-                        next_offsets[i] = offset.saturating_add(1);
+                    if let Some(i) = self.index_of(partition) {
+                        positions[i] = Position {
+                            next: offset.saturating_add(1),
+                            at_end: false,
+                        };
                     }
                     batch_started.get_or_insert_with(Instant::now);
+                    unknown_since = None;
+                }
+                Some(Err(KafkaError::PartitionEOF(partition))) => {
+                    // Everything before the end was delivered before this event: apply it,
+                    // then publish "at the end".
+                    if let Some(i) = self.index_of(partition) {
+                        positions[i].at_end = true;
+                    }
+                    flush = true;
                 }
                 Some(Err(error)) => {
-                    metrics::POLL_ERRORS.inc();
-                    poll_warnings.warn(self.index, "Kafka poll failed; retrying", &error);
+                    metrics::kafka().poll_errors.inc();
+                    // Consumer errors name no partition: none of ours counts as "at the end"
+                    // any more (a batch that fails to decode sits past a reported end), until
+                    // its consumer reports the end again.
+                    if positions.iter().any(|at| at.at_end) {
+                        for at in &mut positions {
+                            at.at_end = false;
+                        }
+                        if batch.is_empty() {
+                            self.publish(&positions);
+                        }
+                    }
+                    if let Some(cause) = unrecoverable_cause(&error) {
+                        let waited = *unknown_since.get_or_insert_with(Instant::now);
+                        let give_up =
+                            !heals_briefly(&error) || waited.elapsed() >= UNKNOWN_PARTITION_GRACE;
+                        if !caught_up && give_up {
+                            // Keep what was read: apply it before failing.
+                            self.apply(&mut batch, caught_up, &positions);
+                            return Err(IngestError::Unrecoverable(
+                                self.unrecoverable_message(cause, &error, &positions),
+                            ));
+                        }
+                        // After catch-up the stall rule turns readiness off instead.
+                        if let Some(suppressed) = warnings.admit("unrecoverable") {
+                            tracing::error!(
+                                thread = self.index,
+                                topic = %self.topic,
+                                %error,
+                                suppressed,
+                                "{cause}; the partition cannot progress"
+                            );
+                        }
+                    } else if let Some(suppressed) = warnings.admit("poll") {
+                        tracing::warn!(thread = self.index, %error, suppressed, "Kafka poll failed; retrying");
+                    }
                     std::thread::sleep(POLL_ERROR_BACKOFF);
                 }
-                None => idle = true,
+                None => flush = true,
             }
 
             let full = batch.len() >= self.batch_size;
             let lingered = batch_started.is_some_and(|t| t.elapsed() >= self.fetch_timeout);
-            if !batch.is_empty() && (full || idle || lingered) {
-                self.apply(&mut batch, caught_up, &next_offsets);
-                batch_started = None;
-            }
-
-            if !caught_up
-                && (idle || full)
-                && last_lag_check.is_none_or(|t| t.elapsed() >= LAG_CHECK_INTERVAL)
-            {
-                last_lag_check = Some(Instant::now());
-                match self.lag(&consumer, &next_offsets) {
-                    Ok(lag) if lag < threshold => {
-                        // Apply what is buffered first, so "caught up" covers it, whether or not
-                        // the buffer is full (the reference lost the signal otherwise).
-                        if !batch.is_empty() {
-                            self.apply(&mut batch, caught_up, &next_offsets);
-                            batch_started = None;
-                        }
-                        caught_up = true;
-                        tracing::info!(thread = self.index, lag, "Kafka ingest thread caught up");
-                        self.shared.gate.thread_caught_up();
-                    }
-                    Ok(_) => {}
-                    Err(error) => lag_warnings.warn(
-                        self.index,
-                        "Kafka lag query failed; not caught up yet",
-                        &error,
-                    ),
+            if flush || full || lingered {
+                if !batch.is_empty() {
+                    self.apply(&mut batch, caught_up, &positions);
+                    batch_started = None;
+                }
+                self.publish(&positions);
+                if !caught_up && self.all_caught_up(&positions) {
+                    caught_up = self.report_caught_up();
                 }
             }
         }
         if !batch.is_empty() {
-            self.apply(&mut batch, caught_up, &next_offsets);
+            self.apply(&mut batch, caught_up, &positions);
         }
         Ok(())
     }
 
-    /// Records of the owned partitions not consumed yet: Σ high watermark − next offset.
-    fn lag(&self, consumer: &BaseConsumer, next_offsets: &[i64]) -> KafkaResult<i64> {
-        let mut total = 0i64;
-        for (owned, &next) in self.partitions.iter().zip(next_offsets) {
-            let (low, high) =
-                consumer.fetch_watermarks(&self.topic, owned.partition, self.request_timeout)?;
-            total = total.saturating_add(partition_lag(low, high, next));
+    fn index_of(&self, partition: i32) -> Option<usize> {
+        self.partitions
+            .iter()
+            .position(|p| p.partition == partition)
+    }
+
+    /// True when every owned partition has applied its backlog recorded at start. Only valid
+    /// for positions already applied (see `publish`).
+    fn all_caught_up(&self, positions: &[Position]) -> bool {
+        self.partitions.iter().zip(positions).all(|(owned, at)| {
+            self.state(owned).is_some_and(|s| {
+                partition_caught_up(s.low_at_start, s.end_at_start, at.next, at.at_end)
+            })
+        })
+    }
+
+    fn report_caught_up(&self) -> bool {
+        tracing::info!(thread = self.index, "Kafka ingest thread caught up");
+        self.shared.gate.thread_caught_up();
+        true
+    }
+
+    /// Publishes the applied positions for the supervisor (lag gauge, stall rule).
+    fn publish(&self, positions: &[Position]) {
+        for (owned, at) in self.partitions.iter().zip(positions) {
+            if let Some(state) = self.state(owned) {
+                state.next.store(at.next, Ordering::Relaxed);
+                state.at_end.store(at.at_end, Ordering::Relaxed);
+            }
         }
-        Ok(total)
+    }
+
+    /// "topic T: partition P at offset O, ...: cause (error)": the partitions of this thread
+    /// that have not reached their end, where they stand.
+    fn unrecoverable_message(
+        &self,
+        cause: &str,
+        error: &KafkaError,
+        positions: &[Position],
+    ) -> String {
+        let stuck: Vec<String> = self
+            .partitions
+            .iter()
+            .zip(positions)
+            .filter_map(|(owned, at)| {
+                let state = self.state(owned)?;
+                if partition_caught_up(state.low_at_start, state.end_at_start, at.next, false) {
+                    return None;
+                }
+                let offset = at.next.max(state.low_at_start);
+                Some(format!("partition {} at offset {offset}", owned.partition))
+            })
+            .collect();
+        let stuck = if stuck.is_empty() {
+            "its partitions".to_owned()
+        } else {
+            stuck.join(", ")
+        };
+        format!(
+            "Kafka topic {}: {stuck}: {cause} ({error}); retrying cannot heal this, so start-up stops here",
+            self.topic
+        )
     }
 
     /// Applies the batch, serialised with the other caught-up threads when configured so, and
-    /// publishes the progress.
-    fn apply(&self, batch: &mut EventBatch, caught_up: bool, next_offsets: &[i64]) {
+    /// counts it.
+    fn apply(&self, batch: &mut EventBatch, caught_up: bool, positions: &[Position]) {
         let permit = if caught_up {
             self.shared.live_permits.as_ref().map(|p| p.acquire())
         } else {
@@ -211,36 +337,10 @@ impl IngestThread {
         };
         let outcome = batch.apply(&self.store);
         drop(permit);
-        if let Some(offsets) = self.shared.offsets.get() {
-            for (owned, &next) in self.partitions.iter().zip(next_offsets) {
-                if let Some((_, slot)) = offsets.get(owned.slot) {
-                    slot.store(next, Ordering::Relaxed);
-                }
-            }
-        }
-        metrics::MESSAGES_CONSUMED.inc_by(outcome.records as u64);
+        self.publish(positions);
+        metrics::kafka()
+            .messages_consumed
+            .inc_by(outcome.records as u64);
         self.shared.counters.record(&outcome);
-    }
-}
-
-/// Lag of one partition: records between the next offset to read (or the low watermark, when
-/// that is later or nothing was read yet) and the high watermark. Never negative.
-pub(crate) fn partition_lag(low: i64, high: i64, next: i64) -> i64 {
-    let position = next.max(low);
-    high.saturating_sub(position).max(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::partition_lag;
-
-    #[test]
-    fn lag_is_clamped() {
-        assert_eq!(partition_lag(0, 10, -1), 10);
-        assert_eq!(partition_lag(4, 10, 2), 6);
-        assert_eq!(partition_lag(0, 10, 10), 0);
-        assert_eq!(partition_lag(0, 10, i64::MAX), 0);
-        // The log was truncated or reset under us.
-        assert_eq!(partition_lag(0, 3, 7), 0);
     }
 }

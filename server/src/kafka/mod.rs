@@ -11,15 +11,18 @@
 //! committed. Consumption starts at the beginning of the retained log, or with
 //! `--start-from-time` at the first record not older than the store's retention.
 //!
-//! # Catch-up gate
-//! [`KafkaIngest::caught_up`] is `CatchingUp` until every thread has seen the lag of its
-//! partitions (high watermark − next offset) drop below partitions × batch size, then
-//! `CaughtUp`. A thread that dies turns it into `Failed` instead of leaving start-up waiting.
+//! # Catch-up gate (`gate.rs`)
+//! At start the supervisor records every partition's high watermark. [`KafkaIngest::caught_up`]
+//! is `CatchingUp` until every partition has applied everything up to that offset (or its
+//! consumer reported the end of the partition), then `CaughtUp`: nothing that was in the topic
+//! at start is unread when readiness turns SERVING. A thread that dies, or an error that
+//! retrying cannot heal (a codec this build cannot decode, a corrupt batch, no authorisation,
+//! an unknown partition), turns it into `Failed` with the topic, partition, offset and cause.
 //!
-//! The threshold is the reference's: up to partitions × batch size records per thread may
-//! still be unread at `CaughtUp`; they follow within moments. A thread whose buffer never
-//! fills (a small backlog) still reports, because the lag is also checked whenever the
-//! consumer has nothing more to hand out.
+//! # Stalls (`stall.rs`)
+//! After catch-up, a partition with records to read that has not moved for
+//! `--kafka-stall-timeout-secs` is published on [`KafkaIngest::stalled`] (and in
+//! `kafka_partition_stalled`) until it moves again; the server turns readiness off meanwhile.
 //!
 //! # After catch-up
 //! Batches of caught-up threads take one of `--kafka-live-batch-permits` permits (default 1,
@@ -28,8 +31,11 @@
 //!
 //! # Failures
 //! Undecodable records are counted (`kafka_messages_failed_parse_total`), logged with their
-//! partition and offset, and skipped. Poll errors are counted (`kafka_poll_errors_total`) and
-//! retried; a broker that goes away is waited for, and ingestion resumes when it returns.
+//! partition and offset, and skipped; records with ids the gRPC contract cannot express
+//! (negative) and events the store drops are counted by reason (`kafka_events_dropped_total`)
+//! and sampled in the log. Poll errors are counted (`kafka_poll_errors_total`) and retried; a
+//! broker that goes away is waited for, and ingestion resumes when it returns. librdkafka's
+//! own log lines and ingestion's warnings are rate-limited (`throttle.rs`).
 //!
 //! # Ordering
 //! Within one partition records are applied in offset order. Producers key creates by author
@@ -44,7 +50,9 @@ mod ingest;
 mod metrics;
 mod producer;
 mod shared;
+mod stall;
 mod supervisor;
+mod throttle;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -68,12 +76,15 @@ pub use supervisor::split_partitions;
 use gate::CatchUpGate;
 use shared::{Counters, LivePermits, Shared};
 use supervisor::Supervisor;
+use throttle::ThrottledContext;
 
 /// Handle on running Kafka ingestion. Dropping it stops ingestion without waiting;
 /// [`shutdown`](Self::shutdown) stops it and waits for the threads to finish their batch.
 pub struct KafkaIngest {
     /// The catch-up gate (see [`CatchUpState`]).
     pub caught_up: watch::Receiver<CatchUpState>,
+    /// Partitions stalled after catch-up, sorted; empty while every partition keeps up.
+    pub stalled: watch::Receiver<Vec<i32>>,
     shared: Arc<Shared>,
     supervisor: Option<JoinHandle<()>>,
 }
@@ -82,6 +93,7 @@ impl std::fmt::Debug for KafkaIngest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KafkaIngest")
             .field("caught_up", &*self.caught_up.borrow())
+            .field("stalled", &*self.stalled.borrow())
             .field("stats", &self.stats())
             .finish()
     }
@@ -144,7 +156,8 @@ pub fn start(args: &KafkaArgs, store: Arc<PostStore>) -> Result<KafkaIngest, Kaf
     let group_id = format!("{}-{}", args.kafka_group_id, uuid::Uuid::new_v4());
     let consumer_config = args.consumer_config(&group_id)?;
     // Creating the metadata client validates every property now rather than in a thread.
-    let metadata_client: BaseConsumer = consumer_config.create()?;
+    let metadata_client: BaseConsumer<ThrottledContext> =
+        consumer_config.create_with_context(ThrottledContext::default())?;
     tracing::info!(
         topic = %args.kafka_topic,
         group_id = %group_id,
@@ -154,13 +167,16 @@ pub fn start(args: &KafkaArgs, store: Arc<PostStore>) -> Result<KafkaIngest, Kaf
     );
 
     let (gate, caught_up) = CatchUpGate::new();
+    let (stalled_tx, stalled) = watch::channel(Vec::new());
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         gate,
         counters: Counters::default(),
         live_permits: (args.kafka_live_batch_permits > 0)
             .then(|| LivePermits::new(args.kafka_live_batch_permits)),
-        offsets: OnceLock::new(),
+        caught_up: caught_up.clone(),
+        stalled: stalled_tx,
+        partitions: OnceLock::new(),
     });
     let supervisor = Supervisor {
         args: args.clone(),
@@ -174,6 +190,7 @@ pub fn start(args: &KafkaArgs, store: Arc<PostStore>) -> Result<KafkaIngest, Kaf
         .spawn(move || supervisor.run())?;
     Ok(KafkaIngest {
         caught_up,
+        stalled,
         shared,
         supervisor: Some(supervisor),
     })

@@ -6,7 +6,9 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::decode::BatchOutcome as Outcome;
-use super::gate::CatchUpGate;
+use tokio::sync::watch;
+
+use super::gate::{CatchUpGate, CatchUpState};
 
 /// Totals of what ingestion applied to the store so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -19,6 +21,10 @@ pub struct IngestStats {
     pub deletes: u64,
     /// Records skipped because they did not decode.
     pub failed: u64,
+    /// Events skipped because an id is outside the contract (negative).
+    pub rejected: u64,
+    /// Creates the store dropped (too old, in the future, invalid time, duplicate, deleted).
+    pub dropped: u64,
     /// Batches applied.
     pub batches: u64,
 }
@@ -29,6 +35,8 @@ pub(super) struct Counters {
     creates: AtomicU64,
     deletes: AtomicU64,
     failed: AtomicU64,
+    rejected: AtomicU64,
+    dropped: AtomicU64,
     batches: AtomicU64,
 }
 
@@ -40,6 +48,10 @@ impl Counters {
             .fetch_add(outcome.deletes as u64, Ordering::Relaxed);
         self.failed
             .fetch_add(outcome.failed as u64, Ordering::Relaxed);
+        self.rejected
+            .fetch_add(outcome.rejected as u64, Ordering::Relaxed);
+        self.dropped
+            .fetch_add(outcome.dropped as u64, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
         // Release: pairs with the Acquire in `snapshot`, so whoever sees these records counted
         // also sees the store calls that applied them.
@@ -55,6 +67,8 @@ impl Counters {
             creates: self.creates.load(Ordering::Relaxed),
             deletes: self.deletes.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
         }
     }
@@ -105,15 +119,33 @@ impl Drop for LivePermit<'_> {
     }
 }
 
-/// State shared by the supervisor, the ingest threads and the [`KafkaIngest`] handle.
+/// State shared by the supervisor, the ingest threads and the [`KafkaIngest`](super::KafkaIngest) handle.
 pub(super) struct Shared {
     pub(super) stop: AtomicBool,
     pub(super) gate: CatchUpGate,
     pub(super) counters: Counters,
     pub(super) live_permits: Option<LivePermits>,
-    /// Next offset to apply per partition slot (metadata order), once partitions are known.
-    /// `-1`: from the low watermark; `i64::MAX`: from the end.
-    pub(super) offsets: OnceLock<Vec<(i32, AtomicI64)>>,
+    /// The gate's published state, for the monitor.
+    pub(super) caught_up: watch::Receiver<CatchUpState>,
+    /// Partitions stalled after catch-up (see `stall.rs`), sorted.
+    pub(super) stalled: watch::Sender<Vec<i32>>,
+    /// Per partition (metadata order), once the partitions are known.
+    pub(super) partitions: OnceLock<Vec<PartitionState>>,
+}
+
+/// What ingestion knows of one partition, published by the thread that owns it.
+#[derive(Debug)]
+pub(super) struct PartitionState {
+    /// Kafka partition id.
+    pub(super) partition: i32,
+    /// The low watermark when ingestion started.
+    pub(super) low_at_start: i64,
+    /// The high watermark when ingestion started: catch-up means reading up to here.
+    pub(super) end_at_start: i64,
+    /// Next offset to apply. `-1`: from the low watermark; `i64::MAX`: from the end.
+    pub(super) next: AtomicI64,
+    /// The consumer reported the end of the partition after the last applied record.
+    pub(super) at_end: AtomicBool,
 }
 
 impl Shared {

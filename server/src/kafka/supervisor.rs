@@ -3,7 +3,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -11,9 +11,12 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use thunder_engine::PostStore;
 
 use super::config::KafkaArgs;
-use super::ingest::{IngestThread, OwnedPartition, partition_lag};
+use super::gate::{CatchUpState, partition_lag};
+use super::ingest::{IngestThread, OwnedPartition};
 use super::metrics;
-use super::shared::Shared;
+use super::shared::{PartitionState, Shared};
+use super::stall::{PartitionCheck, StallTracker};
+use super::throttle::{LOG_INTERVAL, ThrottledContext};
 
 /// Longest wait between two attempts to read the topic's metadata or start offsets.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(10);
@@ -41,7 +44,7 @@ pub fn split_partitions(partitions: &[i32], threads: usize) -> Vec<&[i32]> {
 pub(super) struct Supervisor {
     pub(super) args: KafkaArgs,
     pub(super) consumer_config: ClientConfig,
-    pub(super) metadata_client: BaseConsumer,
+    pub(super) metadata_client: BaseConsumer<ThrottledContext>,
     pub(super) store: Arc<PostStore>,
     pub(super) shared: Arc<Shared>,
 }
@@ -151,13 +154,32 @@ impl Supervisor {
             start_from_time = self.args.start_from_time,
             "Kafka partitions discovered"
         );
-        let offsets = partitions
+        // The goal of catch-up: each partition's end when we start (and its start, for
+        // partitions that are empty from where we read).
+        let Some(watermarks) = self.retry("cannot read the partitions' watermarks", || {
+            self.watermarks(&partitions)
+        }) else {
+            return;
+        };
+        let states = partitions
             .iter()
             .zip(&starts)
-            .map(|(&p, start)| (p, AtomicI64::new(start_marker(*start))))
+            .zip(&watermarks)
+            .map(|((&partition, start), &(low, high))| PartitionState {
+                partition,
+                low_at_start: low,
+                end_at_start: high,
+                next: AtomicI64::new(start_marker(*start)),
+                at_end: AtomicBool::new(false),
+            })
             .collect();
-        // Only the supervisor sets it, once.
-        let _ = self.shared.offsets.set(offsets);
+        // Only the supervisor sets it, once, before any thread starts.
+        let _ = self.shared.partitions.set(states);
+        tracing::info!(
+            topic = %self.args.kafka_topic,
+            end_offsets = ?partitions.iter().zip(&watermarks).map(|(p, (_, high))| (*p, *high)).collect::<Vec<_>>(),
+            "Kafka catch-up goal recorded"
+        );
 
         let slices = split_partitions(&partitions, self.args.kafka_num_threads);
         self.shared.gate.expect(slices.len());
@@ -183,7 +205,6 @@ impl Supervisor {
                 consumer_config: self.consumer_config.clone(),
                 batch_size: self.args.kafka_batch_size,
                 fetch_timeout: Duration::from_millis(self.args.kafka_fetch_timeout_ms.max(1)),
-                request_timeout: self.request_timeout(),
                 store: Arc::clone(&self.store),
                 shared: Arc::clone(&self.shared),
             };
@@ -200,47 +221,117 @@ impl Supervisor {
             }
         }
 
-        self.monitor_lag();
+        self.monitor();
         for thread in threads {
             let _ = thread.join();
         }
     }
 
-    /// Refreshes `kafka_partition_lag` every `--lag-monitor-interval-secs` until shutdown.
-    fn monitor_lag(&self) {
-        let Some(offsets) = self.shared.offsets.get() else {
+    /// Low and high watermark of every partition, in order.
+    fn watermarks(&self, partitions: &[i32]) -> Result<Vec<(i64, i64)>, String> {
+        partitions
+            .iter()
+            .map(|&p| {
+                self.metadata_client
+                    .fetch_watermarks(&self.args.kafka_topic, p, self.request_timeout())
+                    .map_err(|e| format!("partition {p}: {e}"))
+            })
+            .collect()
+    }
+
+    /// Until shutdown: refreshes `kafka_partition_lag` and, once caught up, applies the stall
+    /// rule (see `stall.rs`) and publishes the stalled partitions.
+    fn monitor(&self) {
+        let Some(states) = self.shared.partitions.get() else {
             return;
         };
-        let interval = Duration::from_secs(self.args.lag_monitor_interval_secs.max(1));
+        let stall_timeout = Duration::from_secs(self.args.kafka_stall_timeout_secs);
+        let lag_interval = Duration::from_secs(self.args.lag_monitor_interval_secs.max(1));
+        let tick = if stall_timeout.is_zero() {
+            lag_interval
+        } else {
+            (stall_timeout / 4)
+                .clamp(Duration::from_millis(250), Duration::from_secs(5))
+                .min(lag_interval)
+        };
         let topic = self.args.kafka_topic.as_str();
+        let mut tracker = StallTracker::new(states.len(), stall_timeout);
         let mut warned_at: Option<Instant> = None;
         loop {
-            for (partition, next) in offsets {
+            let caught_up = matches!(
+                *self.shared.caught_up.borrow(),
+                CatchUpState::CaughtUp { .. }
+            );
+            let mut changed = false;
+            for (index, state) in states.iter().enumerate() {
                 if self.shared.stopping() {
                     return;
                 }
-                match self.metadata_client.fetch_watermarks(
+                // Relaxed: the gauges are estimates, and `next` guards no other data.
+                let next = state.next.load(Ordering::Relaxed);
+                let at_end = state.at_end.load(Ordering::Relaxed);
+                let label = state.partition.to_string();
+                let lag = match self.metadata_client.fetch_watermarks(
                     topic,
-                    *partition,
+                    state.partition,
                     self.request_timeout(),
                 ) {
                     Ok((low, high)) => {
-                        let lag = partition_lag(low, high, next.load(Ordering::Relaxed));
-                        metrics::PARTITION_LAG
-                            .with_label_values(&[topic, &partition.to_string()])
+                        let lag = partition_lag(low, high, next);
+                        metrics::kafka()
+                            .partition_lag
+                            .with_label_values(&[topic, &label])
                             .set(lag);
+                        Some(lag)
                     }
                     Err(error) => {
-                        if warned_at
-                            .is_none_or(|t| t.elapsed() >= interval.max(Duration::from_secs(60)))
-                        {
-                            tracing::warn!(topic, partition, %error, "cannot read Kafka watermarks for the lag gauge");
+                        if warned_at.is_none_or(|t| t.elapsed() >= LOG_INTERVAL) {
+                            tracing::warn!(topic, partition = state.partition, %error, "cannot read Kafka watermarks for the lag gauge");
                             warned_at = Some(Instant::now());
                         }
+                        None
+                    }
+                };
+                if !caught_up {
+                    continue;
+                }
+                let check = PartitionCheck { next, lag, at_end };
+                if tracker.observe(index, check, Instant::now()) {
+                    changed = true;
+                    let stalled = tracker.stalled(index);
+                    metrics::kafka()
+                        .partition_stalled
+                        .with_label_values(&[topic, &label])
+                        .set(i64::from(stalled));
+                    if stalled {
+                        tracing::error!(
+                            topic,
+                            partition = state.partition,
+                            offset = next,
+                            lag,
+                            stall_timeout_secs = stall_timeout.as_secs(),
+                            "Kafka partition stalled: records wait but none was applied within the stall timeout; readiness off until it moves"
+                        );
+                    } else {
+                        tracing::info!(
+                            topic,
+                            partition = state.partition,
+                            offset = next,
+                            "Kafka partition moves again"
+                        );
                     }
                 }
             }
-            if !self.shared.sleep(interval) {
+            if changed {
+                let stalled = states
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| tracker.stalled(*i))
+                    .map(|(_, s)| s.partition)
+                    .collect();
+                self.shared.stalled.send_replace(stalled);
+            }
+            if !self.shared.sleep(tick) {
                 return;
             }
         }

@@ -424,3 +424,73 @@ pub fn assert_same_answers(store: &PostStore, model: &ModelStore, viewers: &[(i6
     }
     assert!(compared > 0, "the comparison saw no posts at all");
 }
+
+/// Appends one raw Kafka record batch (magic 2) with the given compression `codec` bits and
+/// `body` as its (compressed) records section, bypassing any client library, so a test can put
+/// a batch on a partition that no consumer can decode (an unknown codec, a corrupt body).
+/// Panics unless the broker acknowledges it.
+pub fn produce_raw_batch(bootstrap: &str, topic: &str, partition: i32, codec: i16, body: &[u8]) {
+    use std::io::{Read, Write};
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    // From `attributes` to the end: the part the batch CRC covers.
+    let mut tail = Vec::new();
+    tail.extend_from_slice(&codec.to_be_bytes()); // attributes
+    tail.extend_from_slice(&0i32.to_be_bytes()); // last offset delta: one record
+    tail.extend_from_slice(&now_ms.to_be_bytes()); // base timestamp
+    tail.extend_from_slice(&now_ms.to_be_bytes()); // max timestamp
+    tail.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+    tail.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+    tail.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    tail.extend_from_slice(&1i32.to_be_bytes()); // records
+    tail.extend_from_slice(body);
+    let mut batch = Vec::new();
+    batch.extend_from_slice(&0i64.to_be_bytes()); // base offset (the broker assigns it)
+    batch.extend_from_slice(&((4 + 1 + 4 + tail.len()) as i32).to_be_bytes()); // batch length
+    batch.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+    batch.push(2); // magic
+    batch.extend_from_slice(&crc32c::crc32c(&tail).to_be_bytes());
+    batch.extend_from_slice(&tail);
+
+    // ProduceRequest v3, request header v1.
+    let string = |out: &mut Vec<u8>, s: &str| {
+        out.extend_from_slice(&(s.len() as i16).to_be_bytes());
+        out.extend_from_slice(s.as_bytes());
+    };
+    let mut request = Vec::new();
+    request.extend_from_slice(&0i16.to_be_bytes()); // api key: Produce
+    request.extend_from_slice(&3i16.to_be_bytes()); // api version
+    request.extend_from_slice(&7i32.to_be_bytes()); // correlation id
+    string(&mut request, "thunder-test-raw");
+    request.extend_from_slice(&(-1i16).to_be_bytes()); // transactional id: null
+    request.extend_from_slice(&1i16.to_be_bytes()); // acks
+    request.extend_from_slice(&10_000i32.to_be_bytes()); // timeout
+    request.extend_from_slice(&1i32.to_be_bytes()); // topics
+    string(&mut request, topic);
+    request.extend_from_slice(&1i32.to_be_bytes()); // partitions
+    request.extend_from_slice(&partition.to_be_bytes());
+    request.extend_from_slice(&(batch.len() as i32).to_be_bytes());
+    request.extend_from_slice(&batch);
+
+    let mut stream = TcpStream::connect(bootstrap).expect("connect to the broker");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    stream
+        .write_all(&(request.len() as i32).to_be_bytes())
+        .expect("send");
+    stream.write_all(&request).expect("send");
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).expect("response size");
+    let mut response = vec![0u8; i32::from_be_bytes(size).max(0) as usize];
+    stream.read_exact(&mut response).expect("response");
+    // correlation id, topics (1), name, partitions (1), index, error code.
+    let name_len = i16::from_be_bytes([response[8], response[9]]) as usize;
+    let at = 10 + name_len + 4 + 4;
+    let error = i16::from_be_bytes([response[at], response[at + 1]]);
+    assert_eq!(
+        error, 0,
+        "the broker refused the raw batch (error code {error})"
+    );
+}

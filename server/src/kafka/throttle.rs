@@ -1,0 +1,123 @@
+//! Rate-limited logging: librdkafka's own log and error callbacks, and ingestion's repeated
+//! warnings, so a partition that fails the same way every 250 ms cannot flood the log.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::KafkaError;
+
+/// Least time between two log lines of the same kind.
+pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Lets one line per key through every `interval`; counts the ones it held back.
+#[derive(Debug)]
+pub(crate) struct LogThrottle {
+    interval: Duration,
+    keys: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+impl LogThrottle {
+    /// A throttle that lets one line per key through every `interval`.
+    pub(crate) fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            keys: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `Some(suppressed)` when a line of `key` may be logged now (`suppressed` lines were held
+    /// back since the last one), `None` when it must be dropped.
+    pub(crate) fn admit(&self, key: &str) -> Option<u64> {
+        let now = Instant::now();
+        // A map of timestamps: consistent after any panic.
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        match keys.get_mut(key) {
+            Some((last, suppressed)) if now.duration_since(*last) < self.interval => {
+                *suppressed += 1;
+                None
+            }
+            Some((last, suppressed)) => {
+                *last = now;
+                Some(std::mem::take(suppressed))
+            }
+            None => {
+                // Bounded: keys are librdkafka facilities, error codes and drop reasons.
+                if keys.len() >= 1024 {
+                    keys.clear();
+                }
+                keys.insert(key.to_owned(), (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+/// The librdkafka client context of every consumer: librdkafka's log lines and global errors
+/// go to `tracing`, at most one line per facility (or error) every [`LOG_INTERVAL`].
+#[derive(Debug)]
+pub(crate) struct ThrottledContext {
+    throttle: LogThrottle,
+}
+
+impl Default for ThrottledContext {
+    fn default() -> Self {
+        Self {
+            throttle: LogThrottle::new(LOG_INTERVAL),
+        }
+    }
+}
+
+impl ClientContext for ThrottledContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        let Some(suppressed) = self.throttle.admit(fac) else {
+            return;
+        };
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", fac, suppressed, "{log_message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", fac, suppressed, "{log_message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", fac, suppressed, "{log_message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", fac, suppressed, "{log_message}")
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let key = format!("error:{:?}", error.rdkafka_error_code());
+        if let Some(suppressed) = self.throttle.admit(&key) {
+            tracing::error!(target: "librdkafka", %error, suppressed, "{reason}");
+        }
+    }
+}
+
+impl ConsumerContext for ThrottledContext {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_per_key_per_interval() {
+        let throttle = LogThrottle::new(Duration::from_millis(200));
+        assert_eq!(throttle.admit("a"), Some(0));
+        assert_eq!(throttle.admit("a"), None);
+        assert_eq!(throttle.admit("a"), None);
+        assert_eq!(throttle.admit("b"), Some(0));
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(throttle.admit("a"), Some(2));
+        assert_eq!(throttle.admit("a"), None);
+    }
+}
