@@ -12,8 +12,8 @@ pub mod memory;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
-use thunder_engine::synth::SynthEvent;
 use thunder_engine::{DeleteEvent, FeedQuery, LightPost, PostStore};
+use thunder_testkit::synth::SynthEvent;
 
 pub use baseline::BaselineStore;
 

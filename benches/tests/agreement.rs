@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use thunder_benches::{BaselineStore, BenchStore, DEFAULT_BATCH_EVENTS, Query, batches, load};
 use thunder_engine::config::{DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_VIDEOS_TO_RETURN};
-use thunder_engine::synth::{SynthConfig, exclude_from_answer};
 use thunder_engine::{LightPost, ManualClock, PostStore};
+use thunder_testkit::synth::{SynthConfig, exclude_from_answer};
 
 const NOW: i64 = 1_750_000_000;
 

@@ -55,15 +55,12 @@ pub mod behaviour {}
 
 pub mod clock;
 pub mod config;
-pub mod model;
 pub mod post;
 
 mod arena;
 mod query;
 mod store;
 mod sync;
-#[cfg(feature = "synth")]
-pub mod synth;
 mod timeline;
 
 pub use clock::{Clock, ManualClock, SystemClock};

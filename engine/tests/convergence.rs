@@ -19,10 +19,10 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use thunder_engine::model::{ModelStore, answers_agree};
 use thunder_engine::{
     DeleteEvent, FeedQuery, LightPost, ManualClock, PostStore, QueryOutcome, StoreConfig,
 };
+use thunder_testkit::model::{ModelStore, answers_agree};
 
 const NOW: i64 = 1_700_000_000;
 const RETENTION_SECS: i64 = 1000;

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use thunder_engine::model::ModelStore;
 use thunder_engine::{FeedQuery, LightPost, ManualClock, PostStore, StoreConfig};
+use thunder_testkit::model::ModelStore;
 
 const NOW: i64 = 1_700_000_000;
 

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use thunder_engine::model::{ModelStore, answers_agree};
 use thunder_engine::{
     Clock, DeleteEvent, FeedQuery, LightPost, ManualClock, PostStore, QueryOutcome, StoreConfig,
 };
+use thunder_testkit::model::{ModelStore, answers_agree};
 
 const START_SECS: i64 = 1_700_000_000;
 const RETENTION_SECS: i64 = 1000;

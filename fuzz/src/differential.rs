@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
 use thunder_engine::config::TRIM_FRACTION;
-use thunder_engine::model::{ModelStore, answers_agree};
+use thunder_testkit::model::{ModelStore, answers_agree};
 use thunder_engine::{
     Clock, DeleteEvent, DeleteReport, DropReason, InsertReport, LightPost, ManualClock, PostStore,
     QueryOutcome, StoreConfig, TrimReport,

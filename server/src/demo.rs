@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use thunder_engine::synth::{SynthConfig, SynthEvent};
 use thunder_engine::{DeleteEvent, LightPost, PostStore};
+use thunder_testkit::synth::{SynthConfig, SynthEvent};
 use tokio::sync::watch;
 
 use crate::following::StaticFollowing;

@@ -8,9 +8,9 @@ mod kafka_support;
 use prost::Message;
 
 use kafka_support::*;
-use thunder_engine::synth::SynthEvent;
 use thunder_engine::{DeleteEvent, LightPost};
 use thunder_server::kafka::{self, DecodeError};
+use thunder_testkit::synth::SynthEvent;
 
 /// Records that must be counted as parse failures, with the error each must give.
 fn bad_payloads() -> Vec<(Option<Vec<u8>>, &'static str)> {

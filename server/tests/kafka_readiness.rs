@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use kafka_support::*;
 use std::sync::Arc;
 
-use thunder_engine::model::{ModelStore, answers_agree};
 use thunder_engine::{Clock, FeedQuery, ManualClock, StoreConfig};
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
+use thunder_testkit::model::{ModelStore, answers_agree};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;

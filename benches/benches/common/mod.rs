@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use thunder_benches::{BaselineStore, BenchStore, DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::DEFAULT_RETENTION_SECS;
-use thunder_engine::synth::SynthConfig;
 use thunder_engine::{ManualClock, PostStore};
+use thunder_testkit::synth::SynthConfig;
 
 /// The workload's "now"; the stores' clocks stand still here.
 pub const NOW_SECS: i64 = 1_750_000_000;

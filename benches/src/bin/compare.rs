@@ -26,8 +26,10 @@ use thunder_benches::{
 use thunder_engine::config::{
     DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
 };
-use thunder_engine::synth::{DEFAULT_SEED, POST_ID_BASE, SynthConfig, Viewer, exclude_from_answer};
 use thunder_engine::{LightPost, ManualClock, PostStore};
+use thunder_testkit::synth::{
+    DEFAULT_SEED, POST_ID_BASE, SynthConfig, Viewer, exclude_from_answer,
+};
 
 /// Command line.
 #[derive(Parser, Debug)]

@@ -19,9 +19,9 @@ use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use thunder_engine::synth::{DEFAULT_SEED, SynthConfig, Viewer, exclude_from_answer};
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
+use thunder_testkit::synth::{DEFAULT_SEED, SynthConfig, Viewer, exclude_from_answer};
 use tonic::transport::{Channel, Endpoint};
 
 /// Command line.

@@ -18,10 +18,10 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use thunder_engine::model::ModelStore;
-use thunder_engine::synth::{SynthConfig, SynthEvent};
 use thunder_engine::{Clock, FeedQuery, ManualClock, PostStore, StoreConfig};
 use thunder_server::kafka::{CatchUpState, EventProducer, KafkaArgs, KafkaIngest};
+use thunder_testkit::model::ModelStore;
+use thunder_testkit::synth::{SynthConfig, SynthEvent};
 
 /// Generous: the machine may be small and busy with other builds.
 pub const TIMEOUT: Duration = Duration::from_secs(180);
@@ -409,14 +409,14 @@ pub fn assert_same_answers(store: &PostStore, model: &ModelStore, viewers: &[(i6
         let got = store.get_all_posts_by_users(&query);
         let want = model.get_all_posts_by_users(&query);
         if let Err(diff) =
-            thunder_engine::model::answers_agree(&got.posts, &want.posts, query.max_results)
+            thunder_testkit::model::answers_agree(&got.posts, &want.posts, query.max_results)
         {
             panic!("feed of viewer {viewer} differs from the model: {diff}");
         }
         let got = store.get_videos_by_users(&query);
         let want = model.get_videos_by_users(&query);
         if let Err(diff) =
-            thunder_engine::model::answers_agree(&got.posts, &want.posts, query.max_results)
+            thunder_testkit::model::answers_agree(&got.posts, &want.posts, query.max_results)
         {
             panic!("videos of viewer {viewer} differ from the model: {diff}");
         }

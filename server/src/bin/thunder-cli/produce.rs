@@ -17,8 +17,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 use serde::Deserialize;
-use thunder_engine::synth::{SynthConfig, SynthEvent};
 use thunder_engine::{DeleteEvent, LightPost};
+use thunder_testkit::synth::{SynthConfig, SynthEvent};
 
 use thunder_server::kafka::{EventProducer, KafkaArgs};
 

@@ -17,7 +17,7 @@
 //!
 //! # Usage
 //! ```
-//! use thunder_engine::synth::{SynthConfig, SynthEvent};
+//! use thunder_testkit::synth::{SynthConfig, SynthEvent};
 //! let config = SynthConfig::feed_2d(1000, 1_700_000_000);
 //! let creates = config.backlog().filter(|e| matches!(e, SynthEvent::Create(_))).count();
 //! assert_eq!(creates as u64, config.posts);
@@ -36,7 +36,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BinaryHeap, VecDeque};
 
-use crate::{DeleteEvent, LightPost};
+use thunder_engine::{DeleteEvent, LightPost};
 
 /// Authors at scale 1.
 pub const FEED_2D_AUTHORS: u64 = 1_000_000;

@@ -1,4 +1,4 @@
-//! A plain model of [`PostStore`](crate::PostStore): the rules of `BEHAVIOUR.md` written over
+//! A plain model of [`PostStore`](thunder_engine::PostStore): the rules of `BEHAVIOUR.md` written over
 //! std collections, with no concurrency and nothing clever, so that it is obviously right.
 //!
 //! Property tests and fuzzers run the same operations against both stores and compare the
@@ -8,11 +8,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::config::{
+use thunder_engine::config::{
     MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR, MAX_TINY_POSTS_PER_USER_SCAN,
     MAX_VIDEO_POSTS_PER_AUTHOR, TRIM_FRACTION,
 };
-use crate::{
+use thunder_engine::{
     Clock, DeleteEvent, DeleteReport, DropReason, FeedQuery, InsertReport, LightPost, QueryOutcome,
     StoreConfig, StoreStats, TrimReport,
 };
@@ -95,7 +95,7 @@ struct RememberedRepost {
     created_at_secs: i64,
 }
 
-/// The plain model of [`PostStore`](crate::PostStore): same constructor, same operations,
+/// The plain model of [`PostStore`](thunder_engine::PostStore): same constructor, same operations,
 /// same report types, built from `HashMap`/`BTreeMap`/`Vec` and single-threaded.
 ///
 /// Query answers are candidates sorted newest first with a stable sort, so among equal
@@ -663,7 +663,7 @@ pub fn answers_agree(a: &[LightPost], b: &[LightPost], max_results: usize) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use thunder_engine::ManualClock;
 
     const NOW: i64 = 1_700_000_000;
     const RETENTION: i64 = 1000;
