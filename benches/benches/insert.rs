@@ -6,7 +6,8 @@
 mod common;
 
 use criterion::{BatchSize, BenchmarkId, Throughput, criterion_group, criterion_main};
-use thunder_benches::{BenchStore, DEFAULT_BATCH_EVENTS, EventBatch};
+use thunder_benches::{BenchStore, DEFAULT_BATCH_EVENTS, apply};
+use thunder_engine::EventBatch;
 
 fn inserts(c: &mut criterion::Criterion) {
     let config = common::workload();
@@ -26,7 +27,7 @@ fn inserts(c: &mut criterion::Criterion) {
                     }
                     batch
                 },
-                |batch| batch.apply(store),
+                |batch| apply(store, &batch),
                 BatchSize::SmallInput,
             )
         });

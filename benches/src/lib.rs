@@ -12,8 +12,7 @@ pub mod memory;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
-use thunder_engine::{DeleteEvent, FeedQuery, LightPost, PostStore};
-use thunder_testkit::synth::SynthEvent;
+use thunder_engine::{DeleteEvent, EventBatch, FeedQuery, LightPost, PostEvent, PostStore};
 
 pub use baseline::BaselineStore;
 
@@ -128,64 +127,22 @@ impl BenchStore for BaselineStore {
     }
 }
 
-/// A slice of the event stream applied as one unit: creates first, then deletes, as the
-/// reference's Kafka listener does with a batch.
-#[derive(Clone, Debug, Default)]
-pub struct EventBatch {
-    /// Creates, in arrival order.
-    pub creates: Vec<LightPost>,
-    /// Deletes, in arrival order.
-    pub deletes: Vec<DeleteEvent>,
-}
-
-impl EventBatch {
-    /// Number of events in the batch.
-    pub fn len(&self) -> usize {
-        self.creates.len() + self.deletes.len()
+/// Applies `batch` to `store`: its creates, then its deletes.
+pub fn apply(store: &dyn BenchStore, batch: &EventBatch) {
+    if !batch.creates.is_empty() {
+        store.insert_batch(&batch.creates);
     }
-
-    /// True when the batch holds no event.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Applies the batch to `store`.
-    pub fn apply(&self, store: &dyn BenchStore) {
-        if !self.creates.is_empty() {
-            store.insert_batch(&self.creates);
-        }
-        if !self.deletes.is_empty() {
-            store.delete_batch(&self.deletes);
-        }
-    }
-
-    /// Adds one event.
-    pub fn push(&mut self, event: SynthEvent) {
-        match event {
-            SynthEvent::Create(post) => self.creates.push(post),
-            SynthEvent::Delete(delete) => self.deletes.push(delete),
-        }
+    if !batch.deletes.is_empty() {
+        store.delete_batch(&batch.deletes);
     }
 }
 
 /// Cuts `events` into consecutive batches of `batch_events` events.
 pub fn batches(
-    events: impl IntoIterator<Item = SynthEvent>,
+    events: impl IntoIterator<Item = PostEvent>,
     batch_events: usize,
 ) -> Vec<EventBatch> {
-    let batch_events = batch_events.max(1);
-    let mut out = Vec::new();
-    let mut current = EventBatch::default();
-    for event in events {
-        current.push(event);
-        if current.len() == batch_events {
-            out.push(std::mem::take(&mut current));
-        }
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
+    EventBatch::split(events, batch_events)
 }
 
 /// Applies `batches` to `store` with `writers` threads and returns the wall time. With more
@@ -196,7 +153,7 @@ pub fn load(store: &dyn BenchStore, batches: &[EventBatch], writers: usize) -> D
     if writers == 1 {
         let start = Instant::now();
         for batch in batches {
-            batch.apply(store);
+            apply(store, batch);
         }
         return start.elapsed();
     }
@@ -229,7 +186,7 @@ pub fn load(store: &dyn BenchStore, batches: &[EventBatch], writers: usize) -> D
         for share in &shares {
             scope.spawn(move || {
                 for batch in share {
-                    batch.apply(store);
+                    apply(store, batch);
                 }
             });
         }

@@ -64,8 +64,8 @@ mod sync;
 mod timeline;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use post::{DeleteEvent, LightPost};
+pub use post::{DeleteEvent, EventBatch, LightPost, PostEvent};
+pub use query::{FeedQuery, QueryOutcome};
 pub use store::{
-    DeleteReport, DropReason, FeedQuery, InsertReport, PostStore, QueryOutcome, StoreConfig,
-    StoreStats, TrimReport,
+    DeleteReport, DropReason, InsertReport, PostStore, StoreConfig, StoreStats, TrimReport,
 };

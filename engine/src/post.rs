@@ -69,3 +69,104 @@ pub struct DeleteEvent {
     /// Time of the delete, unix seconds (the producer's clock).
     pub deleted_at: i64,
 }
+
+/// One event of the store's input stream: a post was created or deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostEvent {
+    /// A new post.
+    Create(LightPost),
+    /// A delete of a post (possibly arriving before the post itself).
+    Delete(DeleteEvent),
+}
+
+/// Events gathered for one pair of store calls: `insert_posts` with the creates, then
+/// `mark_as_deleted` with the deletes, the order the reference's Kafka listener applies a batch
+/// in (the store's answers do not depend on it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventBatch {
+    /// Creates, in arrival order.
+    pub creates: Vec<LightPost>,
+    /// Deletes, in arrival order.
+    pub deletes: Vec<DeleteEvent>,
+}
+
+impl EventBatch {
+    /// An empty batch with room for `capacity` creates.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            creates: Vec::with_capacity(capacity),
+            deletes: Vec::with_capacity(capacity / 8),
+        }
+    }
+
+    /// Number of events in the batch.
+    pub fn len(&self) -> usize {
+        self.creates.len() + self.deletes.len()
+    }
+
+    /// True when the batch holds no event.
+    pub fn is_empty(&self) -> bool {
+        self.creates.is_empty() && self.deletes.is_empty()
+    }
+
+    /// Adds one event.
+    pub fn push(&mut self, event: PostEvent) {
+        match event {
+            PostEvent::Create(post) => self.creates.push(post),
+            PostEvent::Delete(delete) => self.deletes.push(delete),
+        }
+    }
+
+    /// Empties the batch, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.creates.clear();
+        self.deletes.clear();
+    }
+
+    /// Cuts `events` into consecutive batches of `batch_events` events (at least 1).
+    pub fn split(events: impl IntoIterator<Item = PostEvent>, batch_events: usize) -> Vec<Self> {
+        let batch_events = batch_events.max(1);
+        let mut out = Vec::new();
+        let mut current = Self::default();
+        for event in events {
+            current.push(event);
+            if current.len() == batch_events {
+                out.push(std::mem::take(&mut current));
+            }
+        }
+        if !current.is_empty() {
+            out.push(current);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_keeps_every_event_creates_then_deletes() {
+        let delete = |post_id| {
+            PostEvent::Delete(DeleteEvent {
+                post_id,
+                deleted_at: 5,
+            })
+        };
+        let events = vec![
+            delete(1),
+            PostEvent::Create(LightPost::original(1, 1, 1)),
+            PostEvent::Create(LightPost::original(2, 1, 2)),
+            delete(2),
+            PostEvent::Create(LightPost::original(3, 1, 3)),
+        ];
+        let batches = EventBatch::split(events, 2);
+        assert_eq!(
+            batches.iter().map(EventBatch::len).collect::<Vec<_>>(),
+            vec![2, 2, 1]
+        );
+        assert_eq!(batches[0].creates.len(), 1);
+        assert_eq!(batches[0].deletes.len(), 1);
+        assert!(EventBatch::split(Vec::new(), 0).is_empty());
+    }
+}

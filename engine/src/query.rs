@@ -24,12 +24,58 @@ use crate::config::{
     MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR, MAX_TINY_POSTS_PER_USER_SCAN,
     MAX_VIDEO_POSTS_PER_AUTHOR,
 };
-use crate::store::{FeedQuery, Kind, PostStore, QueryOutcome};
+use crate::post::LightPost;
+use crate::store::{Kind, PostStore};
 use crate::timeline::{Snapshot, Timeline, TinyPost};
 use bumpalo::Bump;
 use bumpalo::collections::Vec as BumpVec;
 use std::cell::RefCell;
 use std::time::Instant;
+
+/// A "newest posts of these authors" request. Limits above the reference caps are clamped.
+#[derive(Clone, Debug)]
+pub struct FeedQuery<'a> {
+    /// The viewer (for the self-repost filter).
+    pub viewer_id: i64,
+    /// The authors to read, in request order.
+    pub authors: &'a [i64],
+    /// Post ids never to return.
+    pub exclude: &'a [i64],
+    /// Most posts in the answer.
+    pub max_results: usize,
+    /// Per-author originals limit (clamped to `MAX_ORIGINAL_POSTS_PER_AUTHOR`).
+    pub max_originals_per_author: usize,
+    /// Per-author replies+reposts limit (clamped to `MAX_REPLY_POSTS_PER_AUTHOR`; 0 skips).
+    pub max_secondary_per_author: usize,
+    /// Stop and return what was found when this passes.
+    pub deadline: Option<Instant>,
+}
+
+impl<'a> FeedQuery<'a> {
+    /// A query with the reference defaults: no exclusions, 1200 results, 50 / 30 per author.
+    pub fn new(viewer_id: i64, authors: &'a [i64]) -> Self {
+        Self {
+            viewer_id,
+            authors,
+            exclude: &[],
+            max_results: crate::config::MAX_POSTS_TO_RETURN,
+            max_originals_per_author: crate::config::MAX_ORIGINAL_POSTS_PER_AUTHOR,
+            max_secondary_per_author: crate::config::MAX_REPLY_POSTS_PER_AUTHOR,
+            deadline: None,
+        }
+    }
+}
+
+/// A query's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueryOutcome {
+    /// The posts, newest first.
+    pub posts: Vec<LightPost>,
+    /// The deadline passed; `posts` is partial.
+    pub timed_out: bool,
+    /// Summed timeline lengths of the requested authors (the reference's `total_eligible`).
+    pub eligible: usize,
+}
 
 type ScratchSet<'b> = hashbrown::HashSet<i64, foldhash::fast::RandomState, &'b Bump>;
 

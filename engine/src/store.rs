@@ -1,4 +1,5 @@
 //! [`PostStore`]: insert, delete and trim, following the reference rules (see `BEHAVIOUR.md`).
+//! The read path and its types (`FeedQuery`, `QueryOutcome`) live in `query.rs`.
 //!
 //! Concurrency: any number of threads may call any method at once. Readers (queries) take no
 //! lock. Writers serialise per author only (the author's mutex guards its three timelines); the
@@ -14,12 +15,11 @@
 use crate::arena::{Arena, CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
-use crate::post::{DeleteEvent, LightPost};
+use crate::post::{DeleteEvent, EventBatch, LightPost};
 use crate::timeline::{MAX_CAPACITY, Timeline, TinyPost};
 use crossbeam_epoch::Guard;
 use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
 pub(crate) type IdHasher = foldhash::fast::RandomState;
 
@@ -166,6 +166,24 @@ pub struct TrimReport {
     pub tombstones_expired: usize,
     /// Authors dropped because all their timelines became empty.
     pub authors_dropped: usize,
+}
+
+impl std::ops::AddAssign for TrimReport {
+    fn add_assign(&mut self, r: Self) {
+        self.entries_removed += r.entries_removed;
+        self.posts_freed += r.posts_freed;
+        self.tombstones_expired += r.tombstones_expired;
+        self.authors_dropped += r.authors_dropped;
+    }
+}
+
+impl std::iter::Sum for TrimReport {
+    fn sum<I: Iterator<Item = Self>>(reports: I) -> Self {
+        reports.fold(Self::default(), |mut total, r| {
+            total += r;
+            total
+        })
+    }
 }
 
 /// Sizes, for metrics. Cheap except `timeline_bytes`, which walks every author.
@@ -779,17 +797,24 @@ impl PostStore {
         report
     }
 
+    /// Applies a batch: `insert_posts` with its creates, then `mark_as_deleted` with its deletes.
+    pub fn apply(&self, batch: &EventBatch) -> (InsertReport, DeleteReport) {
+        let inserted = if batch.creates.is_empty() {
+            InsertReport::default()
+        } else {
+            self.insert_posts(&batch.creates)
+        };
+        let deleted = if batch.deletes.is_empty() {
+            DeleteReport::default()
+        } else {
+            self.mark_as_deleted(&batch.deletes)
+        };
+        (inserted, deleted)
+    }
+
     /// Trims every shard once.
     pub fn trim_all(&self) -> TrimReport {
-        (0..TRIM_FRACTION).fold(TrimReport::default(), |acc, shard| {
-            let r = self.trim(shard);
-            TrimReport {
-                entries_removed: acc.entries_removed + r.entries_removed,
-                posts_freed: acc.posts_freed + r.posts_freed,
-                tombstones_expired: acc.tombstones_expired + r.tombstones_expired,
-                authors_dropped: acc.authors_dropped + r.authors_dropped,
-            }
-        })
+        (0..TRIM_FRACTION).map(|shard| self.trim(shard)).sum()
     }
 
     /// Current sizes (see [`StoreStats`]).
@@ -818,49 +843,4 @@ impl PostStore {
             timeline_bytes,
         }
     }
-}
-
-/// A "newest posts of these authors" request. Limits above the reference caps are clamped.
-#[derive(Clone, Debug)]
-pub struct FeedQuery<'a> {
-    /// The viewer (for the self-repost filter).
-    pub viewer_id: i64,
-    /// The authors to read, in request order.
-    pub authors: &'a [i64],
-    /// Post ids never to return.
-    pub exclude: &'a [i64],
-    /// Most posts in the answer.
-    pub max_results: usize,
-    /// Per-author originals limit (clamped to `MAX_ORIGINAL_POSTS_PER_AUTHOR`).
-    pub max_originals_per_author: usize,
-    /// Per-author replies+reposts limit (clamped to `MAX_REPLY_POSTS_PER_AUTHOR`; 0 skips).
-    pub max_secondary_per_author: usize,
-    /// Stop and return what was found when this passes.
-    pub deadline: Option<Instant>,
-}
-
-impl<'a> FeedQuery<'a> {
-    /// A query with the reference defaults: no exclusions, 1200 results, 50 / 30 per author.
-    pub fn new(viewer_id: i64, authors: &'a [i64]) -> Self {
-        Self {
-            viewer_id,
-            authors,
-            exclude: &[],
-            max_results: crate::config::MAX_POSTS_TO_RETURN,
-            max_originals_per_author: crate::config::MAX_ORIGINAL_POSTS_PER_AUTHOR,
-            max_secondary_per_author: crate::config::MAX_REPLY_POSTS_PER_AUTHOR,
-            deadline: None,
-        }
-    }
-}
-
-/// A query's answer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct QueryOutcome {
-    /// The posts, newest first.
-    pub posts: Vec<LightPost>,
-    /// The deadline passed; `posts` is partial.
-    pub timed_out: bool,
-    /// Summed timeline lengths of the requested authors (the reference's `total_eligible`).
-    pub eligible: usize,
 }

@@ -1,5 +1,5 @@
 //! Arbitrary Kafka record payloads through the consumer's decode path (`decode_event`, then
-//! `EventBatch::push_record` and `apply` to a store): never a panic; every record that does not
+//! `RecordBatch::push_record` and `apply` to a store): never a panic; every record that does not
 //! decode is an error, counted in the batch and in `kafka_messages_failed_parse_total`; every
 //! record that decodes survives a re-encode unchanged.
 #![no_main]
@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
+use thunder_engine::PostEvent;
 use thunder_engine::{FeedQuery, ManualClock, PostStore, StoreConfig};
-use thunder_server::kafka::{EventBatch, IngestEvent, create_event, decode_event, delete_envelope};
+use thunder_server::kafka::{RecordBatch, create_event, decode_event, delete_envelope};
 
 /// The store's clock; a create is stored when it is at most a day older than this.
 const NOW_SECS: i64 = 1_700_000_000;
@@ -32,7 +33,7 @@ fuzz_target!(|payload: &[u8]| {
     let decoded = decode_event(Some(payload));
 
     let failed_before = failed_parse_total();
-    let mut batch = EventBatch::with_capacity(1);
+    let mut batch = RecordBatch::with_capacity(1);
     let pushed = batch.push_record(0, 0, Some(payload));
     assert_eq!(
         pushed.is_ok(),
@@ -60,14 +61,14 @@ fuzz_target!(|payload: &[u8]| {
                 "decode failure not counted"
             );
         }
-        Ok(IngestEvent::Create(post)) => {
+        Ok(PostEvent::Create(post)) => {
             assert_eq!(
                 (outcome.failed, outcome.creates, outcome.deletes),
                 (0, 1, 0)
             );
             let again = decode_event(Some(&create_event(&post).encode_to_vec()))
                 .expect("a re-encoded create decodes");
-            assert_eq!(again, IngestEvent::Create(post));
+            assert_eq!(again, PostEvent::Create(post));
             let in_window = post.created_at <= NOW_SECS
                 && NOW_SECS - post.created_at <= RETENTION_SECS
                 && (0..=i64::from(u32::MAX)).contains(&post.created_at);
@@ -78,14 +79,14 @@ fuzz_target!(|payload: &[u8]| {
                 .posts;
             assert!(found.len() <= 1 && found.iter().all(|p| p.post_id == post.post_id));
         }
-        Ok(IngestEvent::Delete(delete)) => {
+        Ok(PostEvent::Delete(delete)) => {
             assert_eq!(
                 (outcome.failed, outcome.creates, outcome.deletes),
                 (0, 0, 1)
             );
             let again = decode_event(Some(&delete_envelope(&delete).encode_to_vec()))
                 .expect("a re-encoded delete decodes");
-            assert_eq!(again, IngestEvent::Delete(delete));
+            assert_eq!(again, PostEvent::Delete(delete));
             assert_eq!(store.stats().tombstones, 1);
         }
     }

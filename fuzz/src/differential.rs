@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
 use thunder_engine::config::TRIM_FRACTION;
-use thunder_testkit::model::{ModelStore, answers_agree};
 use thunder_engine::{
     Clock, DeleteEvent, DeleteReport, DropReason, InsertReport, LightPost, ManualClock, PostStore,
     QueryOutcome, StoreConfig, TrimReport,
 };
+use thunder_testkit::model::{ModelStore, answers_agree};
 
 use crate::invariants::{History, Seq};
 use crate::ops::{

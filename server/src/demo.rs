@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use thunder_engine::{DeleteEvent, LightPost, PostStore};
-use thunder_testkit::synth::{SynthConfig, SynthEvent};
+use thunder_engine::{EventBatch, PostEvent, PostStore};
+use thunder_testkit::synth::SynthConfig;
 use tokio::sync::watch;
 
 use crate::following::StaticFollowing;
@@ -39,33 +39,11 @@ pub fn following(config: &SynthConfig) -> StaticFollowing {
     StaticFollowing::new(graph)
 }
 
-/// Applies `events` in order, batching runs of creates and of deletes.
-pub fn apply(store: &PostStore, events: &[SynthEvent]) {
-    let mut creates: Vec<LightPost> = Vec::new();
-    let mut deletes: Vec<DeleteEvent> = Vec::new();
-    for event in events {
-        match event {
-            SynthEvent::Create(post) => {
-                if !deletes.is_empty() {
-                    store.mark_as_deleted(&deletes);
-                    deletes.clear();
-                }
-                creates.push(*post);
-            }
-            SynthEvent::Delete(delete) => {
-                if !creates.is_empty() {
-                    store.insert_posts(&creates);
-                    creates.clear();
-                }
-                deletes.push(*delete);
-            }
-        }
-    }
-    if !creates.is_empty() {
-        store.insert_posts(&creates);
-    }
-    if !deletes.is_empty() {
-        store.mark_as_deleted(&deletes);
+/// Applies `events` in batches of 1000, creates then deletes per batch (the store's answers
+/// do not depend on the order).
+pub fn apply(store: &PostStore, events: &[PostEvent]) {
+    for batch in EventBatch::split(events.iter().copied(), 1000) {
+        store.apply(&batch);
     }
 }
 

@@ -8,9 +8,9 @@ mod kafka_support;
 use prost::Message;
 
 use kafka_support::*;
+use thunder_engine::PostEvent;
 use thunder_engine::{DeleteEvent, LightPost};
 use thunder_server::kafka::{self, DecodeError};
-use thunder_testkit::synth::SynthEvent;
 
 /// Records that must be counted as parse failures, with the error each must give.
 fn bad_payloads() -> Vec<(Option<Vec<u8>>, &'static str)> {
@@ -72,7 +72,7 @@ fn ingested_store_matches_the_model() {
     let creates: Vec<LightPost> = backlog
         .iter()
         .filter_map(|e| {
-            if let SynthEvent::Create(p) = e {
+            if let PostEvent::Create(p) = e {
                 Some(*p)
             } else {
                 None
@@ -82,7 +82,7 @@ fn ingested_store_matches_the_model() {
     let deletes: Vec<DeleteEvent> = backlog
         .iter()
         .filter_map(|e| {
-            if let SynthEvent::Delete(d) = e {
+            if let PostEvent::Delete(d) = e {
                 Some(*d)
             } else {
                 None
@@ -95,13 +95,13 @@ fn ingested_store_matches_the_model() {
     );
 
     // Extra events on top of the synthetic backlog.
-    let mut extra: Vec<SynthEvent> = Vec::new();
+    let mut extra: Vec<PostEvent> = Vec::new();
     // Repeated creates (identical) and repeated deletes.
-    extra.extend(creates.iter().step_by(97).map(|p| SynthEvent::Create(*p)));
-    extra.extend(deletes.iter().take(20).map(|d| SynthEvent::Delete(*d)));
+    extra.extend(creates.iter().step_by(97).map(|p| PostEvent::Create(*p)));
+    extra.extend(deletes.iter().take(20).map(|d| PostEvent::Delete(*d)));
     // A second create of an existing post with other content: the first one wins.
     extra.extend(creates.iter().step_by(211).map(|p| {
-        SynthEvent::Create(LightPost {
+        PostEvent::Create(LightPost {
             has_video: !p.has_video,
             ..*p
         })
@@ -117,15 +117,15 @@ fn ingested_store_matches_the_model() {
     for p in originals.iter().step_by(151).take(15) {
         let post = LightPost::original(next_id, p.author_id, now - 60);
         next_id += 1;
-        extra.push(SynthEvent::Delete(DeleteEvent {
+        extra.push(PostEvent::Delete(DeleteEvent {
             post_id: post.post_id,
             deleted_at: now - 30,
         }));
-        extra.push(SynthEvent::Create(post));
+        extra.push(PostEvent::Create(post));
     }
     // Bad times the store drops and counts: milliseconds, zero, negative, in the future.
     for created_at in [now * 1000, 0, -5, now + 3600] {
-        extra.push(SynthEvent::Create(LightPost::original(
+        extra.push(PostEvent::Create(LightPost::original(
             next_id, 42, created_at,
         )));
         next_id += 1;
@@ -144,7 +144,7 @@ fn ingested_store_matches_the_model() {
             ..LightPost::original(next_id, p.author_id, now - 10)
         };
         next_id += 1;
-        extra.push(SynthEvent::Create(reply));
+        extra.push(PostEvent::Create(reply));
     }
 
     // Two thirds before ingestion starts (the backlog), the rest after catch-up (live).

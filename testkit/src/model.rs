@@ -396,15 +396,7 @@ impl ModelStore {
 
     /// Trims every shard in turn; the reports are summed.
     pub fn trim_all(&mut self) -> TrimReport {
-        let mut total = TrimReport::default();
-        for shard in 0..TRIM_FRACTION {
-            let r = self.trim(shard);
-            total.entries_removed += r.entries_removed;
-            total.posts_freed += r.posts_freed;
-            total.tombstones_expired += r.tombstones_expired;
-            total.authors_dropped += r.authors_dropped;
-        }
-        total
+        (0..TRIM_FRACTION).map(|shard| self.trim(shard)).sum()
     }
 
     /// Counts of what the model holds. The byte fields are always zero.

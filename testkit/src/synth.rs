@@ -17,9 +17,10 @@
 //!
 //! # Usage
 //! ```
-//! use thunder_testkit::synth::{SynthConfig, SynthEvent};
+//! use thunder_testkit::synth::SynthConfig;
+//! use thunder_engine::PostEvent;
 //! let config = SynthConfig::feed_2d(1000, 1_700_000_000);
-//! let creates = config.backlog().filter(|e| matches!(e, SynthEvent::Create(_))).count();
+//! let creates = config.backlog().filter(|e| matches!(e, PostEvent::Create(_))).count();
 //! assert_eq!(creates as u64, config.posts);
 //! let viewer = config.viewer(0);
 //! assert!(!viewer.following.is_empty());
@@ -36,7 +37,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BinaryHeap, VecDeque};
 
-use thunder_engine::{DeleteEvent, LightPost};
+use thunder_engine::{DeleteEvent, LightPost, PostEvent};
 
 /// Authors at scale 1.
 pub const FEED_2D_AUTHORS: u64 = 1_000_000;
@@ -54,15 +55,6 @@ pub const EXCLUDE_LIST_LEN: usize = 500;
 const HISTORY_ORIGINALS: u64 = 64;
 /// Longest walk when looking for a target of a given kind before falling back.
 const MAX_TARGET_WALK: u64 = 256;
-
-/// One event of the stream: a create or a delete, as the store ingests them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SynthEvent {
-    /// A new post.
-    Create(LightPost),
-    /// A delete of a post (possibly arriving before the post itself).
-    Delete(DeleteEvent),
-}
 
 /// Parameters of the workload. Build with [`SynthConfig::feed_2d`], then adjust fields.
 #[derive(Clone, Debug, PartialEq)]
@@ -159,7 +151,7 @@ impl SynthConfig {
     }
 
     /// All backlog events in arrival order, materialised (about 100 bytes per event).
-    pub fn backlog_vec(&self) -> Vec<SynthEvent> {
+    pub fn backlog_vec(&self) -> Vec<PostEvent> {
         let mut events =
             Vec::with_capacity((self.posts as f64 * (1.0 + self.delete_ratio)) as usize + 16);
         events.extend(self.backlog());
@@ -540,7 +532,7 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
-/// The backlog in arrival order: a streaming iterator over [`SynthEvent`]s.
+/// The backlog in arrival order: a streaming iterator over [`PostEvent`]s.
 ///
 /// Posts are generated in `created_at` order and parked in a per-second reorder buffer until
 /// their arrival second is complete, so memory holds only events not yet due.
@@ -549,10 +541,10 @@ pub struct Backlog {
     model: Model,
     next_index: u64,
     /// Pending events; `pending[k]` arrives in second `pending_start_secs + k`.
-    pending: VecDeque<Vec<SynthEvent>>,
+    pending: VecDeque<Vec<PostEvent>>,
     pending_start_secs: i64,
-    ready: std::vec::IntoIter<SynthEvent>,
-    spare: Vec<Vec<SynthEvent>>,
+    ready: std::vec::IntoIter<PostEvent>,
+    spare: Vec<Vec<PostEvent>>,
 }
 
 impl Backlog {
@@ -574,7 +566,7 @@ impl Backlog {
         self.next_index
     }
 
-    fn park(&mut self, arrival_secs: i64, event: SynthEvent) {
+    fn park(&mut self, arrival_secs: i64, event: PostEvent) {
         let slot = (arrival_secs - self.pending_start_secs).max(0) as usize;
         while self.pending.len() <= slot {
             self.pending.push_back(self.spare.pop().unwrap_or_default());
@@ -613,11 +605,11 @@ impl Backlog {
         } else if let Some(late) = model.late_delay_secs(index) {
             create_arrival = created_at + late;
         }
-        self.park(create_arrival, SynthEvent::Create(post));
+        self.park(create_arrival, PostEvent::Create(post));
         if let Some((deleted_at, arrival)) = delete {
             self.park(
                 arrival,
-                SynthEvent::Delete(DeleteEvent {
+                PostEvent::Delete(DeleteEvent {
                     post_id: post.post_id,
                     deleted_at,
                 }),
@@ -627,9 +619,9 @@ impl Backlog {
 }
 
 impl Iterator for Backlog {
-    type Item = SynthEvent;
+    type Item = PostEvent;
 
-    fn next(&mut self) -> Option<SynthEvent> {
+    fn next(&mut self) -> Option<PostEvent> {
         loop {
             if let Some(event) = self.ready.next() {
                 return Some(event);
@@ -642,7 +634,7 @@ impl Iterator for Backlog {
                 let due = self.pending.pop_front().unwrap_or_default();
                 self.pending_start_secs += 1;
                 let done = std::mem::replace(&mut self.ready, due.into_iter());
-                let mut recycled: Vec<SynthEvent> = done.collect();
+                let mut recycled: Vec<PostEvent> = done.collect();
                 recycled.clear();
                 if recycled.capacity() > 0 && self.spare.len() < 64 {
                     self.spare.push(recycled);
@@ -684,12 +676,12 @@ impl LiveSource {
     }
 
     /// The next event at time `now_secs`: a due delete if there is one, else a new post.
-    pub fn next_event(&mut self, now_secs: i64) -> SynthEvent {
+    pub fn next_event(&mut self, now_secs: i64) -> PostEvent {
         if let Some(std::cmp::Reverse((due, post_id))) = self.pending_deletes.peek().copied()
             && due <= now_secs
         {
             self.pending_deletes.pop();
-            return SynthEvent::Delete(DeleteEvent {
+            return PostEvent::Delete(DeleteEvent {
                 post_id,
                 deleted_at: now_secs,
             });
@@ -705,7 +697,7 @@ impl LiveSource {
             self.pending_deletes
                 .push(std::cmp::Reverse((now_secs + delay, post.post_id)));
         }
-        SynthEvent::Create(post)
+        PostEvent::Create(post)
     }
 }
 
@@ -716,12 +708,12 @@ mod tests {
 
     const NOW: i64 = 1_700_000_000;
 
-    fn posts_of(events: &[SynthEvent]) -> Vec<LightPost> {
+    fn posts_of(events: &[PostEvent]) -> Vec<LightPost> {
         events
             .iter()
             .filter_map(|e| match e {
-                SynthEvent::Create(p) => Some(*p),
-                SynthEvent::Delete(_) => None,
+                PostEvent::Create(p) => Some(*p),
+                PostEvent::Delete(_) => None,
             })
             .collect()
     }
@@ -768,8 +760,8 @@ mod tests {
         let deletes: Vec<_> = events
             .iter()
             .filter_map(|e| match e {
-                SynthEvent::Delete(d) => Some(*d),
-                SynthEvent::Create(_) => None,
+                PostEvent::Delete(d) => Some(*d),
+                PostEvent::Create(_) => None,
             })
             .collect();
         let delete_share = deletes.len() as f64 / n;
@@ -781,14 +773,14 @@ mod tests {
             .iter()
             .enumerate()
             .filter_map(|(k, e)| match e {
-                SynthEvent::Create(p) => Some((p.post_id, k)),
-                SynthEvent::Delete(_) => None,
+                PostEvent::Create(p) => Some((p.post_id, k)),
+                PostEvent::Delete(_) => None,
             })
             .collect();
         let early = events
             .iter()
             .enumerate()
-            .filter(|(k, e)| matches!(e, SynthEvent::Delete(d) if position[&d.post_id] > *k))
+            .filter(|(k, e)| matches!(e, PostEvent::Delete(d) if position[&d.post_id] > *k))
             .count() as f64;
         let early_share = early / deletes.len() as f64;
         assert!(
@@ -932,12 +924,12 @@ mod tests {
         for k in 0..200_000 {
             let now = NOW + 1 + k / 100;
             match live.next_event(now) {
-                SynthEvent::Create(p) => {
+                PostEvent::Create(p) => {
                     assert!(p.post_id > last_backlog_id);
                     assert!(p.created_at <= now && p.created_at >= now - 1);
                     creates += 1;
                 }
-                SynthEvent::Delete(d) => {
+                PostEvent::Delete(d) => {
                     assert!(d.post_id > last_backlog_id && d.deleted_at == now);
                     deletes += 1;
                 }
@@ -961,8 +953,8 @@ mod tests {
         let (mut creates, mut deletes) = (0u64, 0u64);
         for event in config.backlog() {
             match event {
-                SynthEvent::Create(_) => creates += 1,
-                SynthEvent::Delete(_) => deletes += 1,
+                PostEvent::Create(_) => creates += 1,
+                PostEvent::Delete(_) => deletes += 1,
             }
         }
         let elapsed = start.elapsed();

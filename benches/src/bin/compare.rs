@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use thunder_benches::baseline::TimelineKind;
 use thunder_benches::memory::{peak_rss_bytes, release_free_memory, rss_bytes};
 use thunder_benches::{
-    BaselineStore, BenchStore, DEFAULT_BATCH_EVENTS, EventBatch, Query, batches, load,
+    BaselineStore, BenchStore, DEFAULT_BATCH_EVENTS, Query, apply, batches, load,
 };
 use thunder_engine::config::{
     DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
 };
-use thunder_engine::{LightPost, ManualClock, PostStore};
+use thunder_engine::{EventBatch, LightPost, ManualClock, PostStore};
 use thunder_testkit::synth::{
     DEFAULT_SEED, POST_ID_BASE, SynthConfig, Viewer, exclude_from_answer,
 };
@@ -424,7 +424,7 @@ fn query_under_ingest(
                 for _ in 0..per_call {
                     batch.push(live.next_event(w.config.now_secs));
                 }
-                batch.apply(store);
+                apply(store, &batch);
                 sent += per_call as u64;
                 ingested.store(sent, Ordering::Relaxed);
             }

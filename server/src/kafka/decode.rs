@@ -4,23 +4,14 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prost::Message;
-use thunder_engine::{DeleteEvent, LightPost, PostStore};
+use thunder_engine::{DeleteEvent, EventBatch, LightPost, PostEvent, PostStore};
 use thunder_proto::in_network_event::EventVariant;
 use thunder_proto::{InNetworkEvent, TweetCreateEvent, TweetDeleteEvent};
 
 use super::metrics;
 use super::throttle::{LOG_INTERVAL, LogThrottle};
 
-/// One decoded Kafka record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IngestEvent {
-    /// A post was created.
-    Create(LightPost),
-    /// A post was deleted.
-    Delete(DeleteEvent),
-}
-
-/// Why a record could not be turned into an [`IngestEvent`].
+/// Why a record could not be turned into an [`PostEvent`].
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     /// The record has a null payload.
@@ -63,7 +54,7 @@ fn check_ids(ids: &[(&'static str, Option<i64>)]) -> Result<(), DecodeError> {
 /// negative id are refused ([`DecodeError::OutOfContractId`]).
 ///
 /// Never panics, whatever the bytes.
-pub fn decode_event(payload: Option<&[u8]>) -> Result<IngestEvent, DecodeError> {
+pub fn decode_event(payload: Option<&[u8]>) -> Result<PostEvent, DecodeError> {
     let payload = payload.ok_or(DecodeError::NoPayload)?;
     let event = InNetworkEvent::decode(payload)?;
     match event.event_variant {
@@ -77,11 +68,11 @@ pub fn decode_event(payload: Option<&[u8]>) -> Result<IngestEvent, DecodeError> 
                 ("source_user_id", create.source_user_id),
                 ("conversation_id", create.conversation_id),
             ])?;
-            Ok(IngestEvent::Create(light_post(&create)))
+            Ok(PostEvent::Create(light_post(&create)))
         }
         Some(EventVariant::TweetDeleteEvent(delete)) => {
             check_ids(&[("post_id", Some(delete.post_id))])?;
-            Ok(IngestEvent::Delete(delete_event(&delete)))
+            Ok(PostEvent::Delete(delete_event(&delete)))
         }
         None => Err(DecodeError::NoVariant),
     }
@@ -145,11 +136,10 @@ fn log_drop(reason: &str, partition: i32, offset: i64, detail: &dyn std::fmt::Di
 
 /// Decoded records waiting to be applied to the store as one batch.
 #[derive(Debug, Default)]
-pub struct EventBatch {
-    creates: Vec<LightPost>,
+pub struct RecordBatch {
+    events: EventBatch,
     /// (partition, offset) of each create, for the drop log.
     create_origins: Vec<(i32, i64)>,
-    deletes: Vec<DeleteEvent>,
     records: usize,
     failed: usize,
     rejected: usize,
@@ -172,13 +162,12 @@ pub struct BatchOutcome {
     pub dropped: usize,
 }
 
-impl EventBatch {
+impl RecordBatch {
     /// An empty batch with room for `capacity` records.
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
-            creates: Vec::with_capacity(capacity),
+            events: EventBatch::with_capacity(capacity),
             create_origins: Vec::with_capacity(capacity),
-            deletes: Vec::with_capacity(capacity / 8),
             records: 0,
             failed: 0,
             rejected: 0,
@@ -207,11 +196,11 @@ impl EventBatch {
     ) -> Result<(), DecodeError> {
         self.records += 1;
         match decode_event(payload) {
-            Ok(IngestEvent::Create(post)) => {
-                self.creates.push(post);
+            Ok(PostEvent::Create(post)) => {
+                self.events.creates.push(post);
                 self.create_origins.push((partition, offset));
             }
-            Ok(IngestEvent::Delete(delete)) => self.deletes.push(delete),
+            Ok(PostEvent::Delete(delete)) => self.events.deletes.push(delete),
             Err(error) if error.drop_reason().is_some() => {
                 let reason = error.drop_reason().unwrap_or_default();
                 self.rejected += 1;
@@ -241,8 +230,8 @@ impl EventBatch {
     pub fn apply(&mut self, store: &PostStore) -> BatchOutcome {
         let timer = metrics::kafka().batch_processing.start_timer();
         let mut dropped = 0;
-        if !self.creates.is_empty() {
-            let creates = &self.creates;
+        if !self.events.creates.is_empty() {
+            let creates = &self.events.creates;
             let origins = &self.create_origins;
             store.insert_posts_with(creates, |index, reason| {
                 dropped += 1;
@@ -262,22 +251,21 @@ impl EventBatch {
                 }
             });
         }
-        if !self.deletes.is_empty() {
-            store.mark_as_deleted(&self.deletes);
+        if !self.events.deletes.is_empty() {
+            store.mark_as_deleted(&self.events.deletes);
         }
         timer.observe_duration();
         let outcome = BatchOutcome {
             records: self.records,
-            creates: self.creates.len(),
-            deletes: self.deletes.len(),
+            creates: self.events.creates.len(),
+            deletes: self.events.deletes.len(),
             failed: self.failed,
             rejected: self.rejected,
             dropped,
         };
-        self.creates.clear();
+        self.events.clear();
         self.create_origins.clear();
         self.rejected = 0;
-        self.deletes.clear();
         self.records = 0;
         self.failed = 0;
         outcome
@@ -295,7 +283,7 @@ mod tests {
         let bytes = create_event(&post).encode_to_vec();
         let decoded = decode_event(Some(&bytes)).expect("decodes");
         post.is_reply = true;
-        assert_eq!(decoded, IngestEvent::Create(post));
+        assert_eq!(decoded, PostEvent::Create(post));
     }
 
     #[test]
@@ -307,7 +295,7 @@ mod tests {
         let bytes = delete_envelope(&delete).encode_to_vec();
         assert_eq!(
             decode_event(Some(&bytes)).expect("decodes"),
-            IngestEvent::Delete(delete)
+            PostEvent::Delete(delete)
         );
     }
 
@@ -351,7 +339,7 @@ mod tests {
             .with_label_values(&["out_of_contract_id"]);
         let before = counter.get();
         let parse_failures = metrics::kafka().messages_failed_parse.get();
-        let mut batch = EventBatch::with_capacity(4);
+        let mut batch = RecordBatch::with_capacity(4);
         assert!(batch.push_record(0, 9, Some(&bytes)).is_err());
         assert_eq!(counter.get(), before + 1);
         assert_eq!(metrics::kafka().messages_failed_parse.get(), parse_failures);
@@ -377,7 +365,7 @@ mod tests {
             .iter()
             .map(|r| count(r))
             .collect();
-        let mut batch = EventBatch::with_capacity(8);
+        let mut batch = RecordBatch::with_capacity(8);
         for (offset, post) in [
             LightPost::original(1, 1, now),
             LightPost::original(1, 1, now),
@@ -423,7 +411,7 @@ mod tests {
             Err(DecodeError::Malformed(_))
         ));
         let before = metrics::kafka().messages_failed_parse.get();
-        let mut batch = EventBatch::with_capacity(4);
+        let mut batch = RecordBatch::with_capacity(4);
         assert!(batch.push_record(0, 1, Some(b"\x0a\x05abc")).is_err());
         assert_eq!(batch.len(), 1);
         assert!(metrics::kafka().messages_failed_parse.get() > before);

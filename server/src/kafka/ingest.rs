@@ -13,7 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use thunder_engine::PostStore;
 
-use super::decode::EventBatch;
+use super::decode::RecordBatch;
 use super::gate::partition_caught_up;
 use super::metrics;
 use super::shared::{PartitionState, Shared};
@@ -160,7 +160,7 @@ impl IngestThread {
                 at_end: false,
             })
             .collect();
-        let mut batch = EventBatch::with_capacity(self.batch_size);
+        let mut batch = RecordBatch::with_capacity(self.batch_size);
         let mut batch_started: Option<Instant> = None;
         let mut caught_up = false;
         let warnings = LogThrottle::new(LOG_INTERVAL);
@@ -329,7 +329,7 @@ impl IngestThread {
 
     /// Applies the batch, serialised with the other caught-up threads when configured so, and
     /// counts it.
-    fn apply(&self, batch: &mut EventBatch, caught_up: bool, positions: &[Position]) {
+    fn apply(&self, batch: &mut RecordBatch, caught_up: bool, positions: &[Position]) {
         let permit = if caught_up {
             self.shared.live_permits.as_ref().map(|p| p.acquire())
         } else {

@@ -64,8 +64,8 @@ use tokio::sync::watch;
 
 pub use config::{IN_NETWORK_EVENTS_TOPIC, KafkaArgs};
 pub use decode::{
-    BatchOutcome, DecodeError, EventBatch, IngestEvent, create_event, decode_event,
-    delete_envelope, delete_event, light_post,
+    BatchOutcome, DecodeError, RecordBatch, create_event, decode_event, delete_envelope,
+    delete_event, light_post,
 };
 pub use error::KafkaError;
 pub use gate::CatchUpState;

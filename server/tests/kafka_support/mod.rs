@@ -18,10 +18,11 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use thunder_engine::PostEvent;
 use thunder_engine::{Clock, FeedQuery, ManualClock, PostStore, StoreConfig};
 use thunder_server::kafka::{CatchUpState, EventProducer, KafkaArgs, KafkaIngest};
 use thunder_testkit::model::ModelStore;
-use thunder_testkit::synth::{SynthConfig, SynthEvent};
+use thunder_testkit::synth::SynthConfig;
 
 /// Generous: the machine may be small and busy with other builds.
 pub const TIMEOUT: Duration = Duration::from_secs(180);
@@ -260,18 +261,18 @@ pub fn now_secs() -> i64 {
 /// answers do not depend on it, with one exception: a repost is a video if its source is a
 /// stored video *when the repost is inserted*, so a delete of a repost's source racing the
 /// repost may go either way. Those deletes are left out, so the model's answer is the only one.
-pub fn order_free_backlog(scale: u32, now_secs: i64) -> (SynthConfig, Vec<SynthEvent>) {
+pub fn order_free_backlog(scale: u32, now_secs: i64) -> (SynthConfig, Vec<PostEvent>) {
     let config = SynthConfig::feed_2d(scale, now_secs);
     let sources: HashSet<i64> = config
         .backlog()
         .filter_map(|e| match e {
-            SynthEvent::Create(p) if p.is_retweet => p.source_post_id,
+            PostEvent::Create(p) if p.is_retweet => p.source_post_id,
             _ => None,
         })
         .collect();
     let backlog = config
         .backlog()
-        .filter(|e| !matches!(e, SynthEvent::Delete(d) if sources.contains(&d.post_id)))
+        .filter(|e| !matches!(e, PostEvent::Delete(d) if sources.contains(&d.post_id)))
         .collect();
     (config, backlog)
 }
@@ -281,7 +282,7 @@ pub fn order_free_backlog(scale: u32, now_secs: i64) -> (SynthConfig, Vec<SynthE
 pub fn viewers_for(
     config: &SynthConfig,
     count: usize,
-    events: &[SynthEvent],
+    events: &[PostEvent],
 ) -> Vec<(i64, Vec<i64>)> {
     let mut viewers: Vec<(i64, Vec<i64>)> = config
         .viewers(count)
@@ -291,7 +292,7 @@ pub fn viewers_for(
     let mut authors: Vec<i64> = events
         .iter()
         .filter_map(|e| {
-            if let SynthEvent::Create(p) = e {
+            if let PostEvent::Create(p) = e {
                 Some(p.author_id)
             } else {
                 None
@@ -305,10 +306,10 @@ pub fn viewers_for(
 }
 
 /// Sends `event` (creates keyed by author, deletes by post id).
-pub fn send(producer: &EventProducer, event: &SynthEvent) {
+pub fn send(producer: &EventProducer, event: &PostEvent) {
     match event {
-        SynthEvent::Create(post) => producer.send_create(post),
-        SynthEvent::Delete(delete) => producer.send_delete(delete, None),
+        PostEvent::Create(post) => producer.send_create(post),
+        PostEvent::Delete(delete) => producer.send_delete(delete, None),
     }
     .expect("queue record");
 }
@@ -381,20 +382,20 @@ pub fn store_and_model(now_secs: i64) -> (Arc<PostStore>, ModelStore) {
 
 /// Applies `events` to the model the way ingestion does (create events through the same
 /// decode path, so `is_reply` is derived the same way).
-pub fn apply_to_model(model: &mut ModelStore, events: &[SynthEvent]) {
+pub fn apply_to_model(model: &mut ModelStore, events: &[PostEvent]) {
     for event in events {
         match event {
-            SynthEvent::Create(post) => {
+            PostEvent::Create(post) => {
                 let create = thunder_server::kafka::create_event(post);
                 let bytes = prost::Message::encode_to_vec(&create);
                 match thunder_server::kafka::decode_event(Some(&bytes)).expect("round trip") {
-                    thunder_server::kafka::IngestEvent::Create(post) => {
+                    thunder_engine::PostEvent::Create(post) => {
                         model.insert_posts(&[post]);
                     }
                     other => panic!("unexpected {other:?}"),
                 }
             }
-            SynthEvent::Delete(delete) => {
+            PostEvent::Delete(delete) => {
                 model.mark_as_deleted(&[*delete]);
             }
         }

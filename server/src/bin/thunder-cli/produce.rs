@@ -17,8 +17,9 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 use serde::Deserialize;
+use thunder_engine::PostEvent;
 use thunder_engine::{DeleteEvent, LightPost};
-use thunder_testkit::synth::{SynthConfig, SynthEvent};
+use thunder_testkit::synth::SynthConfig;
 
 use thunder_server::kafka::{EventProducer, KafkaArgs};
 
@@ -136,13 +137,13 @@ struct Sent {
 }
 
 impl Sent {
-    fn send(&mut self, producer: &EventProducer, event: &SynthEvent) -> anyhow::Result<()> {
+    fn send(&mut self, producer: &EventProducer, event: &PostEvent) -> anyhow::Result<()> {
         match event {
-            SynthEvent::Create(post) => {
+            PostEvent::Create(post) => {
                 producer.send_create(post)?;
                 self.creates += 1;
             }
-            SynthEvent::Delete(delete) => {
+            PostEvent::Delete(delete) => {
                 producer.send_delete(delete, None)?;
                 self.deletes += 1;
             }
