@@ -6,13 +6,13 @@
 mod common;
 
 use criterion::{BatchSize, BenchmarkId, Throughput, criterion_group, criterion_main};
-use thunder_benches::{BenchStore, DEFAULT_BATCH_EVENTS, apply};
-use thunder_engine::EventBatch;
+use thunder_benches::DEFAULT_BATCH_EVENTS;
+use thunder_engine::{EventBatch, Store};
 
 fn inserts(c: &mut criterion::Criterion) {
     let config = common::workload();
     let (engine, baseline) = common::loaded_stores(&config);
-    let stores: [&dyn BenchStore; 2] = [&engine, &baseline];
+    let stores: [&dyn Store; 2] = [&engine, &baseline];
     let mut group = c.benchmark_group("insert_batch");
     group.throughput(Throughput::Elements(DEFAULT_BATCH_EVENTS as u64));
     for store in stores {
@@ -27,7 +27,7 @@ fn inserts(c: &mut criterion::Criterion) {
                     }
                     batch
                 },
-                |batch| apply(store, &batch),
+                |batch| store.apply(&batch),
                 BatchSize::SmallInput,
             )
         });

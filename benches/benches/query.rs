@@ -9,38 +9,34 @@ mod common;
 use criterion::{BenchmarkId, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::Duration;
-use thunder_benches::{BenchStore, Query};
 use thunder_engine::config::{MAX_POSTS_TO_RETURN, MAX_VIDEOS_TO_RETURN};
+use thunder_engine::{FeedQuery, Store};
 use thunder_testkit::synth::exclude_from_answer;
 
 fn queries(c: &mut criterion::Criterion) {
     let config = common::workload();
     let (engine, baseline) = common::loaded_stores(&config);
-    let stores: [&dyn BenchStore; 2] = [&engine, &baseline];
+    let stores: [&dyn Store; 2] = [&engine, &baseline];
     let viewer = (0..)
         .map(|i| config.viewer(i))
         .find(|v| v.following.len() == 2000 || v.following.len() as u64 * 2 >= config.authors)
         .expect("viewers exist");
     let busiest = [config.author_id(0)];
-    let full = Query {
-        viewer_id: viewer.user_id,
-        authors: &viewer.following,
-        exclude: &[],
+    let full = FeedQuery {
         max_results: MAX_POSTS_TO_RETURN,
+        ..FeedQuery::new(viewer.user_id, &viewer.following)
     };
-    let previous = engine.query(&full);
+    let previous = engine.get_all_posts_by_users(&full).posts;
     let exclude = exclude_from_answer(&viewer, previous.iter().map(|p| p.post_id));
 
     let mut group = c.benchmark_group("single_author");
     for store in stores {
-        let q = Query {
-            viewer_id: viewer.user_id,
-            authors: &busiest,
-            exclude: &[],
+        let q = FeedQuery {
             max_results: MAX_POSTS_TO_RETURN,
+            ..FeedQuery::new(viewer.user_id, &busiest)
         };
         group.bench_function(BenchmarkId::from_parameter(store.name()), |b| {
-            b.iter(|| black_box(store.query(black_box(&q))))
+            b.iter(|| black_box(store.get_all_posts_by_users(black_box(&q)).posts))
         });
     }
     group.finish();
@@ -50,12 +46,12 @@ fn queries(c: &mut criterion::Criterion) {
         .sample_size(10)
         .measurement_time(Duration::from_secs(5));
     for store in stores {
-        let q = Query {
+        let q = FeedQuery {
             exclude: &exclude,
-            ..full
+            ..full.clone()
         };
         group.bench_function(BenchmarkId::from_parameter(store.name()), |b| {
-            b.iter(|| black_box(store.query(black_box(&q))))
+            b.iter(|| black_box(store.get_all_posts_by_users(black_box(&q)).posts))
         });
     }
     group.finish();
@@ -65,13 +61,13 @@ fn queries(c: &mut criterion::Criterion) {
         .sample_size(10)
         .measurement_time(Duration::from_secs(5));
     for store in stores {
-        let q = Query {
+        let q = FeedQuery {
             exclude: &exclude,
             max_results: MAX_VIDEOS_TO_RETURN,
-            ..full
+            ..full.clone()
         };
         group.bench_function(BenchmarkId::from_parameter(store.name()), |b| {
-            b.iter(|| black_box(store.query_videos(black_box(&q))))
+            b.iter(|| black_box(store.get_videos_by_users(black_box(&q)).posts))
         });
     }
     group.finish();

@@ -20,7 +20,10 @@ use thunder_engine::config::{
     MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_POSTING_LIST_SIZE, MAX_REPLY_POSTS_PER_AUTHOR,
     MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEO_POSTS_PER_AUTHOR, TRIM_FRACTION,
 };
-use thunder_engine::{Clock, DeleteEvent, LightPost};
+use thunder_engine::{
+    Clock, DeleteEvent, DeleteReport, FeedQuery, InsertReport, LightPost, QueryOutcome, Store,
+    TrimReport,
+};
 
 /// Pseudo-author of the originals map whose timeline holds the tombstone list.
 pub const DELETE_EVENT_KEY: i64 = 0;
@@ -112,6 +115,7 @@ pub struct BaselineStore {
     video_posts_by_user: Timelines,
     deleted_posts: DashMap<i64, bool>,
     retention_seconds: u64,
+    max_posting_list_size: usize,
     clock: Arc<dyn Clock>,
 }
 
@@ -125,6 +129,16 @@ struct StageResult {
 impl BaselineStore {
     /// An empty store keeping posts for `retention_seconds`, reading time from `clock`.
     pub fn new(retention_seconds: u64, clock: Arc<dyn Clock>) -> Self {
+        Self::with_cap(retention_seconds, clock, MAX_POSTING_LIST_SIZE)
+    }
+
+    /// [`new`](Self::new) with timelines capped at `max_posting_list_size` entries instead of
+    /// `MAX_POSTING_LIST_SIZE` (for rule tests that reach the cap with a few posts).
+    pub fn with_cap(
+        retention_seconds: u64,
+        clock: Arc<dyn Clock>,
+        max_posting_list_size: usize,
+    ) -> Self {
         Self {
             posts: DashMap::new(),
             original_posts_by_user: DashMap::new(),
@@ -132,6 +146,7 @@ impl BaselineStore {
             video_posts_by_user: DashMap::new(),
             deleted_posts: DashMap::new(),
             retention_seconds,
+            max_posting_list_size: max_posting_list_size.max(1),
             clock,
         }
     }
@@ -172,10 +187,16 @@ impl BaselineStore {
     }
 
     /// Pushes `entry` at the back of `author`'s timeline in `map`, popping the front while the
-    /// timeline holds `MAX_POSTING_LIST_SIZE` entries; popped ids go to `evicted`.
-    fn push_capped(map: &Timelines, author: i64, entry: TinyPost, evicted: &mut Vec<i64>) {
+    /// timeline holds `cap` entries; popped ids go to `evicted`.
+    fn push_capped(
+        map: &Timelines,
+        cap: usize,
+        author: i64,
+        entry: TinyPost,
+        evicted: &mut Vec<i64>,
+    ) {
         let mut deque = map.entry(author).or_default();
-        while deque.len() >= MAX_POSTING_LIST_SIZE {
+        while deque.len() >= cap {
             if let Some(old) = deque.pop_front() {
                 evicted.push(old.post_id);
             }
@@ -183,26 +204,41 @@ impl BaselineStore {
         deque.push_back(entry);
     }
 
-    /// Reference `insert_posts` (§4.2).
-    pub fn insert_posts(&self, batch: &[LightPost]) {
+    /// Reference `insert_posts` (§4.2). The reference counts nothing; the report is what its
+    /// rules did: a negative `created_at` wraps to the far future (`in_future`; `invalid_time`
+    /// is never counted), and a `duplicate` has *overwritten* the stored record (bug 12).
+    pub fn insert_posts(&self, batch: &[LightPost]) -> InsertReport {
         let now = self.now_secs();
+        let mut report = InsertReport::default();
         let mut kept: Vec<&LightPost> = batch
             .iter()
             .filter(|p| {
                 let created = p.created_at as u64;
-                created <= now && now.wrapping_sub(created) <= self.retention_seconds
+                if created > now {
+                    report.in_future += 1;
+                    false
+                } else if now - created > self.retention_seconds {
+                    report.too_old += 1;
+                    false
+                } else {
+                    true
+                }
             })
             .collect();
         kept.sort_unstable_by_key(|p| p.created_at);
+        let cap = self.max_posting_list_size;
         let mut evicted = Vec::new();
         for post in kept {
             if self.deleted_posts.contains_key(&post.post_id) {
+                report.tombstoned += 1;
                 continue;
             }
             let compact = Arc::new(CompactPost::from(post));
             if self.posts.insert(post.post_id, compact).is_some() {
+                report.duplicate += 1;
                 continue;
             }
+            report.inserted += 1;
             let entry = TinyPost {
                 post_id: post.post_id,
                 created_at: post.created_at,
@@ -212,7 +248,7 @@ impl BaselineStore {
             } else {
                 &self.secondary_posts_by_user
             };
-            Self::push_capped(primary, post.author_id, entry, &mut evicted);
+            Self::push_capped(primary, cap, post.author_id, entry, &mut evicted);
 
             let mut video = post.has_video;
             if !video
@@ -227,6 +263,7 @@ impl BaselineStore {
             if video {
                 Self::push_capped(
                     &self.video_posts_by_user,
+                    cap,
                     post.author_id,
                     entry,
                     &mut evicted,
@@ -236,12 +273,17 @@ impl BaselineStore {
                 self.posts.remove(&id);
             }
         }
+        report
     }
 
     /// Reference `mark_as_deleted` (§4.3): the author timelines are not touched.
-    pub fn mark_as_deleted(&self, events: &[DeleteEvent]) {
+    pub fn mark_as_deleted(&self, events: &[DeleteEvent]) -> DeleteReport {
+        let mut report = DeleteReport {
+            removed: 0,
+            tombstoned: events.len(),
+        };
         for event in events {
-            self.posts.remove(&event.post_id);
+            report.removed += usize::from(self.posts.remove(&event.post_id).is_some());
             self.deleted_posts.insert(event.post_id, true);
             self.original_posts_by_user
                 .entry(DELETE_EVENT_KEY)
@@ -251,6 +293,7 @@ impl BaselineStore {
                     created_at: event.deleted_at,
                 });
         }
+        report
     }
 
     /// Reference `finalize_init` (§4.8): sort every timeline, trim every shard, drop
@@ -278,17 +321,61 @@ impl BaselineStore {
     /// Reference `trim_old_posts` (§4.7); returns the count trimmed from originals and
     /// secondary (video trims are not counted, as in the reference).
     pub fn trim_old_posts(&self, trim_iter: usize) -> usize {
-        let originals = self.trim_map(&self.original_posts_by_user, trim_iter);
-        let secondary = self.trim_map(&self.secondary_posts_by_user, trim_iter);
-        self.trim_map(&self.video_posts_by_user, trim_iter);
-        originals + secondary
+        self.trim_report(trim_iter).entries_removed
     }
 
-    fn trim_map(&self, map: &Timelines, trim_iter: usize) -> usize {
+    /// [`trim_old_posts`](Self::trim_old_posts) with what it did: `entries_removed` is the
+    /// reference's count (originals and secondary entries plus tombstone-list entries; video
+    /// trims not counted, bug 11), `posts_freed` the records removed, `tombstones_expired` the
+    /// tombstones dropped, `authors_dropped` the authors left in none of the three maps.
+    pub fn trim_report(&self, trim_iter: usize) -> TrimReport {
+        let mut report = TrimReport::default();
+        let mut emptied = Vec::new();
+        report.entries_removed += self.trim_map(
+            &self.original_posts_by_user,
+            trim_iter,
+            &mut report,
+            &mut emptied,
+        );
+        report.entries_removed += self.trim_map(
+            &self.secondary_posts_by_user,
+            trim_iter,
+            &mut report,
+            &mut emptied,
+        );
+        self.trim_map(
+            &self.video_posts_by_user,
+            trim_iter,
+            &mut report,
+            &mut emptied,
+        );
+        emptied.sort_unstable();
+        emptied.dedup();
+        report.authors_dropped = emptied
+            .into_iter()
+            .filter(|author| {
+                !self.original_posts_by_user.contains_key(author)
+                    && !self.secondary_posts_by_user.contains_key(author)
+                    && !self.video_posts_by_user.contains_key(author)
+            })
+            .count();
+        report
+    }
+
+    /// Trims one map; returns the reference's count and adds freed records, expired tombstones
+    /// and emptied authors to `report` / `emptied`.
+    fn trim_map(
+        &self,
+        map: &Timelines,
+        trim_iter: usize,
+        report: &mut TrimReport,
+        emptied: &mut Vec<i64>,
+    ) -> usize {
         let now = self.now_secs();
         let expired =
             |created_at: i64| now.wrapping_sub(created_at as u64) > self.retention_seconds;
         let mut trimmed = 0;
+        let cap = self.max_posting_list_size;
         let mut expired_tombstones = Vec::new();
         if let Some(mut deque) = map.get_mut(&DELETE_EVENT_KEY) {
             while deque.front().is_some_and(|t| expired(t.created_at)) {
@@ -310,7 +397,7 @@ impl BaselineStore {
             let deque = entry.value_mut();
             while deque
                 .front()
-                .is_some_and(|t| deque.len() > MAX_POSTING_LIST_SIZE || expired(t.created_at))
+                .is_some_and(|t| deque.len() > cap || expired(t.created_at))
             {
                 if let Some(t) = deque.pop_front() {
                     removed_posts.push(t.post_id);
@@ -324,15 +411,20 @@ impl BaselineStore {
             }
         }
         for author in empty_authors {
-            map.remove_if(&author, |_, deque| deque.is_empty());
+            if map
+                .remove_if(&author, |_, deque| deque.is_empty())
+                .is_some()
+            {
+                emptied.push(author);
+            }
         }
         trimmed += removed_posts.len();
         for id in removed_posts {
-            self.posts.remove(&id);
+            report.posts_freed += usize::from(self.posts.remove(&id).is_some());
         }
         for id in expired_tombstones {
-            self.posts.remove(&id);
-            self.deleted_posts.remove(&id);
+            report.posts_freed += usize::from(self.posts.remove(&id).is_some());
+            report.tombstones_expired += usize::from(self.deleted_posts.remove(&id).is_some());
         }
         trimmed
     }
@@ -395,30 +487,47 @@ impl BaselineStore {
         request_user_id: i64,
         max_results: usize,
     ) -> Vec<LightPost> {
+        self.all_posts(
+            user_ids,
+            exclude,
+            request_user_id,
+            max_results,
+            (MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR),
+        )
+        .posts
+    }
+
+    /// Both stages with the given per-author `(originals, secondary)` limits.
+    fn all_posts(
+        &self,
+        user_ids: &[i64],
+        exclude: &HashSet<i64>,
+        request_user_id: i64,
+        max_results: usize,
+        (max_originals, max_secondary): (usize, usize),
+    ) -> StageResult {
         let following: HashSet<i64> = user_ids.iter().copied().collect();
         let no_following = HashSet::new();
-        let mut posts = self
-            .get_posts_from_map(
-                &self.original_posts_by_user,
-                user_ids,
-                MAX_ORIGINAL_POSTS_PER_AUTHOR,
-                exclude,
-                &no_following,
-                request_user_id,
-            )
-            .posts;
-        posts.extend(
-            self.get_posts_from_map(
-                &self.secondary_posts_by_user,
-                user_ids,
-                MAX_REPLY_POSTS_PER_AUTHOR,
-                exclude,
-                &following,
-                request_user_id,
-            )
-            .posts,
+        let mut result = self.get_posts_from_map(
+            &self.original_posts_by_user,
+            user_ids,
+            max_originals,
+            exclude,
+            &no_following,
+            request_user_id,
         );
-        score_recent(posts, max_results)
+        let secondary = self.get_posts_from_map(
+            &self.secondary_posts_by_user,
+            user_ids,
+            max_secondary,
+            exclude,
+            &following,
+            request_user_id,
+        );
+        result.posts.extend(secondary.posts);
+        result.total_eligible += secondary.total_eligible;
+        result.posts = score_recent(result.posts, max_results);
+        result
     }
 
     /// Reference `get_videos_by_users` (§4.6) followed by `score_recent`.
@@ -429,17 +538,95 @@ impl BaselineStore {
         request_user_id: i64,
         max_results: usize,
     ) -> Vec<LightPost> {
-        let posts = self
-            .get_posts_from_map(
-                &self.video_posts_by_user,
-                user_ids,
-                MAX_VIDEO_POSTS_PER_AUTHOR,
-                exclude,
-                &HashSet::new(),
-                request_user_id,
-            )
-            .posts;
-        score_recent(posts, max_results)
+        self.videos(user_ids, exclude, request_user_id, max_results)
+            .posts
+    }
+
+    fn videos(
+        &self,
+        user_ids: &[i64],
+        exclude: &HashSet<i64>,
+        request_user_id: i64,
+        max_results: usize,
+    ) -> StageResult {
+        let mut result = self.get_posts_from_map(
+            &self.video_posts_by_user,
+            user_ids,
+            MAX_VIDEO_POSTS_PER_AUTHOR,
+            exclude,
+            &HashSet::new(),
+            request_user_id,
+        );
+        result.posts = score_recent(result.posts, max_results);
+        result
+    }
+}
+
+/// The reference design behind the common contract. What it cannot do like the engine:
+/// - queries ignore `deadline` (the reference's timeout is disabled by default) and never time
+///   out; a repeated author is read again; `eligible` is the reference's `total_eligible`
+///   (tombstone-list entries included for author 0, dead entries included);
+/// - the per-author limits of the query are honoured (clamped to the reference caps);
+/// - reports: see [`BaselineStore::insert_posts`] and [`BaselineStore::trim_report`];
+/// - [`finish_load`](Store::finish_load) is the reference's `finalize_init`.
+impl Store for BaselineStore {
+    fn name(&self) -> &'static str {
+        "baseline"
+    }
+
+    fn insert_posts(&self, posts: &[LightPost]) -> InsertReport {
+        BaselineStore::insert_posts(self, posts)
+    }
+
+    fn mark_as_deleted(&self, deletes: &[DeleteEvent]) -> DeleteReport {
+        BaselineStore::mark_as_deleted(self, deletes)
+    }
+
+    fn trim(&self, shard: usize) -> TrimReport {
+        self.trim_report(shard)
+    }
+
+    fn get_all_posts_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
+        // The reference handler builds the exclude set per request.
+        let exclude: HashSet<i64> = query.exclude.iter().copied().collect();
+        let limits = (
+            query
+                .max_originals_per_author
+                .min(MAX_ORIGINAL_POSTS_PER_AUTHOR),
+            query
+                .max_secondary_per_author
+                .min(MAX_REPLY_POSTS_PER_AUTHOR),
+        );
+        let result = self.all_posts(
+            query.authors,
+            &exclude,
+            query.viewer_id,
+            query.max_results,
+            limits,
+        );
+        QueryOutcome {
+            posts: result.posts,
+            timed_out: false,
+            eligible: result.total_eligible,
+        }
+    }
+
+    fn get_videos_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
+        let exclude: HashSet<i64> = query.exclude.iter().copied().collect();
+        let result = self.videos(query.authors, &exclude, query.viewer_id, query.max_results);
+        QueryOutcome {
+            posts: result.posts,
+            timed_out: false,
+            eligible: result.total_eligible,
+        }
+    }
+
+    fn stored_posts(&self) -> usize {
+        self.post_count()
+    }
+
+    fn finish_load(&self) {
+        self.finalize_init();
     }
 }
 

@@ -5,9 +5,9 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use thunder_benches::{BaselineStore, BenchStore, DEFAULT_BATCH_EVENTS, Query, batches, load};
+use thunder_benches::{BaselineStore, DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::{DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_VIDEOS_TO_RETURN};
-use thunder_engine::{LightPost, ManualClock, PostStore};
+use thunder_engine::{FeedQuery, LightPost, ManualClock, PostStore, Store};
 use thunder_testkit::synth::{SynthConfig, exclude_from_answer};
 
 const NOW: i64 = 1_750_000_000;
@@ -38,35 +38,40 @@ fn engine_and_baseline_agree_on_feed_2d() {
         DEFAULT_RETENTION_SECS as u64,
         Arc::new(ManualClock::new(NOW)),
     );
-    for store in [&engine as &dyn BenchStore, &baseline] {
+    for store in [&engine as &dyn Store, &baseline] {
         load(store, &events, 1);
         store.finish_load();
     }
-    assert_eq!(engine.stored_posts(), baseline.stored_posts());
+    assert_eq!(Store::stored_posts(&engine), Store::stored_posts(&baseline));
 
     let mut video_differences = 0;
     for viewer in config.viewers(40) {
-        let full = Query {
-            viewer_id: viewer.user_id,
-            authors: &viewer.following,
-            exclude: &[],
+        let full = FeedQuery {
             max_results: MAX_POSTS_TO_RETURN,
+            ..FeedQuery::new(viewer.user_id, &viewer.following)
         };
-        let exclude = exclude_from_answer(&viewer, engine.query(&full).iter().map(|p| p.post_id));
-        let q = Query {
+        let previous = engine.get_all_posts_by_users(&full).posts;
+        let exclude = exclude_from_answer(&viewer, previous.iter().map(|p| p.post_id));
+        let q = FeedQuery {
             exclude: &exclude,
             ..full
         };
-        let e = comparable(&engine.query(&q), MAX_POSTS_TO_RETURN);
-        let b = comparable(&baseline.query(&q), MAX_POSTS_TO_RETURN);
+        let e = comparable(
+            &engine.get_all_posts_by_users(&q).posts,
+            MAX_POSTS_TO_RETURN,
+        );
+        let b = comparable(
+            &Store::get_all_posts_by_users(&baseline, &q).posts,
+            MAX_POSTS_TO_RETURN,
+        );
         assert_eq!(e, b, "feed of viewer {}", viewer.user_id);
 
-        let q = Query {
+        let q = FeedQuery {
             max_results: MAX_VIDEOS_TO_RETURN,
             ..q
         };
-        let e_posts = engine.query_videos(&q);
-        let b_posts = baseline.query_videos(&q);
+        let e_posts = engine.get_videos_by_users(&q).posts;
+        let b_posts = Store::get_videos_by_users(&baseline, &q).posts;
         let (e_cut, e_ids) = comparable(&e_posts, MAX_VIDEOS_TO_RETURN);
         let (b_cut, b_ids) = comparable(&b_posts, MAX_VIDEOS_TO_RETURN);
         let cut = e_cut.max(b_cut);

@@ -55,6 +55,7 @@ pub mod behaviour {}
 
 pub mod clock;
 pub mod config;
+mod contract;
 pub mod post;
 
 mod arena;
@@ -64,6 +65,7 @@ mod sync;
 mod timeline;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use contract::Store;
 pub use post::{DeleteEvent, EventBatch, LightPost, PostEvent};
 pub use query::{FeedQuery, QueryOutcome};
 pub use store::{

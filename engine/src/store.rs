@@ -15,7 +15,7 @@
 use crate::arena::{Arena, CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
-use crate::post::{DeleteEvent, EventBatch, LightPost};
+use crate::post::{DeleteEvent, LightPost};
 use crate::timeline::{MAX_CAPACITY, Timeline, TinyPost};
 use crossbeam_epoch::Guard;
 use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering, fence};
@@ -795,21 +795,6 @@ impl PostStore {
         );
         self.arena.retire(retired, &g.epoch);
         report
-    }
-
-    /// Applies a batch: `insert_posts` with its creates, then `mark_as_deleted` with its deletes.
-    pub fn apply(&self, batch: &EventBatch) -> (InsertReport, DeleteReport) {
-        let inserted = if batch.creates.is_empty() {
-            InsertReport::default()
-        } else {
-            self.insert_posts(&batch.creates)
-        };
-        let deleted = if batch.deletes.is_empty() {
-            DeleteReport::default()
-        } else {
-            self.mark_as_deleted(&batch.deletes)
-        };
-        (inserted, deleted)
     }
 
     /// Trims every shard once.

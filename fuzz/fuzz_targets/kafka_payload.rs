@@ -1,7 +1,8 @@
 //! Arbitrary Kafka record payloads through the consumer's decode path (`decode_event`, then
 //! `RecordBatch::push_record` and `apply` to a store): never a panic; every record that does not
-//! decode is an error, counted in the batch and in `kafka_messages_failed_parse_total`; every
-//! record that decodes survives a re-encode unchanged.
+//! decode is an error, counted in the batch and in `kafka_messages_failed_parse_total`; a record
+//! with an id outside the contract is rejected and counted apart; every record that decodes
+//! survives a re-encode unchanged.
 #![no_main]
 
 use std::sync::Arc;
@@ -50,6 +51,20 @@ fuzz_target!(|payload: &[u8]| {
     assert!(batch.is_empty(), "apply empties the batch");
 
     match decoded {
+        Err(error) if error.drop_reason().is_some() => {
+            // Well-formed but outside the contract (a negative id): rejected and counted as a
+            // drop, not as a parse failure.
+            assert_eq!(
+                (
+                    outcome.rejected,
+                    outcome.failed,
+                    outcome.creates,
+                    outcome.deletes
+                ),
+                (1, 0, 0, 0)
+            );
+            assert_eq!(store.stats().posts, 0);
+        }
         Err(_) => {
             assert_eq!(
                 (outcome.failed, outcome.creates, outcome.deletes),
@@ -71,7 +86,7 @@ fuzz_target!(|payload: &[u8]| {
             assert_eq!(again, PostEvent::Create(post));
             let in_window = post.created_at <= NOW_SECS
                 && NOW_SECS - post.created_at <= RETENTION_SECS
-                && (0..=i64::from(u32::MAX)).contains(&post.created_at);
+                && (1..=i64::from(u32::MAX)).contains(&post.created_at);
             assert_eq!(store.stats().posts, usize::from(in_window));
             let authors = [post.author_id];
             let found = store

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use thunder_engine::{EventBatch, PostEvent, PostStore};
+use thunder_engine::{EventBatch, PostEvent, PostStore, Store};
 use thunder_testkit::synth::SynthConfig;
 use tokio::sync::watch;
 

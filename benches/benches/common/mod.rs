@@ -6,9 +6,9 @@ use pprof::ProfilerGuard;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
-use thunder_benches::{BaselineStore, BenchStore, DEFAULT_BATCH_EVENTS, batches, load};
+use thunder_benches::{BaselineStore, DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::DEFAULT_RETENTION_SECS;
-use thunder_engine::{ManualClock, PostStore};
+use thunder_engine::{ManualClock, PostStore, Store};
 use thunder_testkit::synth::SynthConfig;
 
 /// The workload's "now"; the stores' clocks stand still here.
@@ -36,7 +36,7 @@ pub fn loaded_stores(config: &SynthConfig) -> (PostStore, BaselineStore) {
         DEFAULT_RETENTION_SECS as u64,
         Arc::new(ManualClock::new(NOW_SECS)),
     );
-    for store in [&engine as &dyn BenchStore, &baseline] {
+    for store in [&engine as &dyn Store, &baseline] {
         load(store, &batches, 1);
         store.finish_load();
     }

@@ -20,13 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thunder_benches::baseline::TimelineKind;
 use thunder_benches::memory::{peak_rss_bytes, release_free_memory, rss_bytes};
-use thunder_benches::{
-    BaselineStore, BenchStore, DEFAULT_BATCH_EVENTS, Query, apply, batches, load,
-};
+use thunder_benches::{BaselineStore, DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::{
     DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
 };
-use thunder_engine::{EventBatch, LightPost, ManualClock, PostStore};
+use thunder_engine::{EventBatch, FeedQuery, LightPost, ManualClock, PostStore, Store};
 use thunder_testkit::synth::{
     DEFAULT_SEED, POST_ID_BASE, SynthConfig, Viewer, exclude_from_answer,
 };
@@ -241,7 +239,7 @@ impl Built {
         }
     }
 
-    fn store(&self) -> &dyn BenchStore {
+    fn store(&self) -> &dyn Store {
         match self {
             Built::Engine(s) => s,
             Built::Baseline(s) => s,
@@ -249,12 +247,11 @@ impl Built {
     }
 }
 
-fn query_for<'a>(viewer: &'a Viewer, exclude: &'a [i64], max_results: usize) -> Query<'a> {
-    Query {
-        viewer_id: viewer.user_id,
-        authors: &viewer.following,
+fn query_for<'a>(viewer: &'a Viewer, exclude: &'a [i64], max_results: usize) -> FeedQuery<'a> {
+    FeedQuery {
         exclude,
         max_results,
+        ..FeedQuery::new(viewer.user_id, &viewer.following)
     }
 }
 
@@ -300,7 +297,9 @@ fn run_store(
             .viewers
             .iter()
             .map(|v| {
-                let previous = store.query(&query_for(v, &[], MAX_POSTS_TO_RETURN));
+                let previous = store
+                    .get_all_posts_by_users(&query_for(v, &[], MAX_POSTS_TO_RETURN))
+                    .posts;
                 exclude_from_answer(v, previous.iter().map(|p| p.post_id))
             })
             .collect();
@@ -315,7 +314,9 @@ fn run_store(
             break;
         }
         let t = Instant::now();
-        let answer = store.query(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN));
+        let answer = store
+            .get_all_posts_by_users(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN))
+            .posts;
         let ns = t.elapsed().as_nanos() as u64;
         all.saturating_record(ns);
         let by_size = if viewer.following.len() > 2000 {
@@ -333,7 +334,9 @@ fn run_store(
             break;
         }
         let t = Instant::now();
-        let answer = store.query_videos(&query_for(viewer, exclude, MAX_VIDEOS_TO_RETURN));
+        let answer = store
+            .get_videos_by_users(&query_for(viewer, exclude, MAX_VIDEOS_TO_RETURN))
+            .posts;
         video.saturating_record(t.elapsed().as_nanos() as u64);
         run.video_answers
             .push(Answer::of(&answer, MAX_VIDEOS_TO_RETURN));
@@ -395,7 +398,7 @@ fn run_store(
 }
 
 fn query_under_ingest(
-    store: &dyn BenchStore,
+    store: &dyn Store,
     w: &Workload,
     args: &Args,
     budget: Option<Duration>,
@@ -424,7 +427,7 @@ fn query_under_ingest(
                 for _ in 0..per_call {
                     batch.push(live.next_event(w.config.now_secs));
                 }
-                apply(store, &batch);
+                store.apply(&batch);
                 sent += per_call as u64;
                 ingested.store(sent, Ordering::Relaxed);
             }
@@ -436,7 +439,11 @@ fn query_under_ingest(
                 break;
             }
             let t = Instant::now();
-            std::hint::black_box(store.query(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN)));
+            std::hint::black_box(
+                store
+                    .get_all_posts_by_users(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN))
+                    .posts,
+            );
             hist.saturating_record(t.elapsed().as_nanos() as u64);
         }
         elapsed = start.elapsed();
