@@ -29,8 +29,7 @@ pub struct KafkaArgs {
     #[arg(long, env = "THUNDER_KAFKA_NUM_THREADS", default_value_t = 4)]
     pub kafka_num_threads: usize,
 
-    /// Records per batch applied to the store; also scales the catch-up threshold
-    /// (a thread is caught up when its lag is below partitions × batch size).
+    /// Records per batch applied to the store.
     #[arg(long, env = "THUNDER_KAFKA_BATCH_SIZE", default_value_t = 1000)]
     pub kafka_batch_size: usize,
 
