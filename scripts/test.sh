@@ -30,9 +30,9 @@ else
 fi
 
 step "Loom models (arena slot reuse, timeline ring: every interleaving, two preemptions)"
-# `--cfg loom` swaps the engine's atomics for loom's (engine/src/sync.rs); only the models run
-# under it (the `loom` filter). Its own target dir keeps the normal build cached.
-RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
+# `--cfg thunder_loom` swaps the engine's atomics for loom's (engine/src/sync.rs); only the
+# models run under it (the `loom` filter). Its own target dir keeps the normal build cached.
+RUSTFLAGS="${RUSTFLAGS:-} --cfg thunder_loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     LOOM_MAX_PREEMPTIONS=2 cargo test --locked -p thunder-engine --release --lib loom
 
 step "Benchmark smoke run (small scale; prints figures, asserts no timing)"

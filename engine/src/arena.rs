@@ -60,7 +60,7 @@ struct Slot {
 }
 
 // Loom's atomics are larger; the layout only matters (and only holds) for the real ones.
-#[cfg(not(loom))]
+#[cfg(not(thunder_loom))]
 const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 /// A consistent copy of one stored post (the reference's `CompactPost`).
@@ -146,7 +146,7 @@ pub(crate) enum Release {
 /// loom models in `loom_tests` exercise).
 impl Slot {
     /// An unused slot, as a zeroed chunk holds it (the loom models cannot use zeroed memory).
-    #[cfg(all(test, loom))]
+    #[cfg(all(test, thunder_loom))]
     fn empty() -> Self {
         Self {
             meta: AtomicU32::new(0),
@@ -601,10 +601,10 @@ mod tests {
     }
 }
 
-/// Loom models of the slot protocol: `RUSTFLAGS="--cfg loom" cargo test --lib loom` (see
+/// Loom models of the slot protocol: `RUSTFLAGS="--cfg thunder_loom" cargo test --lib loom` (see
 /// `crate::sync`). The epoch grace period in front of slot reuse is left out on purpose: a
 /// read must validate on its own, even when it races the reuse of its slot.
-#[cfg(all(test, loom))]
+#[cfg(all(test, thunder_loom))]
 mod loom_tests {
     use super::*;
     use loom::sync::Arc;

@@ -50,7 +50,7 @@ const _: () = assert!(
     size_of::<RingHeader>() == size_of::<Cell>() && align_of::<RingHeader>() == align_of::<Cell>()
 );
 // Loom's atomics are larger; the 16-byte cell only matters (and only holds) for the real ones.
-#[cfg(not(loom))]
+#[cfg(not(thunder_loom))]
 const _: () = assert!(size_of::<Cell>() == 16);
 
 impl Cell {
@@ -624,12 +624,12 @@ mod tests {
     }
 }
 
-/// Loom models of the ring protocol: `RUSTFLAGS="--cfg loom" cargo test --lib loom` (see
+/// Loom models of the ring protocol: `RUSTFLAGS="--cfg thunder_loom" cargo test --lib loom` (see
 /// `crate::sync`). One writer and one reader per model, as in the store (writers of a timeline
 /// serialise on the author's lock). crossbeam-epoch cannot run under loom, so `Published`
 /// stands in for `Timeline::buffer`, with the orderings of `Timeline::snapshot` and
 /// `Timeline::replace`; a replaced buffer is kept alive to the end, as the epoch would.
-#[cfg(all(test, loom))]
+#[cfg(all(test, thunder_loom))]
 mod loom_tests {
     use super::*;
     use crate::sync::atomic::AtomicPtr;
