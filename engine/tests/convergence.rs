@@ -20,9 +20,10 @@ use proptest::test_runner::TestCaseError;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use thunder_engine::{
-    DeleteEvent, FeedQuery, LightPost, ManualClock, PostStore, QueryOutcome, StoreConfig,
+    DeleteEvent, LightPost, ManualClock, PostEvent, PostStore, QueryOutcome, Store, StoreConfig,
 };
-use thunder_testkit::model::{ModelStore, answers_agree};
+use thunder_testkit::model::{SharedModel, answers_agree};
+use thunder_testkit::query::OwnedQuery;
 
 const NOW: i64 = 1_700_000_000;
 const RETENTION_SECS: i64 = 1000;
@@ -44,64 +45,25 @@ fn cases() -> u32 {
         .unwrap_or(96)
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Event {
-    Create(LightPost),
-    Delete(DeleteEvent),
-}
-
-impl Event {
-    fn partition(&self) -> usize {
-        match self {
-            Event::Create(post) => post.author_id.rem_euclid(PARTITIONS) as usize,
-            Event::Delete(event) => event.post_id.rem_euclid(PARTITIONS) as usize,
-        }
+/// The partition a producer keyed like ours sends `event` to: creates by author, deletes by
+/// post id.
+fn partition(event: &PostEvent) -> usize {
+    match event {
+        PostEvent::Create(post) => post.author_id.rem_euclid(PARTITIONS) as usize,
+        PostEvent::Delete(event) => event.post_id.rem_euclid(PARTITIONS) as usize,
     }
 }
 
-#[derive(Clone, Debug)]
-struct QuerySpec {
-    videos: bool,
-    viewer_id: i64,
-    authors: Vec<i64>,
-    exclude: Vec<i64>,
-    max_results: usize,
-    max_originals_per_author: usize,
-    max_secondary_per_author: usize,
-}
-
-impl QuerySpec {
-    fn feed(&self) -> FeedQuery<'_> {
-        FeedQuery {
-            viewer_id: self.viewer_id,
-            authors: &self.authors,
-            exclude: &self.exclude,
-            max_results: self.max_results,
-            max_originals_per_author: self.max_originals_per_author,
-            max_secondary_per_author: self.max_secondary_per_author,
-            deadline: None,
-        }
-    }
-
-    /// One author (or all), reference defaults, a viewer nobody reposts.
-    fn plain(videos: bool, authors: Vec<i64>) -> Self {
-        Self {
-            videos,
-            viewer_id: OUTSIDE_VIEWER,
-            authors,
-            exclude: Vec::new(),
-            max_results: 1200,
-            max_originals_per_author: 50,
-            max_secondary_per_author: 30,
-        }
-    }
+/// One author (or all), reference defaults, a viewer nobody reposts.
+fn plain(videos: bool, authors: Vec<i64>) -> OwnedQuery {
+    OwnedQuery::new(videos, OUTSIDE_VIEWER, authors)
 }
 
 #[derive(Clone, Debug)]
 struct Case {
     /// The events in producer order.
-    events: Vec<Event>,
-    queries: Vec<QuerySpec>,
+    events: Vec<PostEvent>,
+    queries: Vec<OwnedQuery>,
     /// Seeds of the shuffled runs.
     seeds: Vec<u64>,
 }
@@ -169,7 +131,7 @@ fn deleted_at() -> impl Strategy<Value = i64> {
     ]
 }
 
-fn query_spec() -> impl Strategy<Value = QuerySpec> {
+fn query_spec() -> impl Strategy<Value = OwnedQuery> {
     (
         prop::bool::ANY,
         prop_oneof![3 => AUTHOR_IDS, 1 => Just(7i64), 1 => Just(OUTSIDE_VIEWER)],
@@ -180,7 +142,7 @@ fn query_spec() -> impl Strategy<Value = QuerySpec> {
         prop_oneof![1 => 0..=3usize, 1 => Just(30usize)],
     )
         .prop_map(
-            |(videos, viewer_id, authors, exclude, max_results, originals, secondary)| QuerySpec {
+            |(videos, viewer_id, authors, exclude, max_results, originals, secondary)| OwnedQuery {
                 videos,
                 viewer_id,
                 authors,
@@ -209,10 +171,10 @@ fn case() -> impl Strategy<Value = Case> {
         .prop_flat_map(|(records, copies, deletes, queries, seeds)| {
             let mut events = Vec::new();
             for (post, n) in records.iter().zip(copies) {
-                events.extend(std::iter::repeat_n(Event::Create(*post), n));
+                events.extend(std::iter::repeat_n(PostEvent::Create(*post), n));
             }
             events.extend(deletes.into_iter().map(|(post_id, deleted_at)| {
-                Event::Delete(DeleteEvent {
+                PostEvent::Delete(DeleteEvent {
                     post_id,
                     deleted_at,
                 })
@@ -228,52 +190,6 @@ fn case() -> impl Strategy<Value = Case> {
 
 // ---- applying events in some order ----
 
-/// The store operations a run needs, for the engine and the model alike.
-trait Store {
-    fn insert(&mut self, batch: &[LightPost]);
-    fn delete(&mut self, events: &[DeleteEvent]);
-    fn trim(&mut self, shard: usize);
-    fn answer(&self, query: &QuerySpec) -> QueryOutcome;
-}
-
-impl Store for PostStore {
-    fn insert(&mut self, batch: &[LightPost]) {
-        self.insert_posts(batch);
-    }
-    fn delete(&mut self, events: &[DeleteEvent]) {
-        self.mark_as_deleted(events);
-    }
-    fn trim(&mut self, shard: usize) {
-        PostStore::trim(self, shard);
-    }
-    fn answer(&self, query: &QuerySpec) -> QueryOutcome {
-        if query.videos {
-            self.get_videos_by_users(&query.feed())
-        } else {
-            self.get_all_posts_by_users(&query.feed())
-        }
-    }
-}
-
-impl Store for ModelStore {
-    fn insert(&mut self, batch: &[LightPost]) {
-        self.insert_posts(batch);
-    }
-    fn delete(&mut self, events: &[DeleteEvent]) {
-        self.mark_as_deleted(events);
-    }
-    fn trim(&mut self, shard: usize) {
-        ModelStore::trim(self, shard);
-    }
-    fn answer(&self, query: &QuerySpec) -> QueryOutcome {
-        if query.videos {
-            self.get_videos_by_users(&query.feed())
-        } else {
-            self.get_all_posts_by_users(&query.feed())
-        }
-    }
-}
-
 fn config() -> StoreConfig {
     StoreConfig {
         retention_secs: RETENTION_SECS,
@@ -284,16 +200,16 @@ fn config() -> StoreConfig {
 }
 
 /// The events of each partition, in producer order.
-fn partitions(events: &[Event]) -> Vec<Vec<Event>> {
+fn partitions(events: &[PostEvent]) -> Vec<Vec<PostEvent>> {
     let mut parts = vec![Vec::new(); PARTITIONS as usize];
     for event in events {
-        parts[event.partition()].push(*event);
+        parts[partition(event)].push(*event);
     }
     parts
 }
 
 /// A random interleaving of `parts` (each kept in order) cut into random batches.
-fn shuffled_batches(parts: &[Vec<Event>], rng: &mut SmallRng) -> Vec<Vec<Event>> {
+fn shuffled_batches(parts: &[Vec<PostEvent>], rng: &mut SmallRng) -> Vec<Vec<PostEvent>> {
     let mut next = vec![0usize; parts.len()];
     let mut batches = Vec::new();
     let mut batch = Vec::new();
@@ -320,27 +236,27 @@ fn shuffled_batches(parts: &[Vec<Event>], rng: &mut SmallRng) -> Vec<Vec<Event>>
 }
 
 /// Applies one batch: its creates and its deletes, in either order, maybe then a trim.
-fn apply_batch(store: &mut impl Store, batch: &[Event], rng: &mut SmallRng) {
+fn apply_batch(store: &impl Store, batch: &[PostEvent], rng: &mut SmallRng) {
     let creates: Vec<LightPost> = batch
         .iter()
         .filter_map(|e| match e {
-            Event::Create(post) => Some(*post),
-            Event::Delete(_) => None,
+            PostEvent::Create(post) => Some(*post),
+            PostEvent::Delete(_) => None,
         })
         .collect();
     let deletes: Vec<DeleteEvent> = batch
         .iter()
         .filter_map(|e| match e {
-            Event::Delete(event) => Some(*event),
-            Event::Create(_) => None,
+            PostEvent::Delete(event) => Some(*event),
+            PostEvent::Create(_) => None,
         })
         .collect();
     if rng.random_bool(0.75) {
-        store.insert(&creates);
-        store.delete(&deletes);
+        store.insert_posts(&creates);
+        store.mark_as_deleted(&deletes);
     } else {
-        store.delete(&deletes);
-        store.insert(&creates);
+        store.mark_as_deleted(&deletes);
+        store.insert_posts(&creates);
     }
     if rng.random_bool(0.1) {
         store.trim(rng.random_range(0..thunder_engine::config::TRIM_FRACTION));
@@ -348,16 +264,20 @@ fn apply_batch(store: &mut impl Store, batch: &[Event], rng: &mut SmallRng) {
 }
 
 /// Every event in producer order, one at a time.
-fn in_order(store: &mut impl Store, events: &[Event]) {
+fn in_order(store: &impl Store, events: &[PostEvent]) {
     for event in events {
         match event {
-            Event::Create(post) => store.insert(std::slice::from_ref(post)),
-            Event::Delete(delete) => store.delete(std::slice::from_ref(delete)),
+            PostEvent::Create(post) => {
+                store.insert_posts(std::slice::from_ref(post));
+            }
+            PostEvent::Delete(delete) => {
+                store.mark_as_deleted(std::slice::from_ref(delete));
+            }
         }
     }
 }
 
-fn shuffled(store: &mut impl Store, events: &[Event], seed: u64) {
+fn shuffled(store: &impl Store, events: &[PostEvent], seed: u64) {
     let mut rng = SmallRng::seed_from_u64(seed);
     for batch in shuffled_batches(&partitions(events), &mut rng) {
         apply_batch(store, &batch, &mut rng);
@@ -365,7 +285,7 @@ fn shuffled(store: &mut impl Store, events: &[Event], seed: u64) {
 }
 
 /// Two threads, each owning half the partitions, apply them concurrently.
-fn two_threads(events: &[Event], seed: u64) -> PostStore {
+fn two_threads(events: &[PostEvent], seed: u64) -> PostStore {
     let store = PostStore::with_config(config());
     let parts = partitions(events);
     let barrier = Barrier::new(2);
@@ -373,7 +293,7 @@ fn two_threads(events: &[Event], seed: u64) -> PostStore {
         for t in 0..2u64 {
             let (store, parts, barrier) = (&store, &parts, &barrier);
             scope.spawn(move || {
-                let mine: Vec<Vec<Event>> = parts
+                let mine: Vec<Vec<PostEvent>> = parts
                     .iter()
                     .enumerate()
                     .map(|(p, events)| {
@@ -388,7 +308,7 @@ fn two_threads(events: &[Event], seed: u64) -> PostStore {
                 let batches = shuffled_batches(&mine, &mut rng);
                 barrier.wait();
                 for batch in batches {
-                    apply_batch(&mut Shared(store), &batch, &mut rng);
+                    apply_batch(store, &batch, &mut rng);
                 }
             });
         }
@@ -396,41 +316,23 @@ fn two_threads(events: &[Event], seed: u64) -> PostStore {
     store
 }
 
-/// A `&PostStore` as a `Store` (the engine takes `&self` everywhere).
-struct Shared<'s>(&'s PostStore);
-
-impl Store for Shared<'_> {
-    fn insert(&mut self, batch: &[LightPost]) {
-        self.0.insert_posts(batch);
-    }
-    fn delete(&mut self, events: &[DeleteEvent]) {
-        self.0.mark_as_deleted(events);
-    }
-    fn trim(&mut self, shard: usize) {
-        self.0.trim(shard);
-    }
-    fn answer(&self, query: &QuerySpec) -> QueryOutcome {
-        self.0.answer(query)
-    }
-}
-
 // ---- comparing ----
 
 /// Every author alone and all together, normal and video, plus the case's own queries.
-fn all_queries(extra: &[QuerySpec]) -> Vec<QuerySpec> {
+fn all_queries(extra: &[OwnedQuery]) -> Vec<OwnedQuery> {
     let mut queries = Vec::new();
     for videos in [false, true] {
         for author in AUTHOR_IDS {
-            queries.push(QuerySpec::plain(videos, vec![author]));
+            queries.push(plain(videos, vec![author]));
         }
-        queries.push(QuerySpec::plain(videos, AUTHOR_IDS.collect()));
+        queries.push(plain(videos, AUTHOR_IDS.collect()));
     }
     queries.extend_from_slice(extra);
     queries
 }
 
-fn answers(store: &impl Store, queries: &[QuerySpec]) -> Vec<QueryOutcome> {
-    queries.iter().map(|q| store.answer(q)).collect()
+fn answers(store: &impl Store, queries: &[OwnedQuery]) -> Vec<QueryOutcome> {
+    queries.iter().map(|q| q.ask(store)).collect()
 }
 
 fn ids(outcome: &QueryOutcome) -> Vec<(i64, i64)> {
@@ -443,7 +345,7 @@ fn ids(outcome: &QueryOutcome) -> Vec<(i64, i64)> {
 
 fn agree(
     what: &str,
-    queries: &[QuerySpec],
+    queries: &[OwnedQuery],
     expected: &[QueryOutcome],
     got: &[QueryOutcome],
 ) -> Result<(), TestCaseError> {
@@ -463,13 +365,13 @@ fn agree(
 fn check(case: &Case) -> Result<(), TestCaseError> {
     let queries = all_queries(&case.queries);
 
-    let mut first = PostStore::with_config(config());
-    in_order(&mut first, &case.events);
+    let first = PostStore::with_config(config());
+    in_order(&first, &case.events);
     let expected = answers(&first, &queries);
 
     for (i, &seed) in case.seeds.iter().enumerate() {
-        let mut store = PostStore::with_config(config());
-        shuffled(&mut store, &case.events, seed);
+        let store = PostStore::with_config(config());
+        shuffled(&store, &case.events, seed);
         agree(
             &format!("engine run {i}"),
             &queries,
@@ -485,13 +387,13 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
         &answers(&threaded, &queries),
     )?;
 
-    let mut model = ModelStore::with_config(config());
-    in_order(&mut model, &case.events);
+    let model = SharedModel::new(config());
+    in_order(&model, &case.events);
     let model_answers = answers(&model, &queries);
     agree("model in order", &queries, &expected, &model_answers)?;
     for (i, &seed) in case.seeds.iter().enumerate().take(2) {
-        let mut model = ModelStore::with_config(config());
-        shuffled(&mut model, &case.events, seed.rotate_left(17));
+        let model = SharedModel::new(config());
+        shuffled(&model, &case.events, seed.rotate_left(17));
         agree(
             &format!("model run {i}"),
             &queries,
@@ -555,27 +457,27 @@ fn permutations(n: usize) -> Vec<Vec<usize>> {
 #[test]
 fn every_order_of_a_small_event_set_agrees() {
     let events = [
-        Event::Create(video(1, 1, NOW - 50)),
-        Event::Create(repost(2, 2, NOW - 40, 1)),
-        Event::Create(repost(3, 3, NOW - 30, 1)),
-        Event::Delete(DeleteEvent {
+        PostEvent::Create(video(1, 1, NOW - 50)),
+        PostEvent::Create(repost(2, 2, NOW - 40, 1)),
+        PostEvent::Create(repost(3, 3, NOW - 30, 1)),
+        PostEvent::Delete(DeleteEvent {
             post_id: 1,
             deleted_at: NOW,
         }),
-        Event::Create(video(1, 1, NOW - 50)),
-        Event::Delete(DeleteEvent {
+        PostEvent::Create(video(1, 1, NOW - 50)),
+        PostEvent::Delete(DeleteEvent {
             post_id: 3,
             deleted_at: NOW - 10 * RETENTION_SECS,
         }),
     ];
-    let queries = all_queries(&[QuerySpec::plain(true, vec![1, 2, 3])]);
+    let queries = all_queries(&[plain(true, vec![1, 2, 3])]);
     let mut expected: Option<Vec<QueryOutcome>> = None;
     for order in permutations(events.len()) {
-        let ordered: Vec<Event> = order.iter().map(|&i| events[i]).collect();
-        let mut engine = PostStore::with_config(config());
-        in_order(&mut engine, &ordered);
-        let mut model = ModelStore::with_config(config());
-        in_order(&mut model, &ordered);
+        let ordered: Vec<PostEvent> = order.iter().map(|&i| events[i]).collect();
+        let engine = PostStore::with_config(config());
+        in_order(&engine, &ordered);
+        let model = SharedModel::new(config());
+        in_order(&model, &ordered);
         let got = answers(&engine, &queries);
         let what = format!("order {order:?}");
         let reference = expected.get_or_insert_with(|| got.clone());

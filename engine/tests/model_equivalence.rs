@@ -11,6 +11,7 @@ use thunder_engine::{
     Clock, DeleteEvent, FeedQuery, LightPost, ManualClock, PostStore, QueryOutcome, StoreConfig,
 };
 use thunder_testkit::model::{ModelStore, answers_agree};
+use thunder_testkit::query::OwnedQuery;
 
 const START_SECS: i64 = 1_700_000_000;
 const RETENTION_SECS: i64 = 1000;
@@ -48,23 +49,12 @@ struct PostSpec {
 }
 
 #[derive(Clone, Debug)]
-struct QuerySpec {
-    videos: bool,
-    viewer_id: i64,
-    authors: Vec<i64>,
-    exclude: Vec<i64>,
-    max_results: usize,
-    max_originals_per_author: usize,
-    max_secondary_per_author: usize,
-}
-
-#[derive(Clone, Debug)]
 enum Op {
     Insert(Vec<PostSpec>),
     Delete(Vec<(i64, When)>),
     Advance(i64),
     Trim(usize),
-    Query(QuerySpec),
+    Query(OwnedQuery),
 }
 
 #[derive(Clone, Debug)]
@@ -190,7 +180,7 @@ fn post_spec(retention_secs: i64) -> impl Strategy<Value = PostSpec> {
         })
 }
 
-fn query_spec() -> impl Strategy<Value = QuerySpec> {
+fn query_spec() -> impl Strategy<Value = OwnedQuery> {
     (
         prop::bool::weighted(0.35),
         prop_oneof![3 => AUTHOR_IDS, 1 => 5..=6i64],
@@ -209,7 +199,7 @@ fn query_spec() -> impl Strategy<Value = QuerySpec> {
                 max_results,
                 max_originals_per_author,
                 max_secondary_per_author,
-            )| QuerySpec {
+            )| OwnedQuery {
                 videos,
                 viewer_id,
                 authors,
@@ -342,16 +332,8 @@ impl Pair {
         self.audit(step)
     }
 
-    fn compare_query(&self, step: usize, q: &QuerySpec) -> Result<(), TestCaseError> {
-        let query = FeedQuery {
-            viewer_id: q.viewer_id,
-            authors: &q.authors,
-            exclude: &q.exclude,
-            max_results: q.max_results,
-            max_originals_per_author: q.max_originals_per_author,
-            max_secondary_per_author: q.max_secondary_per_author,
-            deadline: None,
-        };
+    fn compare_query(&self, step: usize, q: &OwnedQuery) -> Result<(), TestCaseError> {
+        let query = q.feed();
         let (engine, model) = if q.videos {
             (
                 self.engine.get_videos_by_users(&query),
@@ -625,7 +607,7 @@ fn run_bulk(max_posting_list_size: usize, ops: &[BulkOp]) -> Result<(), TestCase
                 exclude_count,
                 limits,
                 max_results,
-            } => Op::Query(QuerySpec {
+            } => Op::Query(OwnedQuery {
                 videos: *videos,
                 viewer_id: *viewer_id,
                 authors: authors.clone(),
