@@ -37,7 +37,7 @@ impl DecodeError {
     /// The `kafka_events_dropped_total` reason of an error that drops a well-formed event,
     /// `None` for records that did not decode at all.
     pub fn drop_reason(&self) -> Option<&'static str> {
-        matches!(self, Self::OutOfContractId { .. }).then_some("out_of_contract_id")
+        matches!(self, Self::OutOfContractId { .. }).then_some(crate::metrics::OUT_OF_CONTRACT_ID)
     }
 }
 
@@ -201,8 +201,8 @@ impl RecordBatch {
                 self.create_origins.push((partition, offset));
             }
             Ok(PostEvent::Delete(delete)) => self.events.deletes.push(delete),
-            Err(error) if error.drop_reason().is_some() => {
-                let reason = error.drop_reason().unwrap_or_default();
+            Err(error @ DecodeError::OutOfContractId { .. }) => {
+                let reason = crate::metrics::OUT_OF_CONTRACT_ID;
                 self.rejected += 1;
                 metrics::kafka()
                     .events_dropped
