@@ -62,6 +62,27 @@ pub struct Args {
     /// Demo live events (creates and deletes) per second after the backlog.
     #[arg(long, env = "THUNDER_DEMO_EVENTS_PER_SEC", default_value_t = demo::DEFAULT_EVENTS_PER_SEC)]
     pub demo_events_per_sec: u32,
+    /// Store queries running at once (0: one per core); more calls wait in a queue.
+    #[arg(long, env = "THUNDER_MAX_QUERIES_IN_FLIGHT", default_value_t = 0)]
+    pub max_queries_in_flight: usize,
+    /// Refuse a call (RESOURCE_EXHAUSTED) when the query queue's expected wait exceeds this, in ms.
+    #[arg(long, env = "THUNDER_MAX_QUEUE_WAIT_MS", default_value_t = 50)]
+    pub max_queue_wait_ms: u64,
+    /// Highest degrade level under a standing query queue (0: never degrade; at most 3).
+    #[arg(long, env = "THUNDER_MAX_DEGRADE_LEVEL", default_value_t = crate::overload::MAX_DEGRADE_LEVEL)]
+    pub max_degrade_level: u8,
+    /// Run store queries on tokio's blocking pool instead of the thread serving the call.
+    #[arg(long, env = "THUNDER_BLOCKING_QUERIES")]
+    pub blocking_queries: bool,
+    /// Concurrent HTTP/2 streams per gRPC connection.
+    #[arg(long, env = "THUNDER_MAX_CONCURRENT_STREAMS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_STREAMS)]
+    pub max_concurrent_streams: u32,
+    /// Open gRPC connections at most (more are closed at accept).
+    #[arg(long, env = "THUNDER_MAX_CONNECTIONS", default_value_t = crate::server::DEFAULT_GRPC_CONNECTIONS.max_connections)]
+    pub max_connections: usize,
+    /// A gRPC connection without a call for this long is closed, in seconds.
+    #[arg(long, env = "THUNDER_GRPC_IDLE_TIMEOUT_SECS", default_value_t = 120)]
+    pub grpc_idle_timeout_secs: u64,
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,
@@ -100,7 +121,36 @@ impl Args {
             drain_timeout: Duration::from_millis(self.shutdown_timeout_ms),
             trim_interval: tasks::TRIM_INTERVAL,
             stats_interval: tasks::STATS_INTERVAL,
+            ..self.serving_options()
         })
+    }
+}
+
+impl Args {
+    /// The serving-path part of [`ServerOptions`] (overload control and connection bounds).
+    fn serving_options(&self) -> ServerOptions {
+        let defaults = ServerOptions::default();
+        let mut overload = crate::overload::OverloadConfig {
+            max_queue_wait: Duration::from_millis(self.max_queue_wait_ms),
+            max_level: self
+                .max_degrade_level
+                .min(crate::overload::MAX_DEGRADE_LEVEL),
+            ..defaults.overload.clone()
+        };
+        if self.max_queries_in_flight > 0 {
+            overload.executors = self.max_queries_in_flight;
+        }
+        ServerOptions {
+            overload,
+            inline_queries: !self.blocking_queries,
+            max_concurrent_streams: self.max_concurrent_streams.max(1),
+            grpc_connections: crate::listener::ConnLimits {
+                max_connections: self.max_connections.max(1),
+                idle_timeout: Duration::from_secs(self.grpc_idle_timeout_secs.max(1)),
+                ..defaults.grpc_connections
+            },
+            ..defaults
+        }
     }
 }
 

@@ -9,6 +9,12 @@ pub enum ServiceError {
     /// The global QPS quota is spent.
     #[error("QPS rate limit exceeded, please retry")]
     RateLimited,
+    /// The query queue is too long for the call to be answered in time (overload control).
+    #[error("Server at capacity, please retry")]
+    Overloaded,
+    /// The client's deadline passed before the answer was ready.
+    #[error("deadline exceeded before the answer was ready")]
+    DeadlineExceeded,
     /// A request field is out of range.
     #[error("{0}")]
     InvalidArgument(String),
@@ -24,7 +30,8 @@ impl ServiceError {
     /// The gRPC code this error is answered with.
     pub fn code(&self) -> tonic::Code {
         match self {
-            ServiceError::RateLimited => tonic::Code::ResourceExhausted,
+            ServiceError::RateLimited | ServiceError::Overloaded => tonic::Code::ResourceExhausted,
+            ServiceError::DeadlineExceeded => tonic::Code::DeadlineExceeded,
             ServiceError::InvalidArgument(_) => tonic::Code::InvalidArgument,
             ServiceError::FollowingFetch(_) | ServiceError::QueryTask(_) => tonic::Code::Internal,
         }

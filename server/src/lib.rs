@@ -15,13 +15,18 @@
 
 pub mod admin;
 pub mod admission;
+pub mod codec;
 pub mod config;
 pub mod convert;
 pub mod demo;
 pub mod error;
 pub mod following;
+pub mod grpc;
 pub mod kafka;
+pub mod listener;
+pub mod log_limit;
 pub mod metrics;
+pub mod overload;
 pub mod profiling;
 pub mod readiness;
 pub mod request;

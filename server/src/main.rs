@@ -171,6 +171,10 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(drained, "stopped");
     match failure {
         Some(message) => anyhow::bail!("Kafka ingestion failed after catch-up: {message}"),
+        None if !drained => {
+            tracing::error!("the drain timeout cut in-flight calls");
+            std::process::exit(thunder_server::server::EXIT_DRAIN_CUT)
+        }
         None => Ok(()),
     }
 }

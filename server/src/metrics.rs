@@ -69,8 +69,18 @@ pub struct Metrics {
     pub store_posts_returned_ratio: Histogram,
     /// `in_flight_requests`: calls being served now.
     pub in_flight_requests: IntGauge,
-    /// `rejected_requests_total`: calls refused by the QPS limit.
+    /// `rejected_requests_total`: calls refused by the QPS limit or by overload control.
     pub rejected_requests: IntCounter,
+    /// `get_in_network_posts_degrade_level_total{level}`: store queries run, by the degrade
+    /// level they were answered at (`0`: full answer).
+    pub degrade_levels: IntCounterVec,
+    /// `get_in_network_posts_late_answers_total`: answers ready only after the client's
+    /// deadline (answered `DEADLINE_EXCEEDED`).
+    pub late_answers: IntCounter,
+    /// `grpc_connections{port}`: open connections.
+    pub connections: IntGaugeVec,
+    /// `grpc_connections_refused_total{port}`: connections closed at accept (connection cap).
+    pub connections_refused: IntCounterVec,
     /// `init_duration_seconds`: seconds from start-up to ready (store caught up).
     pub init_duration: Gauge,
     /// `strato_requests_total{endpoint,status}`: follow-graph fetches by endpoint and outcome.
@@ -137,7 +147,7 @@ impl Metrics {
     /// than failing start-up.
     pub fn new(registry: &Registry) -> Self {
         let r = Registrar(registry);
-        Self {
+        let metrics = Self {
             request_duration: r.histogram(
                 "get_in_network_posts_duration_seconds",
                 "Duration of GetInNetworkPosts calls",
@@ -231,7 +241,22 @@ impl Metrics {
             in_flight_requests: r.gauge("in_flight_requests", "GetInNetworkPosts calls in flight"),
             rejected_requests: r.counter(
                 "rejected_requests_total",
-                "GetInNetworkPosts calls refused by the QPS limit",
+                "GetInNetworkPosts calls refused by the QPS limit or by overload control",
+            ),
+            degrade_levels: r.counter_vec(
+                "get_in_network_posts_degrade_level_total",
+                "Store queries run, by degrade level (0: full answer)",
+                &["level"],
+            ),
+            late_answers: r.counter(
+                "get_in_network_posts_late_answers_total",
+                "Answers ready only after the client's deadline (answered DEADLINE_EXCEEDED)",
+            ),
+            connections: r.gauge_vec("grpc_connections", "Open connections by port", &["port"]),
+            connections_refused: r.counter_vec(
+                "grpc_connections_refused_total",
+                "Connections closed at accept because the connection cap was reached",
+                &["port"],
             ),
             init_duration: r.float_gauge("init_duration_seconds", "Seconds from start-up to ready"),
             following_fetches: r.counter_vec(
@@ -261,7 +286,11 @@ impl Metrics {
                 "Post records freed by trimming",
             ),
             kafka: KafkaMetrics::new(&r),
+        };
+        for level in DEGRADE_LEVEL_LABELS {
+            metrics.degrade_levels.with_label_values(&[level]);
         }
+        metrics
     }
 
     /// Observes everything one `GetInNetworkPosts` call did: its status and duration always,
@@ -276,6 +305,11 @@ impl Metrics {
             let status = if success { "success" } else { "error" };
             self.following_fetches
                 .with_label_values(&["fetch_following_list", status])
+                .inc();
+        }
+        if let Some(level) = summary.degrade_level {
+            self.degrade_levels
+                .with_label_values(&[DEGRADE_LEVEL_LABELS[usize::from(level.min(3))]])
                 .inc();
         }
         if let Some(max_results) = summary.max_results {
@@ -431,9 +465,15 @@ pub struct RequestSummary {
     pub duration_without_fetch: Option<Duration>,
     /// The store query's answer, when the query ran.
     pub query: Option<QuerySummary>,
-    /// Encoded size of the response, for a successful call.
+    /// Encoded size of the response, for a successful call (the server's own codec observes
+    /// it as it encodes, and leaves this `None`).
     pub response_bytes: Option<usize>,
+    /// The degrade level the store query ran at, when it ran.
+    pub degrade_level: Option<u8>,
 }
+
+/// Labels of `get_in_network_posts_degrade_level_total`, by level.
+const DEGRADE_LEVEL_LABELS: [&str; 4] = ["0", "1", "2", "3"];
 
 impl Default for RequestSummary {
     fn default() -> Self {
@@ -446,6 +486,7 @@ impl Default for RequestSummary {
             duration_without_fetch: None,
             query: None,
             response_bytes: None,
+            degrade_level: None,
         }
     }
 }
@@ -481,6 +522,10 @@ pub fn status_label(code: tonic::Code) -> &'static str {
         tonic::Code::ResourceExhausted => "resource_exhausted",
         tonic::Code::InvalidArgument => "invalid_argument",
         tonic::Code::Internal => "internal",
+        tonic::Code::DeadlineExceeded => "deadline_exceeded",
+        tonic::Code::Cancelled => "cancelled",
+        tonic::Code::OutOfRange => "out_of_range",
+        tonic::Code::Unimplemented => "unimplemented",
         _ => "other",
     }
 }
@@ -670,7 +715,9 @@ mod tests {
                 now_secs: now,
             }),
             response_bytes: Some(120),
+            degrade_level: Some(2),
         });
+        assert_eq!(metrics.degrade_levels.with_label_values(&["2"]).get(), 1);
         assert_eq!(metrics.requests.with_label_values(&["ok"]).get(), 1);
         assert_eq!(
             metrics

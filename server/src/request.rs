@@ -3,18 +3,25 @@
 //! [`handle_request`] is the whole read path without a network: decode errors aside, anything
 //! a client can send goes through it (the fuzz target calls it directly).
 
-use std::collections::HashSet;
+use std::num::NonZeroU32;
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use thunder_engine::config::{
     MAX_INPUT_LIST_SIZE, MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_POSTS_TO_RETURN,
     MAX_REPLY_POSTS_PER_AUTHOR, MAX_VIDEOS_TO_RETURN,
 };
-use thunder_engine::{FeedQuery, PostStore, QueryOutcome};
+use thunder_engine::{FeedQuery, LightPost, PostStore, QueryOutcome};
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 
 use crate::convert::post_to_proto;
 use crate::error::ServiceError;
+use crate::log_limit::{LogLimit, for_log};
+use crate::overload::{DEGRADED_MAX_AUTHORS, DegradeLevel};
+
+/// Budget of the warnings a request can trigger (unknown algorithm, truncated lists).
+static REQUEST_WARNINGS: LazyLock<LogLimit> =
+    LazyLock::new(|| LogLimit::per_second(NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN)));
 
 /// Upper bound of `max_results`; larger values are clamped to it. (The reference has none; at
 /// most 80 posts per author and 10000 authors could otherwise ask for 800k posts.)
@@ -35,7 +42,8 @@ pub const KNOWN_ALGORITHMS: [&str; 4] = ["", "recent", "default", "latest"];
 pub struct ValidatedRequest {
     /// The viewer.
     pub viewer_id: i64,
-    /// Authors to read, in request order, deduplicated, blacklisted ones removed.
+    /// Authors to read, in request order, blacklisted ones removed. Duplicates are left to the
+    /// store query, which reads each author once.
     pub authors: Vec<i64>,
     /// Post ids never to return.
     pub exclude: Vec<i64>,
@@ -58,7 +66,7 @@ impl ValidatedRequest {
     /// - `user_id` and every used id must fit in `i64` (else [`ServiceError::InvalidArgument`]);
     /// - `following_user_ids` and `exclude_tweet_ids` are cut to their first
     ///   [`MAX_INPUT_LIST_SIZE`] entries (ids beyond are ignored unchecked), with a warning;
-    /// - authors are deduplicated and [`BLACKLISTED_AUTHORS`] removed;
+    /// - [`BLACKLISTED_AUTHORS`] are removed (duplicates are read once by the store query);
     /// - `max_results` 0 means 1200 (600 for video) and is clamped to [`MAX_RESULTS_LIMIT`];
     /// - per-author limits are clamped to 50 / 30 and ignored for video requests;
     /// - an unknown `algorithm` is logged and served as `recent`.
@@ -90,9 +98,12 @@ impl ValidatedRequest {
         let clamp = |limit: Option<u32>, cap: usize| {
             limit.map_or(cap, |n| usize::try_from(n).unwrap_or(cap).min(cap))
         };
-        if !KNOWN_ALGORITHMS.contains(&req.algorithm.as_str()) {
+        if !KNOWN_ALGORITHMS.contains(&req.algorithm.as_str())
+            && let Some(suppressed) = REQUEST_WARNINGS.allow()
+        {
             tracing::warn!(
-                algorithm = %req.algorithm.escape_debug(),
+                algorithm = %for_log(&req.algorithm),
+                suppressed,
                 "unsupported algorithm, falling back to 'recent'"
             );
         }
@@ -122,13 +133,32 @@ impl ValidatedRequest {
     }
 
     /// Replaces the authors (e.g. with a fetched following list): truncated to
-    /// [`MAX_INPUT_LIST_SIZE`], deduplicated keeping the first occurrence, blacklist removed.
+    /// [`MAX_INPUT_LIST_SIZE`], blacklist removed. No per-request hash set: the store query
+    /// already keeps one of the followed authors (for the reply rule) and reads each once.
     pub fn set_authors(&mut self, mut authors: Vec<i64>) {
         authors.truncate(MAX_INPUT_LIST_SIZE);
-        let mut seen: HashSet<i64, foldhash::fast::RandomState> =
-            HashSet::with_capacity_and_hasher(authors.len(), Default::default());
-        authors.retain(|id| !BLACKLISTED_AUTHORS.contains(id) && seen.insert(*id));
+        authors.retain(|id| !BLACKLISTED_AUTHORS.contains(id));
         self.authors = authors;
+    }
+
+    /// Makes the request cheaper for degrade `level` (see [`DegradeLevel`]): level 1 halves
+    /// `max_results`, 2 quarters it and halves the per-author limits, 3 keeps an eighth,
+    /// quarters the per-author limits and reads only the first [`DEGRADED_MAX_AUTHORS`]
+    /// authors. `max_results` stays at least 1 and a 0 per-author limit stays 0.
+    pub fn degrade(&mut self, level: DegradeLevel) {
+        if level == 0 {
+            return;
+        }
+        let shift = level.min(3);
+        self.max_results = (self.max_results >> shift).max(1);
+        if level >= 2 {
+            let per_author = |n: usize| if n == 0 { 0 } else { (n >> (shift - 1)).max(1) };
+            self.max_originals_per_author = per_author(self.max_originals_per_author);
+            self.max_secondary_per_author = per_author(self.max_secondary_per_author);
+        }
+        if level >= 3 {
+            self.authors.truncate(DEGRADED_MAX_AUTHORS);
+        }
     }
 
     /// Runs the store query; stops at `deadline` with the posts found so far.
@@ -154,13 +184,14 @@ pub fn handle_request(
 ) -> Result<GetInNetworkPostsResponse, tonic::Status> {
     let validated = ValidatedRequest::from_request(req)?;
     let outcome = validated.execute(store, None);
-    Ok(response_from(&outcome))
+    Ok(response_from(&outcome.posts))
 }
 
-/// The wire response for a store answer.
-pub fn response_from(outcome: &QueryOutcome) -> GetInNetworkPostsResponse {
+/// The prost response for a store answer (the server itself encodes with
+/// [`crate::codec::PostsCodec`]).
+pub fn response_from(posts: &[LightPost]) -> GetInNetworkPostsResponse {
     GetInNetworkPostsResponse {
-        posts: outcome.posts.iter().map(post_to_proto).collect(),
+        posts: posts.iter().map(post_to_proto).collect(),
     }
 }
 
@@ -172,13 +203,16 @@ fn to_i64(field: &str, id: u64) -> Result<i64, ServiceError> {
 
 fn truncated<'a>(field: &str, ids: &'a [u64], viewer_id: i64) -> &'a [u64] {
     if ids.len() > MAX_INPUT_LIST_SIZE {
-        tracing::warn!(
-            field,
-            len = ids.len(),
-            limit = MAX_INPUT_LIST_SIZE,
-            user_id = viewer_id,
-            "input list truncated"
-        );
+        if let Some(suppressed) = REQUEST_WARNINGS.allow() {
+            tracing::warn!(
+                field,
+                len = ids.len(),
+                limit = MAX_INPUT_LIST_SIZE,
+                user_id = viewer_id,
+                suppressed,
+                "input list truncated"
+            );
+        }
         &ids[..MAX_INPUT_LIST_SIZE]
     } else {
         ids
@@ -235,7 +269,7 @@ mod tests {
     }
 
     #[test]
-    fn authors_are_truncated_deduplicated_and_filtered() {
+    fn authors_are_truncated_and_filtered() {
         let mut following: Vec<u64> = vec![5, 5, BLACKLISTED_AUTHORS[0] as u64, 6];
         following.extend((100..20_000).map(|i| i as u64));
         let req = GetInNetworkPostsRequest {
@@ -243,8 +277,73 @@ mod tests {
             ..request()
         };
         let v = ValidatedRequest::from_request(&req).expect("valid");
-        assert_eq!(&v.authors[..3], &[5, 6, 100]);
-        assert_eq!(v.authors.len(), MAX_INPUT_LIST_SIZE - 2);
+        assert_eq!(&v.authors[..4], &[5, 5, 6, 100]);
+        assert_eq!(v.authors.len(), MAX_INPUT_LIST_SIZE - 1);
+    }
+
+    #[test]
+    fn duplicate_authors_are_read_once() {
+        let store = PostStore::new(thunder_engine::config::DEFAULT_RETENTION_SECS);
+        let now = store.now_secs();
+        store.insert_posts(&[
+            LightPost::original(1, 5, now - 10),
+            LightPost::original(2, 6, now - 5),
+        ]);
+        let once = GetInNetworkPostsRequest {
+            following_user_ids: vec![5, 6],
+            ..request()
+        };
+        let twice = GetInNetworkPostsRequest {
+            following_user_ids: vec![5, 6, 5, 6, 6],
+            ..request()
+        };
+        let posts = |req| handle_request(&store, &req).expect("valid").posts;
+        assert_eq!(posts(once).len(), 2);
+        assert_eq!(
+            posts(twice.clone()),
+            posts(GetInNetworkPostsRequest {
+                following_user_ids: vec![5, 6],
+                ..twice
+            })
+        );
+    }
+
+    #[test]
+    fn each_degrade_level_is_cheaper() {
+        let mut following: Vec<u64> = (1..=2000).collect();
+        following.push(1);
+        let req = GetInNetworkPostsRequest {
+            following_user_ids: following,
+            per_author_limits: Some(PerAuthorLimits {
+                max_posts_per_author: Some(40),
+                max_replies_reposts_per_author: Some(0),
+            }),
+            ..request()
+        };
+        let at = |level| {
+            let mut v = ValidatedRequest::from_request(&req).expect("valid");
+            v.degrade(level);
+            (
+                v.max_results,
+                v.max_originals_per_author,
+                v.max_secondary_per_author,
+                v.authors.len(),
+            )
+        };
+        assert_eq!(at(0), (MAX_POSTS_TO_RETURN, 40, 0, 2001));
+        assert_eq!(at(1), (MAX_POSTS_TO_RETURN / 2, 40, 0, 2001));
+        assert_eq!(at(2), (MAX_POSTS_TO_RETURN / 4, 20, 0, 2001));
+        assert_eq!(
+            at(3),
+            (MAX_POSTS_TO_RETURN / 8, 10, 0, DEGRADED_MAX_AUTHORS)
+        );
+        let mut tiny = ValidatedRequest::from_request(&GetInNetworkPostsRequest {
+            max_results: 1,
+            ..request()
+        })
+        .expect("valid");
+        tiny.degrade(3);
+        assert_eq!(tiny.max_results, 1);
     }
 
     #[test]

@@ -6,17 +6,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use thunder_engine::PostStore;
-use thunder_proto::in_network_posts_service_server::InNetworkPostsServiceServer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 
 use crate::admission::Admission;
 use crate::error::StartupError;
 use crate::following::FollowingSource;
+use crate::grpc::PostsServer;
+use crate::listener::{BoundedListener, ConnKind, ConnLimits};
 use crate::metrics::Metrics;
+use crate::overload::{Overload, OverloadConfig};
 use crate::readiness::Readiness;
 use crate::service::ThunderService;
 use crate::tls::TlsFiles;
@@ -47,7 +47,39 @@ pub struct ServerOptions {
     pub trim_interval: Duration,
     /// Period of the `post_store_*` gauge refresh.
     pub stats_interval: Duration,
+    /// Overload control of the query path (executors, queue limit, degrade ladder).
+    pub overload: OverloadConfig,
+    /// Run store queries on the runtime thread that serves the call instead of tokio's
+    /// blocking pool (the executor cap bounds them either way).
+    pub inline_queries: bool,
+    /// Concurrent HTTP/2 streams per gRPC connection.
+    pub max_concurrent_streams: u32,
+    /// HTTP/2 keepalive ping interval and ack timeout on the gRPC port.
+    pub http2_keepalive: (Duration, Duration),
+    /// Connection bounds of the gRPC port.
+    pub grpc_connections: ConnLimits,
+    /// Connection bounds of the admin port.
+    pub admin_connections: ConnLimits,
 }
+
+/// Exit code of `thunder-server` when the shutdown drain timed out and cut in-flight calls.
+pub const EXIT_DRAIN_CUT: i32 = 3;
+
+/// Default concurrent streams per gRPC connection.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Default gRPC connection bounds: 1000 connections, closed after 120 s without a call.
+pub const DEFAULT_GRPC_CONNECTIONS: ConnLimits = ConnLimits {
+    max_connections: 1000,
+    idle_timeout: Duration::from_secs(120),
+    header_timeout: Duration::from_secs(10),
+};
+/// Default admin connection bounds: 32 connections, 10 s for a request header, closed after
+/// 30 s waiting for a request.
+pub const DEFAULT_ADMIN_CONNECTIONS: ConnLimits = ConnLimits {
+    max_connections: 32,
+    idle_timeout: Duration::from_secs(30),
+    header_timeout: Duration::from_secs(10),
+};
 
 impl Default for ServerOptions {
     /// Loopback, free ports, the reference's limits, plaintext.
@@ -62,6 +94,12 @@ impl Default for ServerOptions {
             drain_timeout: Duration::from_secs(10),
             trim_interval: tasks::TRIM_INTERVAL,
             stats_interval: tasks::STATS_INTERVAL,
+            overload: OverloadConfig::default(),
+            inline_queries: true,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            http2_keepalive: (Duration::from_secs(30), Duration::from_secs(10)),
+            grpc_connections: DEFAULT_GRPC_CONNECTIONS,
+            admin_connections: DEFAULT_ADMIN_CONNECTIONS,
         }
     }
 }
@@ -160,15 +198,17 @@ pub async fn start(
         Admission::new(qps_limit),
         following,
         options.request_timeout,
+    )
+    .with_overload(
+        Arc::new(Overload::new(options.overload.clone())),
+        options.inline_queries,
     );
-    let service = InNetworkPostsServiceServer::new(service)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(options.max_decoding_message_bytes);
+    let service = PostsServer::new(Arc::new(service), options.max_decoding_message_bytes);
 
-    let mut builder = Server::builder();
+    let mut builder = Server::builder()
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .http2_keepalive_interval(Some(options.http2_keepalive.0))
+        .http2_keepalive_timeout(Some(options.http2_keepalive.1));
     if let Some(tls) = &options.tls {
         builder = builder
             .tls_config(tls.server_config()?)
@@ -179,10 +219,23 @@ pub async fn start(
     let grpc_addr = local_addr(&grpc_listener, options.grpc_addr)?;
     let admin_listener = bind(options.admin_addr).await?;
     let admin_addr = local_addr(&admin_listener, options.admin_addr)?;
-    // serve_with_incoming ignores the builder's TCP options: set NODELAY on accepted sockets here.
-    let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
-
     let (shutdown, shutdown_rx) = watch::channel(false);
+    // serve_with_incoming ignores the builder's TCP options: the listener sets NODELAY.
+    let incoming = BoundedListener::new(
+        grpc_listener,
+        ConnKind::Grpc,
+        options.grpc_connections,
+        shutdown_rx.clone(),
+        "grpc",
+    )
+    .into_stream();
+    let admin_listener = BoundedListener::new(
+        admin_listener,
+        ConnKind::Http1,
+        options.admin_connections,
+        shutdown_rx.clone(),
+        "admin",
+    );
     let router = builder
         .add_service(health_service)
         .add_service(reflection_v1)

@@ -1,6 +1,16 @@
 //! The `thunder.v1.InNetworkPostsService` implementation: admission, validation, the optional
-//! follow-graph fallback, then the store query on a blocking thread.
+//! follow-graph fallback, an executor slot from the overload controller ([`crate::overload`]),
+//! then the store query at the slot's degrade level.
+//!
+//! Deadlines: the store query gets [`CLIENT_BUDGET_PERCENT`] of the client's `grpc-timeout`
+//! (it then returns the posts found so far); a call still waiting for its answer when
+//! [`ANSWER_BUDGET_PERCENT`] of it has passed is answered `DEADLINE_EXCEEDED` (before tonic's
+//! own timer would answer `CANCELLED`), and so is an answer that is ready only after the
+//! deadline, or a call whose deadline passed while it queued (its query never runs). Every
+//! outcome, including a call dropped because its client left, is counted once in
+//! `get_in_network_posts_requests_total`.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,33 +19,56 @@ use thunder_engine::PostStore;
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
 use thunder_proto::in_network_posts_service_server::InNetworkPostsService;
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
-use tonic::metadata::MetadataMap;
+use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
 use crate::admission::Admission;
+use crate::codec::PostsAnswer;
 use crate::error::ServiceError;
 use crate::following::FollowingSource;
+use crate::log_limit::{LogLimit, for_log};
 use crate::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
+use crate::overload::{DegradeLevel, Overload, OverloadConfig};
 use crate::request::{ValidatedRequest, response_from};
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
 /// encoding and the trip back, so a partial answer arrives before the client gives up.
 const CLIENT_BUDGET_PERCENT: u32 = 80;
+/// Share of the client's `grpc-timeout` after which a call not yet answered is answered
+/// `DEADLINE_EXCEEDED` (tonic's timer, started slightly earlier, fires at 100%).
+const ANSWER_BUDGET_PERCENT: u32 = 90;
+/// Response metadata key saying at which degrade level the answer was computed.
+pub const DEGRADED_HEADER: &str = "thunder-degraded";
+/// `debug=true` request log lines written per second at most.
+const DEBUG_LOGS_PER_SEC: u32 = 10;
+
+/// An answer and the degrade level it was computed at (0: not degraded).
+#[derive(Debug)]
+pub struct Answer {
+    /// The posts, newest first.
+    pub posts: PostsAnswer,
+    /// The degrade level.
+    pub level: DegradeLevel,
+}
 
 /// The gRPC service over a [`PostStore`].
 #[derive(Debug)]
 pub struct ThunderService {
     store: Arc<PostStore>,
     admission: Admission,
+    overload: Arc<Overload>,
     following: Option<Arc<dyn FollowingSource>>,
     request_timeout: Option<Duration>,
+    inline_queries: bool,
+    debug_logs: LogLimit,
     metrics: &'static Metrics,
 }
 
 impl ThunderService {
     /// A service reading `store`, admitting calls through `admission`, falling back to
     /// `following` for empty following lists, and giving each store query at most
-    /// `request_timeout` (`None`: only the client's deadline applies).
+    /// `request_timeout` (`None`: only the client's deadline applies). Overload control has
+    /// its defaults ([`OverloadConfig::default`]); see [`ThunderService::with_overload`].
     pub fn new(
         store: Arc<PostStore>,
         admission: Admission,
@@ -45,38 +78,82 @@ impl ThunderService {
         Self {
             store,
             admission,
+            overload: Arc::new(Overload::new(OverloadConfig::default())),
             following,
             request_timeout,
+            inline_queries: false,
+            debug_logs: LogLimit::per_second(
+                NonZeroU32::new(DEBUG_LOGS_PER_SEC).unwrap_or(NonZeroU32::MIN),
+            ),
             metrics: Metrics::global(),
         }
     }
 
-    /// Serves one call and records it in the metrics with a single
-    /// [`Metrics::record_request`] at its end.
-    async fn serve(
-        &self,
-        request: Request<GetInNetworkPostsRequest>,
-    ) -> Result<GetInNetworkPostsResponse, ServiceError> {
-        let started = Instant::now();
-        let mut summary = RequestSummary::default();
-        let result = self.handle(request, &mut summary).await;
-        summary.code = result
-            .as_ref()
-            .map_or_else(ServiceError::code, |_| tonic::Code::Ok);
-        summary.duration = started.elapsed();
-        self.metrics.record_request(&summary);
-        result
+    /// The same service with `overload` as its controller; `inline_queries` runs store
+    /// queries on the calling runtime thread instead of tokio's blocking pool.
+    pub fn with_overload(mut self, overload: Arc<Overload>, inline_queries: bool) -> Self {
+        self.overload = overload;
+        self.inline_queries = inline_queries;
+        self
     }
 
-    /// Admission, validation and the follow-graph fallback; notes in `summary` what it did.
+    /// Serves one call and records it in the metrics with a single
+    /// [`Metrics::record_request`] at its end (also when the call is dropped: its client
+    /// left, or tonic's own timer fired).
+    pub async fn answer(
+        &self,
+        request: Request<GetInNetworkPostsRequest>,
+    ) -> Result<Answer, ServiceError> {
+        let started = Instant::now();
+        let client_timeout = grpc_timeout(request.metadata());
+        let client_deadline = client_timeout.and_then(|t| started.checked_add(t));
+        let mut record = Recorder {
+            metrics: self.metrics,
+            started,
+            client_deadline,
+            summary: Some(RequestSummary::default()),
+        };
+        let summary = record.summary.get_or_insert_with(RequestSummary::default);
+        let work = self.handle(request, started, client_timeout, summary);
+        let mut result = match client_timeout {
+            Some(t) => {
+                let answer_by = started + t * ANSWER_BUDGET_PERCENT / 100;
+                tokio::time::timeout_at(answer_by.into(), work)
+                    .await
+                    .unwrap_or(Err(ServiceError::DeadlineExceeded))
+            }
+            None => work.await,
+        };
+        if result.is_ok() && client_deadline.is_some_and(|d| Instant::now() > d) {
+            self.metrics.late_answers.inc();
+            result = Err(ServiceError::DeadlineExceeded);
+        }
+        let code = result
+            .as_ref()
+            .map_or_else(ServiceError::code, |_| tonic::Code::Ok);
+        let mut summary = record.finish(code);
+        result.map(|level| Answer {
+            posts: PostsAnswer {
+                posts: summary
+                    .query
+                    .as_mut()
+                    .map(|q| std::mem::take(&mut q.posts))
+                    .unwrap_or_default(),
+            },
+            level,
+        })
+    }
+
+    /// Admission, validation, the follow-graph fallback and the query; notes in `summary`
+    /// what it did (the posts stay there). Returns the degrade level of the answer.
     async fn handle(
         &self,
         request: Request<GetInNetworkPostsRequest>,
+        arrival: Instant,
+        client_timeout: Option<Duration>,
         summary: &mut RequestSummary,
-    ) -> Result<GetInNetworkPostsResponse, ServiceError> {
+    ) -> Result<DegradeLevel, ServiceError> {
         let _in_flight = self.admission.admit()?;
-        let arrival = Instant::now();
-        let client_timeout = grpc_timeout(request.metadata());
         let req = request.into_inner();
         summary.request = Some(RequestSize {
             encoded_bytes: req.encoded_len(),
@@ -84,14 +161,17 @@ impl ThunderService {
             excluded: req.exclude_tweet_ids.len(),
         });
         let mut validated = ValidatedRequest::from_request(&req)?;
-        if validated.debug {
+        if validated.debug
+            && let Some(suppressed) = self.debug_logs.allow()
+        {
             tracing::info!(
                 user_id = validated.viewer_id,
                 following = req.following_user_ids.len(),
                 excluded = req.exclude_tweet_ids.len(),
                 max_results = validated.max_results,
                 video = validated.is_video,
-                algorithm = %req.algorithm.escape_debug(),
+                algorithm = %for_log(&req.algorithm),
+                suppressed,
                 "GetInNetworkPosts"
             );
         }
@@ -108,45 +188,71 @@ impl ThunderService {
         }
 
         let after_fetch = Instant::now();
+        let client_deadline = client_timeout.and_then(|t| arrival.checked_add(t));
+        let slot = self.overload.acquire(client_deadline).await.map_err(|_| {
+            self.metrics.rejected_requests.inc();
+            ServiceError::Overloaded
+        })?;
+        if client_deadline.is_some_and(|d| Instant::now() >= d) {
+            // Expired while it queued: not worth running.
+            return Err(ServiceError::DeadlineExceeded);
+        }
+        let level = slot.level;
+        validated.degrade(level);
+        summary.degrade_level = Some(level);
         summary.max_results = Some(validated.max_results);
         let deadline = self.deadline(arrival, client_timeout);
-        let result = self.query(validated, deadline, summary).await;
+        let result = self
+            .query(validated, deadline, slot.into_permit(), summary)
+            .await;
         summary.duration_without_fetch = Some(after_fetch.elapsed());
-        result
+        result.map(|()| level)
     }
 
-    /// The store query on a blocking thread and the response; notes the answer in `summary`.
+    /// The store query (inline or on a blocking thread, holding `permit` until it ends);
+    /// notes the answer in `summary`.
     async fn query(
         &self,
         validated: ValidatedRequest,
         deadline: Option<Instant>,
+        permit: tokio::sync::OwnedSemaphorePermit,
         summary: &mut RequestSummary,
-    ) -> Result<GetInNetworkPostsResponse, ServiceError> {
+    ) -> Result<(), ServiceError> {
         let store = Arc::clone(&self.store);
-        let (outcome, validated, now_secs) = tokio::task::spawn_blocking(move || {
+        let overload = Arc::clone(&self.overload);
+        let run = move || {
+            let started = Instant::now();
             let outcome = validated.execute(&store, deadline);
+            overload.observe_service(started.elapsed());
+            drop(permit);
             (outcome, validated, store.now_secs())
-        })
-        .await
-        .map_err(|e| ServiceError::QueryTask(e.to_string()))?;
+        };
+        let (outcome, validated, now_secs) = if self.inline_queries {
+            run()
+        } else {
+            tokio::task::spawn_blocking(run)
+                .await
+                .map_err(|e| ServiceError::QueryTask(e.to_string()))?
+        };
 
-        if validated.debug {
+        if validated.debug
+            && let Some(suppressed) = self.debug_logs.allow()
+        {
             tracing::info!(
                 user_id = validated.viewer_id,
                 returned = outcome.posts.len(),
                 timed_out = outcome.timed_out,
+                suppressed,
                 "GetInNetworkPosts done"
             );
         }
-        let response = response_from(&outcome);
-        summary.response_bytes = Some(response.encoded_len());
         summary.query = Some(QuerySummary {
             posts: outcome.posts,
             timed_out: outcome.timed_out,
             eligible: outcome.eligible,
             now_secs,
         });
-        Ok(response)
+        Ok(())
     }
 
     /// The store query's deadline: the server's request timeout and a share of the client's
@@ -161,23 +267,81 @@ impl ThunderService {
     }
 }
 
+/// Records a call's [`RequestSummary`] exactly once: at [`Recorder::finish`], or when dropped
+/// unfinished (the call's future was dropped: `DEADLINE_EXCEEDED` if its deadline has passed,
+/// else `CANCELLED`).
+struct Recorder {
+    metrics: &'static Metrics,
+    started: Instant,
+    client_deadline: Option<Instant>,
+    summary: Option<RequestSummary>,
+}
+
+impl Recorder {
+    fn finish(mut self, code: tonic::Code) -> RequestSummary {
+        let mut summary = self.summary.take().unwrap_or_default();
+        summary.code = code;
+        summary.duration = self.started.elapsed();
+        self.metrics.record_request(&summary);
+        summary
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(mut summary) = self.summary.take() {
+            let now = Instant::now();
+            summary.code = if self.client_deadline.is_some_and(|d| now >= d) {
+                tonic::Code::DeadlineExceeded
+            } else {
+                tonic::Code::Cancelled
+            };
+            summary.duration = now.duration_since(self.started);
+            summary.query = None;
+            self.metrics.record_request(&summary);
+        }
+    }
+}
+
+/// `answer` as a tonic response: the posts, and the degrade level in [`DEGRADED_HEADER`]
+/// when the answer was degraded.
+pub fn with_degrade_header<T>(message: T, level: DegradeLevel) -> Response<T> {
+    let mut response = Response::new(message);
+    if level > 0 {
+        response
+            .metadata_mut()
+            .insert(DEGRADED_HEADER, MetadataValue::from(u32::from(level)));
+    }
+    response
+}
+
 #[tonic::async_trait]
 impl InNetworkPostsService for ThunderService {
+    /// The prost-typed path (the fast server path is [`crate::grpc::PostsServer`]).
     async fn get_in_network_posts(
         &self,
         request: Request<GetInNetworkPostsRequest>,
     ) -> Result<Response<GetInNetworkPostsResponse>, Status> {
-        let result = self.serve(request).await;
-        match result {
-            Ok(response) => Ok(Response::new(response)),
-            Err(error) => {
-                if !matches!(error, ServiceError::RateLimited) {
-                    tracing::debug!(%error, "GetInNetworkPosts failed");
-                }
-                Err(error.into())
+        match self.answer(request).await {
+            Ok(answer) => {
+                let response = response_from(&answer.posts.posts);
+                Ok(with_degrade_header(response, answer.level))
             }
+            Err(error) => Err(log_failure(error)),
         }
     }
+}
+
+/// Logs a failed call at debug level (refusals under load are not logged) and turns it into
+/// its status.
+pub fn log_failure(error: ServiceError) -> Status {
+    if !matches!(
+        error,
+        ServiceError::RateLimited | ServiceError::Overloaded | ServiceError::DeadlineExceeded
+    ) {
+        tracing::debug!(%error, "GetInNetworkPosts failed");
+    }
+    error.into()
 }
 
 /// The client's deadline from the `grpc-timeout` header (gRPC over HTTP/2: at most 8 digits

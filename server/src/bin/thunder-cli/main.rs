@@ -1,5 +1,6 @@
 //! `thunder-cli`: command-line client of thunder. One module per subcommand.
 
+mod frame;
 mod produce;
 mod query;
 
@@ -23,6 +24,8 @@ enum Command {
     Query(query::QueryArgs),
     /// Send create/delete events to the Kafka topic (JSON lines on stdin, or `--synth`).
     Produce(produce::ProduceArgs),
+    /// Write one request as a gRPC frame file (the body h2load posts; see scripts/serve-bench.sh).
+    Frame(frame::FrameArgs),
 }
 
 #[tokio::main]
@@ -31,5 +34,6 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Query(args) => query::run(args).await,
         Command::Produce(args) => produce::run(args).await,
+        Command::Frame(args) => frame::run(args).await,
     }
 }

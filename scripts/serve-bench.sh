@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Server CPU per GetInNetworkPosts answer, measured from the server's own /proc/PID/stat.
+#
+# Starts the release demo server, then for each request kind (full: a viewer following 2000
+# demo authors, 1200 posts per answer; small: one author; empty: 2000 unknown authors) posts
+# one fixed gRPC frame with h2load (installed from Debian's nghttp2-client if missing; the
+# client is pinned to the last core) and prints, per kind: answers/s, server CPU per request
+# (delta utime+stime over the run / requests), posts per answer and the outcomes counted in
+# the server's get_in_network_posts_requests_total.
+#
+#   scripts/serve-bench.sh [--scale 100] [--requests 20000] [--clients 4] [--streams 4]
+#                          [--kinds full,small,empty] [--no-build] [-- extra server flags]
+#   scripts/serve-bench.sh --overload [--timeout-ms 100]   # 8 x 64 streams with grpc-timeout
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+scale=100 requests=20000 clients=4 streams=4 kinds=full,small,empty build=1
+overload=0 timeout_ms=100 server_flags=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --scale) scale=$2; shift 2 ;;
+        --requests) requests=$2; shift 2 ;;
+        --clients) clients=$2; shift 2 ;;
+        --streams) streams=$2; shift 2 ;;
+        --kinds) kinds=$2; shift 2 ;;
+        --no-build) build=0; shift ;;
+        --overload) overload=1; shift ;;
+        --timeout-ms) timeout_ms=$2; shift 2 ;;
+        --) shift; server_flags=("$@"); break ;;
+        *) echo "unknown flag $1" >&2; exit 2 ;;
+    esac
+done
+
+if ! command -v h2load >/dev/null 2>&1; then
+    echo "installing h2load (Debian package nghttp2-client)" >&2
+    as_root=()
+    [ "$(id -u)" = 0 ] || as_root=(sudo)
+    "${as_root[@]}" apt-get install -y -q nghttp2-client >/dev/null \
+        || { "${as_root[@]}" apt-get update -q >/dev/null && "${as_root[@]}" apt-get install -y -q nghttp2-client >/dev/null; }
+fi
+
+target="${CARGO_TARGET_DIR:-target}/release"
+if [ "$build" = 1 ]; then
+    cargo build --release --locked -p thunder-server --bins >&2
+fi
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+grpc_port=$(free_port)
+admin_port=$(free_port)
+"$target/thunder-server" --grpc-addr "127.0.0.1:$grpc_port" --admin-addr "127.0.0.1:$admin_port" \
+    --demo-scale "$scale" --qps-limit 1000000 "${server_flags[@]}" >"$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 600); do
+    if curl -fs "http://127.0.0.1:$admin_port/readyz" >/dev/null 2>&1; then break; fi
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
+    sleep 0.1
+done
+curl -fs "http://127.0.0.1:$admin_port/readyz" >/dev/null || { echo "server not ready" >&2; exit 1; }
+
+ticks_per_sec=$(getconf CLK_TCK)
+last_core=$(( $(nproc) - 1 ))
+url="http://127.0.0.1:$grpc_port/thunder.v1.InNetworkPostsService/GetInNetworkPosts"
+
+# utime + stime of the server, in clock ticks (fields 14 and 15; the command name may hold spaces).
+cpu_ticks() { sed 's/.*) //' "/proc/$server_pid/stat" | awk '{print $12 + $13}'; }
+# The sum of every sample of metric $1 (all label sets) matching the optional label filter $2.
+metric() { curl -fs "http://127.0.0.1:$admin_port/metrics" | awk -v name="$1" -v filter="${2:-}" '
+    $1 ~ "^"name"({|$)" && index($1, filter) { sum += $2 } END { printf "%.0f\n", sum }'; }
+outcomes() { curl -fs "http://127.0.0.1:$admin_port/metrics" \
+    | awk '/^get_in_network_posts_requests_total{/ { match($1, /status="[^"]*"/); s = substr($1, RSTART + 8, RLENGTH - 9); printf "%s=%s ", s, $2 }'; }
+
+h2() {
+    local frame=$1 n=$2 c=$3 m=$4; shift 4
+    taskset -c "$last_core" h2load -n "$n" -c "$c" -m "$m" -d "$frame" \
+        -H 'content-type: application/grpc' -H 'te: trailers' "$@" "$url"
+}
+
+if [ "$overload" = 1 ]; then
+    "$target/thunder-cli" frame --kind full --scale "$scale" --out "$work/full.bin" >/dev/null
+    "$target/thunder-cli" frame --kind small --scale "$scale" --out "$work/small.bin" >/dev/null
+    before=$(outcomes)
+    echo "overload: 8 connections x 64 streams of full requests, grpc-timeout ${timeout_ms}m, $requests requests"
+    h2 "$work/full.bin" "$requests" 8 64 -H "grpc-timeout: ${timeout_ms}m" >"$work/h2.out" &
+    load=$!
+    sleep 1
+    # A light request while the load runs: how long it waits.
+    for i in 1 2 3 4 5; do
+        h2 "$work/small.bin" 1 1 1 -H "grpc-timeout: ${timeout_ms}m" | awk -v i="$i" '/time for request/ {print "light request " i ": " $0}'
+        sleep 0.3
+    done
+    wait "$load"
+    grep -E 'finished in|requests:' "$work/h2.out"
+    echo "outcomes before: $before"
+    echo "outcomes after:  $(outcomes)"
+    curl -fs "http://127.0.0.1:$admin_port/metrics" | grep -E '^(get_in_network_posts_degraded_total|rejected_requests_total|get_in_network_posts_late_answers_total)' || true
+    echo "server threads: $(ls /proc/$server_pid/task | wc -l), RSS: $(awk '/VmRSS/ {print $2, $3}' /proc/$server_pid/status)"
+    exit 0
+fi
+
+printf '%-6s %6s %9s %9s %12s %15s %13s  %s\n' kind scale requests seconds answers/s "server_cpu_us/req" posts/answer outcomes
+IFS=, read -r -a kind_list <<<"$kinds"
+for kind in "${kind_list[@]}"; do
+    frame="$work/$kind.bin"
+    "$target/thunder-cli" frame --kind "$kind" --scale "$scale" --out "$frame" >/dev/null
+    h2 "$frame" $(( requests / 10 + 100 )) "$clients" "$streams" >/dev/null   # warm-up
+    ok0=$(metric get_in_network_posts_requests_total 'status="ok"')
+    all0=$(metric get_in_network_posts_requests_total)
+    posts0=$(metric get_in_network_posts_count_sum)
+    before=$(outcomes)
+    cpu0=$(cpu_ticks)
+    start=$(date +%s.%N)
+    h2 "$frame" "$requests" "$clients" "$streams" >"$work/h2.out"
+    end=$(date +%s.%N)
+    cpu1=$(cpu_ticks)
+    all1=$(metric get_in_network_posts_requests_total)
+    ok1=$(metric get_in_network_posts_requests_total 'status="ok"')
+    posts1=$(metric get_in_network_posts_count_sum)
+    n=$(( all1 - all0 ))
+    awk -v kind="$kind" -v scale="$scale" -v n="$n" -v ok=$(( ok1 - ok0 )) -v t0="$start" -v t1="$end" \
+        -v cpu=$(( cpu1 - cpu0 )) -v hz="$ticks_per_sec" -v posts=$(( posts1 - posts0 )) -v out="$(outcomes)" 'BEGIN {
+        secs = t1 - t0
+        printf "%-6s %6d %9d %9.2f %12.0f %15.1f %13.1f  %s\n", kind, scale, n, secs, n / secs,
+            cpu * 1e6 / hz / (n > 0 ? n : 1), posts / (ok > 0 ? ok : 1), out }'
+    grep -q ' 0 failed, 0 errored' "$work/h2.out" || grep -E 'requests:' "$work/h2.out" >&2
+done

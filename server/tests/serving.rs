@@ -1,0 +1,471 @@
+//! The serving path under pressure: bounded work, degrade before reject, deadlines, connection
+//! bounds and the gRPC status conventions. Every test starts its own server on free
+//! 127.0.0.1 ports and runs for a few seconds at most.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{NOW, TestServer, original, request, store};
+use prost::Message;
+use thunder_engine::LightPost;
+use thunder_proto::GetInNetworkPostsRequest;
+use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
+use thunder_server::listener::ConnLimits;
+use thunder_server::metrics::Metrics;
+use thunder_server::overload::OverloadConfig;
+use thunder_server::{FollowingSource, ServerOptions};
+use tokio::io::AsyncReadExt;
+use tonic::Code;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::Service;
+
+const AUTHORS: u64 = 1000;
+const POSTS_PER_AUTHOR: i64 = 40;
+
+/// A store where each of [`AUTHORS`] authors has [`POSTS_PER_AUTHOR`] recent originals.
+fn busy_store() -> Arc<thunder_engine::PostStore> {
+    let store = store();
+    let posts: Vec<LightPost> = (0..AUTHORS as i64)
+        .flat_map(|a| {
+            (0..POSTS_PER_AUTHOR).map(move |i| original(a * 1000 + i + 1, a + 1, i * 7 + a % 5))
+        })
+        .collect();
+    store.insert_posts(&posts);
+    store
+}
+
+fn heavy_request() -> GetInNetworkPostsRequest {
+    request(&(1..=AUTHORS).collect::<Vec<_>>())
+}
+
+fn requests_with(status: &str) -> u64 {
+    Metrics::global()
+        .requests
+        .with_label_values(&[status])
+        .get()
+}
+
+fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+/// Threads of this process (the server runs in it).
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
+/// Resident memory of this process in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_degrade() {
+    let options = ServerOptions {
+        overload: OverloadConfig {
+            executors: 1,
+            ..OverloadConfig::default()
+        },
+        // The test's client shares the server's runtime: keep its worker threads free.
+        inline_queries: false,
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start(options, busy_store(), None).await;
+    server.running().readiness().set_ready().await;
+    let channel = server.channel().await;
+
+    // Capacity: one executor, measured with heavy calls one at a time.
+    let mut client = InNetworkPostsServiceClient::new(channel.clone());
+    let started = Instant::now();
+    let probes = 20u32;
+    for _ in 0..probes {
+        let answer = client
+            .get_in_network_posts(heavy_request())
+            .await
+            .expect("served");
+        assert_eq!(answer.into_inner().posts.len(), 1200);
+    }
+    let service_time = started.elapsed() / probes;
+    let threads_before = threads();
+    let rss_before = rss_kib();
+
+    // Offered load: 16 closed-loop callers with 1 s deadlines (16x one executor; more callers
+    // would mostly load the test's own client, which shares the two cores).
+    let load_for = Duration::from_millis(2500);
+    let mut callers = Vec::new();
+    for _ in 0..16 {
+        let mut client = InNetworkPostsServiceClient::new(channel.clone());
+        callers.push(tokio::spawn(async move {
+            let mut outcomes = (0u32, 0u32, 0u32, 0u32); // ok, degraded, exhausted, other
+            let until = Instant::now() + load_for;
+            while Instant::now() < until {
+                let call = with_timeout(heavy_request(), Duration::from_secs(1));
+                match client.get_in_network_posts(call).await {
+                    Ok(answer) => {
+                        outcomes.0 += 1;
+                        if answer.metadata().get("thunder-degraded").is_some() {
+                            outcomes.1 += 1;
+                        }
+                    }
+                    Err(status) if status.code() == Code::ResourceExhausted => outcomes.2 += 1,
+                    Err(_) => outcomes.3 += 1,
+                }
+            }
+            outcomes
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Light calls (one author) while the load runs: each answered or refused quickly.
+    let mut light_latencies = Vec::new();
+    let mut light = InNetworkPostsServiceClient::new(channel.clone());
+    for _ in 0..10 {
+        let started = Instant::now();
+        let result = light
+            .get_in_network_posts(with_timeout(request(&[1]), Duration::from_secs(1)))
+            .await;
+        light_latencies.push(started.elapsed());
+        if let Err(status) = result {
+            assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let peak_threads = threads();
+    let peak_rss = rss_kib();
+    let mut totals = (0, 0, 0, 0);
+    for caller in callers {
+        let o = caller.await.expect("caller");
+        totals = (
+            totals.0 + o.0,
+            totals.1 + o.1,
+            totals.2 + o.2,
+            totals.3 + o.3,
+        );
+    }
+    light_latencies.sort();
+    let median = light_latencies[light_latencies.len() / 2];
+    eprintln!(
+        "service time {service_time:?}; load: ok {} (degraded {}), refused {}, other {}; \
+         light calls {light_latencies:?}; threads {threads_before} -> {peak_threads}; \
+         RSS {rss_before} -> {peak_rss} KiB",
+        totals.0, totals.1, totals.2, totals.3
+    );
+    assert!(totals.1 > 0, "no degraded answer under overload");
+    assert!(totals.0 > totals.1, "only degraded answers");
+    assert_eq!(
+        totals.3, 0,
+        "calls failed otherwise than RESOURCE_EXHAUSTED"
+    );
+    assert!(
+        median <= Duration::from_millis(100),
+        "light calls: {light_latencies:?}"
+    );
+    assert!(
+        light_latencies
+            .iter()
+            .all(|l| *l < Duration::from_millis(500)),
+        "light calls: {light_latencies:?}"
+    );
+    assert!(
+        peak_threads <= threads_before + 8,
+        "threads {threads_before} -> {peak_threads}"
+    );
+    assert!(
+        peak_rss <= rss_before + 256 * 1024,
+        "RSS {rss_before} -> {peak_rss} KiB"
+    );
+    let levels = &Metrics::global().degrade_levels;
+    let degraded: u64 = ["1", "2", "3"]
+        .iter()
+        .map(|l| levels.with_label_values(&[l]).get())
+        .sum();
+    assert!(degraded > 0);
+    // Refusals come only once degraded answers cannot keep up (here they can; the
+    // controller's unit tests refuse on a long queue).
+    assert_eq!(
+        Metrics::global().rejected_requests.get(),
+        u64::from(totals.2)
+    );
+    drop(server);
+}
+
+/// A follow-graph source that takes `delay` to answer.
+#[derive(Debug)]
+struct SlowFollowing {
+    delay: Duration,
+}
+
+#[tonic::async_trait]
+impl FollowingSource for SlowFollowing {
+    async fn fetch_following_list(&self, _user_id: i64, _limit: usize) -> Result<Vec<i64>, String> {
+        tokio::time::sleep(self.delay).await;
+        Ok(vec![1])
+    }
+}
+
+#[tokio::test]
+async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried() {
+    let slow: Arc<dyn FollowingSource> = Arc::new(SlowFollowing {
+        delay: Duration::from_millis(400),
+    });
+    let server = TestServer::start(ServerOptions::default(), busy_store(), Some(slow)).await;
+    server.running().readiness().set_ready().await;
+    let mut client = server.client().await;
+    let queries_before = Metrics::global().store_queries.get();
+    let exceeded_before = requests_with("deadline_exceeded");
+    let status = client
+        .get_in_network_posts(with_timeout(request(&[]), Duration::from_millis(300)))
+        .await
+        .expect_err("too slow");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        common::eventually(|| async { requests_with("deadline_exceeded") == exceeded_before + 1 })
+            .await
+    );
+    assert_eq!(Metrics::global().store_queries.get(), queries_before);
+    // Without a deadline the same call is answered.
+    let answer = client
+        .get_in_network_posts(request(&[]))
+        .await
+        .expect("served");
+    assert!(!answer.into_inner().posts.is_empty());
+}
+
+#[tokio::test]
+async fn the_stream_cap_serialises_calls_on_one_connection() {
+    let delay = Duration::from_millis(300);
+    let slow: Arc<dyn FollowingSource> = Arc::new(SlowFollowing { delay });
+    let options = ServerOptions {
+        max_concurrent_streams: 1,
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start(options, busy_store(), Some(slow)).await;
+    server.running().readiness().set_ready().await;
+    let channel = server.channel().await;
+    let started = Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let mut client = InNetworkPostsServiceClient::new(channel.clone());
+            tokio::spawn(async move { client.get_in_network_posts(request(&[])).await.map(|_| ()) })
+        })
+        .collect();
+    let mut refused = 0;
+    for call in calls {
+        match call.await.expect("joins") {
+            Ok(()) => {}
+            // The server refuses a stream beyond its advertised limit.
+            Err(status) if format!("{status:?}").contains("REFUSED_STREAM") => refused += 1,
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+    // One stream at a time: the calls beyond the first are refused, or wait for it (three
+    // calls of 300 ms then take at least 900 ms; unbounded: ~300 ms).
+    let took = started.elapsed();
+    assert!(
+        refused > 0 || took >= 3 * delay,
+        "{took:?}, {refused} refused"
+    );
+}
+
+/// Sends raw bytes as the request message and ignores the answer's body.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = ();
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        use prost::bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = ();
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
+        use prost::bytes::Buf;
+        src.advance(src.remaining());
+        Ok(Some(()))
+    }
+}
+
+async fn raw_call(server: &TestServer, body: Vec<u8>) -> tonic::Status {
+    let mut grpc = tonic::client::Grpc::new(server.channel().await);
+    grpc.ready().await.expect("ready");
+    let path =
+        tonic::codegen::http::uri::PathAndQuery::from_static(thunder_server::grpc::METHOD_PATH);
+    grpc.unary(tonic::Request::new(body), path, RawCodec)
+        .await
+        .expect_err("refused")
+}
+
+#[tokio::test]
+async fn oversized_and_undecodable_messages_get_their_status_and_are_counted() {
+    let options = ServerOptions {
+        max_decoding_message_bytes: 1000,
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start(options, busy_store(), None).await;
+    server.running().readiness().set_ready().await;
+
+    let exhausted = requests_with("resource_exhausted");
+    let big = request(&(1..=1000).collect::<Vec<_>>()).encode_to_vec();
+    let status = raw_call(&server, big).await;
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert_eq!(requests_with("resource_exhausted"), exhausted + 1);
+
+    let internal = requests_with("internal");
+    let status = raw_call(&server, vec![0xff; 12]).await;
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert_eq!(requests_with("internal"), internal + 1);
+
+    // A non-gRPC content type is refused (HTTP 415) and counted.
+    let invalid = requests_with("invalid_argument");
+    let mut channel = server.channel().await;
+    let uri = format!("{}{}", server.grpc_url(), thunder_server::grpc::METHOD_PATH);
+    let req = tonic::codegen::http::Request::post(uri)
+        .header("content-type", "application/json")
+        .body(tonic::body::Body::default())
+        .expect("request");
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .expect("ready");
+    let response = channel.call(req).await.expect("HTTP answer");
+    assert_eq!(response.status().as_u16(), 415);
+    assert_eq!(requests_with("invalid_argument"), invalid + 1);
+}
+
+fn short_limits() -> ConnLimits {
+    ConnLimits {
+        max_connections: 2,
+        idle_timeout: Duration::from_millis(300),
+        header_timeout: Duration::from_millis(300),
+    }
+}
+
+/// Reads until the peer closes; the time it took.
+async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => {}
+            Err(_) => return started.elapsed(),
+        }
+    }
+}
+
+#[tokio::test]
+async fn connections_are_capped_idle_ones_time_out_and_do_not_hold_up_shutdown() {
+    let options = ServerOptions {
+        grpc_connections: short_limits(),
+        admin_connections: short_limits(),
+        drain_timeout: Duration::from_secs(10),
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start(options, store(), None).await;
+    server.running().readiness().set_ready().await;
+    let grpc = server.running().grpc_addr();
+    let admin = server.running().admin_addr();
+
+    // Idle gRPC and admin connections are closed after the idle timeout.
+    let mut idle = tokio::net::TcpStream::connect(grpc)
+        .await
+        .expect("connects");
+    let took = closed_after(&mut idle).await;
+    assert!(
+        took < Duration::from_secs(5),
+        "idle gRPC connection kept {took:?}"
+    );
+    let mut slow_header = tokio::net::TcpStream::connect(admin)
+        .await
+        .expect("connects");
+    tokio::io::AsyncWriteExt::write_all(&mut slow_header, b"GET /metrics HTTP/1.1\r\n")
+        .await
+        .expect("written");
+    let took = closed_after(&mut slow_header).await;
+    assert!(
+        took < Duration::from_secs(5),
+        "incomplete header kept {took:?}"
+    );
+
+    // The cap: a third connection is closed at once; the admin port still answers.
+    let _a = tokio::net::TcpStream::connect(grpc)
+        .await
+        .expect("connects");
+    let _b = tokio::net::TcpStream::connect(grpc)
+        .await
+        .expect("connects");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut third = tokio::net::TcpStream::connect(grpc)
+        .await
+        .expect("connects");
+    let took = closed_after(&mut third).await;
+    assert!(
+        took < Duration::from_millis(250),
+        "over-cap connection kept {took:?}"
+    );
+    assert!(server.admin_get("/healthz").await.status == 200);
+    let refused = Metrics::global()
+        .connections_refused
+        .with_label_values(&["grpc"])
+        .get();
+    assert!(refused >= 1);
+
+    drop(server);
+}
+
+#[tokio::test]
+async fn idle_connections_do_not_hold_up_shutdown() {
+    let options = ServerOptions {
+        drain_timeout: Duration::from_secs(10),
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start(options, busy_store(), None).await;
+    server.running().readiness().set_ready().await;
+    // A raw socket that never speaks, and an HTTP/2 connection after a finished call.
+    let mut raw = tokio::net::TcpStream::connect(server.running().grpc_addr())
+        .await
+        .expect("connects");
+    let mut client = server.client().await;
+    client
+        .get_in_network_posts(request(&[1]))
+        .await
+        .expect("served");
+    let started = Instant::now();
+    assert!(server.shutdown().await, "drained");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "shutdown waited {took:?} for idle connections"
+    );
+    assert!(closed_after(&mut raw).await < Duration::from_secs(5));
+    let _ = NOW;
+}
