@@ -100,7 +100,7 @@ if [ "$overload" = 1 ]; then
     grep -E 'finished in|requests:' "$work/h2.out"
     echo "outcomes before: $before"
     echo "outcomes after:  $(outcomes)"
-    curl -fs "http://127.0.0.1:$admin_port/metrics" | grep -E '^(get_in_network_posts_degraded_total|rejected_requests_total|get_in_network_posts_late_answers_total)' || true
+    curl -fs "http://127.0.0.1:$admin_port/metrics" | grep -E "^(get_in_network_posts_degrade_level_total|rejected_requests_total|get_in_network_posts_late_answers_total)" || true
     echo "server threads: $(ls /proc/$server_pid/task | wc -l), RSS: $(awk '/VmRSS/ {print $2, $3}' /proc/$server_pid/status)"
     exit 0
 fi

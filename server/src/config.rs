@@ -62,7 +62,8 @@ pub struct Args {
     /// Demo live events (creates and deletes) per second after the backlog.
     #[arg(long, env = "THUNDER_DEMO_EVENTS_PER_SEC", default_value_t = demo::DEFAULT_EVENTS_PER_SEC)]
     pub demo_events_per_sec: u32,
-    /// Store queries running at once (0: one per core); more calls wait in a queue.
+    /// Store queries running at once (0: one per core but one, at least one); more calls wait
+    /// in a queue.
     #[arg(long, env = "THUNDER_MAX_QUERIES_IN_FLIGHT", default_value_t = 0)]
     pub max_queries_in_flight: usize,
     /// Refuse a call (RESOURCE_EXHAUSTED) when the query queue's expected wait exceeds this, in ms.

@@ -6,7 +6,6 @@
 //! the server uses, registered in [`prometheus::default_registry`] on first use (at start-up),
 //! so a scrape lists every metric before the first request; [`render`] encodes that registry.
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -390,18 +389,34 @@ impl Metrics {
         self.found_reply_ratio
             .with_label_values(&labels)
             .observe(replies as f64 / posts.len() as f64);
-        let mut per_author: HashMap<i64, usize> = HashMap::new();
-        for post in posts {
-            *per_author.entry(post.author_id).or_default() += 1;
-        }
-        self.found_unique_authors
-            .with_label_values(&labels)
-            .observe(per_author.len() as f64);
-        let posts_per_author = self.found_posts_per_author.with_label_values(&labels);
-        for count in per_author.values() {
-            posts_per_author.observe(*count as f64);
-        }
+        // Posts per author without a per-call hash map: the author ids sorted in a reused
+        // per-thread buffer, counted in runs, observed into a local histogram folded once.
+        AUTHOR_SCRATCH.with(|scratch| {
+            let mut authors = scratch.take();
+            authors.clear();
+            authors.extend(posts.iter().map(|p| p.author_id));
+            authors.sort_unstable();
+            let posts_per_author = self
+                .found_posts_per_author
+                .with_label_values(&labels)
+                .local();
+            let mut unique = 0usize;
+            for run in authors.chunk_by(|a, b| a == b) {
+                unique += 1;
+                posts_per_author.observe(run.len() as f64);
+            }
+            posts_per_author.flush();
+            self.found_unique_authors
+                .with_label_values(&labels)
+                .observe(unique as f64);
+            scratch.set(authors);
+        });
     }
+}
+
+thread_local! {
+    /// Author ids of one answer, for [`Metrics::record_found_posts`]; reused per thread.
+    static AUTHOR_SCRATCH: std::cell::Cell<Vec<i64>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 impl KafkaMetrics {
