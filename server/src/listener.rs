@@ -6,9 +6,10 @@
 //!   process keeps file descriptors for the connections it serves and for the other port.
 //! - **gRPC** ([`ConnKind::Grpc`]): a connection is idle while no `GetInNetworkPosts` call
 //!   runs on it; idle for [`ConnLimits::idle_timeout`], it is closed. On shutdown a connection
-//!   that never sent a byte is closed at once; the others get the server's graceful GOAWAY
-//!   and close when their streams end (HTTP/2 keepalive pings, configured on the tonic
-//!   server, detect dead peers of busy connections).
+//!   that never sent a byte is closed at once, one without calls [`STOP_GRACE`] after its
+//!   last call ended (whether or not the peer answers the server's GOAWAY), a busy one once
+//!   its calls end (HTTP/2 keepalive pings, configured on the tonic server, detect dead peers
+//!   of busy connections).
 //! - **Admin HTTP/1** ([`ConnKind::Http1`]): a request header must arrive within
 //!   [`ConnLimits::header_timeout`] of its first byte, and a connection waiting for its next
 //!   request for [`ConnLimits::idle_timeout`] is closed (a long profile request is not cut:
@@ -30,6 +31,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::metrics::Metrics;
+
+/// On shutdown, a gRPC connection without calls is closed this long after its last call
+/// ended (time for that call's answer to be flushed); the server's GOAWAY closes responsive
+/// peers sooner, this closes the ones that do not answer it.
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
 
 /// Bounds of one port's connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,11 +295,21 @@ impl Conn {
     fn close_at(&self) -> Option<Instant> {
         match self.kind {
             ConnKind::Http1 => self.deadline,
-            ConnKind::Grpc => self
-                .info
-                .activity
-                .idle_since()
-                .map(|since| Instant::from_std(since) + self.limits.idle_timeout),
+            ConnKind::Grpc => {
+                if self.stopping && !self.read_any {
+                    return Some(Instant::now());
+                }
+                // Stopping: a short grace after the last call, so its answer is flushed.
+                let grace = if self.stopping {
+                    STOP_GRACE.min(self.limits.idle_timeout)
+                } else {
+                    self.limits.idle_timeout
+                };
+                self.info
+                    .activity
+                    .idle_since()
+                    .map(|since| Instant::from_std(since) + grace)
+            }
         }
     }
 
@@ -302,14 +318,11 @@ impl Conn {
         if !self.stopping && self.shutdown.as_mut().poll(cx).is_ready() {
             self.stopping = true;
         }
-        let idle = match self.kind {
-            // A connection that spoke HTTP/2 is closed by the server's graceful shutdown
-            // (GOAWAY, then closed once its streams end); one that never sent a byte is
-            // closed here, at once.
-            ConnKind::Grpc => !self.read_any,
-            ConnKind::Http1 => !self.in_header && self.deadline.is_some(),
-        };
-        if self.stopping && idle {
+        if self.stopping
+            && self.kind == ConnKind::Http1
+            && !self.in_header
+            && self.deadline.is_some()
+        {
             return true;
         }
         loop {
