@@ -101,6 +101,10 @@ if [ "$overload" = 1 ]; then
     echo "outcomes before: $before"
     echo "outcomes after:  $(outcomes)"
     curl -fs "http://127.0.0.1:$admin_port/metrics" | grep -E "^(get_in_network_posts_degrade_level_total|rejected_requests_total|get_in_network_posts_late_answers_total)" || true
+    curl -fs "http://127.0.0.1:$admin_port/metrics" | awk '
+        /^get_in_network_posts_refusal_seconds_bucket\{le="0\.0008[0-9]*"\}/ { fast = $2 }
+        /^get_in_network_posts_refusal_seconds_count/ { n = $2 }
+        END { if (n > 0) printf "refusals decided within 0.8 ms of the call start: %d of %d\n", fast, n }'
     echo "server threads: $(ls /proc/$server_pid/task | wc -l), RSS: $(awk '/VmRSS/ {print $2, $3}' /proc/$server_pid/status)"
     exit 0
 fi

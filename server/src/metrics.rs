@@ -73,6 +73,9 @@ pub struct Metrics {
     /// `get_in_network_posts_degrade_level_total{level}`: store queries run, by the degrade
     /// level they were answered at (`0`: full answer).
     pub degrade_levels: IntCounterVec,
+    /// `get_in_network_posts_refusal_seconds`: time from a call's start to its overload
+    /// refusal.
+    pub refusal_duration: Histogram,
     /// `get_in_network_posts_late_answers_total`: answers ready only after the client's
     /// deadline (answered `DEADLINE_EXCEEDED`).
     pub late_answers: IntCounter,
@@ -246,6 +249,11 @@ impl Metrics {
                 "get_in_network_posts_degrade_level_total",
                 "Store queries run, by degrade level (0: full answer)",
                 &["level"],
+            ),
+            refusal_duration: r.histogram(
+                "get_in_network_posts_refusal_seconds",
+                "Time from a GetInNetworkPosts call's start to its overload refusal",
+                exp_buckets(0.000_025, 2.0, 14),
             ),
             late_answers: r.counter(
                 "get_in_network_posts_late_answers_total",

@@ -124,6 +124,11 @@ impl ThunderService {
             }
             None => work.await,
         };
+        if matches!(result, Err(ServiceError::Overloaded)) {
+            self.metrics
+                .refusal_duration
+                .observe(started.elapsed().as_secs_f64());
+        }
         if result.is_ok() && client_deadline.is_some_and(|d| Instant::now() > d) {
             self.metrics.late_answers.inc();
             result = Err(ServiceError::DeadlineExceeded);
