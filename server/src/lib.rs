@@ -2,8 +2,10 @@
 //!
 //! A thin layer over [`thunder_engine::PostStore`]: it speaks `thunder.v1.InNetworkPostsService`
 //! (see `thunder-proto`), admits calls through a global QPS limit, validates and clamps requests,
-//! runs the store query on a blocking thread within the client's deadline, and serves admin
-//! endpoints (Prometheus metrics, health/readiness, CPU profiles) on a separate HTTP port.
+//! runs the store query within the client's deadline under overload control ([`overload`]:
+//! bounded executors, degrade before reject), encodes the answer straight from the store's
+//! posts ([`codec`]), bounds its connections ([`listener`]), and serves admin endpoints
+//! (Prometheus metrics, health/readiness, CPU profiles) on a separate HTTP port.
 //!
 //! # Usage
 //! - [`server::start`] binds both listeners around a store (port 0 picks free ports) and returns

@@ -2,9 +2,9 @@
 //! follow-graph fallback, an executor slot from the overload controller ([`crate::overload`]),
 //! then the store query at the slot's degrade level.
 //!
-//! Deadlines: the store query gets [`CLIENT_BUDGET_PERCENT`] of the client's `grpc-timeout`
+//! Deadlines: the store query gets 80% of the client's `grpc-timeout`
 //! (it then returns the posts found so far); a call still waiting for its answer when
-//! [`ANSWER_BUDGET_PERCENT`] of it has passed is answered `DEADLINE_EXCEEDED` (before tonic's
+//! 90% of it has passed is answered `DEADLINE_EXCEEDED` (before tonic's
 //! own timer would answer `CANCELLED`), and so is an answer that is ready only after the
 //! deadline, or a call whose deadline passed while it queued (its query never runs). Every
 //! outcome, including a call dropped because its client left, is counted once in
