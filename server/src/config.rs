@@ -62,6 +62,10 @@ pub struct Args {
     /// Demo live events (creates and deletes) per second after the backlog.
     #[arg(long, env = "THUNDER_DEMO_EVENTS_PER_SEC", default_value_t = demo::DEFAULT_EVENTS_PER_SEC)]
     pub demo_events_per_sec: u32,
+    /// Author shard `I/N`: keep only the posts of the authors the shard hash maps to `I`
+    /// (plus the facts of the others' posts the query rules read). Unset: a full replica.
+    #[arg(long, env = "THUNDER_SHARD")]
+    pub shard: Option<thunder_proto::shard::ShardSpec>,
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,
