@@ -185,9 +185,14 @@ impl PostStore {
     /// own its author).
     #[inline]
     pub(crate) fn is_foreign(&self, post: &LightPost) -> bool {
-        self.directory
-            .as_ref()
-            .is_some_and(|d| !d.owns(post.author_id))
+        self.is_foreign_author(post.author_id)
+    }
+
+    /// True on a shard that does not own `author_id` (it then has no timeline of that author:
+    /// a query skips it without probing the author map).
+    #[inline]
+    pub(crate) fn is_foreign_author(&self, author_id: i64) -> bool {
+        self.directory.as_ref().is_some_and(|d| !d.owns(author_id))
     }
 
     /// Records the facts of a post of an author this shard does not own. The time checks have

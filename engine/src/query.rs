@@ -291,6 +291,10 @@ impl PostStore {
             if !followed.insert(author_id) {
                 continue;
             }
+            if self.is_foreign_author(author_id) {
+                // A shard holds no timeline of it (it stays in `followed` for the reply rule).
+                continue;
+            }
             let Some(author) = self.authors.get(&author_id, &g.maps) else {
                 continue;
             };
