@@ -111,6 +111,7 @@ fn main() -> Result<()> {
     }
     let config = SynthConfig::feed_2d(args.scale, args.now_secs);
     let batches: Vec<EventBatch> = batches(config.backlog(), DEFAULT_BATCH_EVENTS);
+    let events: usize = batches.iter().map(EventBatch::len).sum();
     let viewers = config.viewers(args.queries);
     eprintln!(
         "feed-2d scale {}: {} authors, {} posts; {} viewers, {} passes",
@@ -127,9 +128,9 @@ fn main() -> Result<()> {
             .map(|&count| Some(ShardSpec { index: 0, count })),
     );
     println!(
-        "| node | stored posts | facts | RSS MiB | RSS B / workload post | directory B / fact | answers/CPU-s | p50 / p99 us | own-only answers/CPU-s |"
+        "| node | ingest events/s (1 writer) | stored posts | facts | RSS MiB | RSS B / workload post | directory B / fact | answers/CPU-s | p50 / p99 us | own-only answers/CPU-s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut full_rate = None;
     for node in nodes {
         release_free_memory();
@@ -139,7 +140,7 @@ fn main() -> Result<()> {
         if let Some(spec) = node {
             store = store.with_fact_directory(move |a| spec.owns(a));
         }
-        load(&store, &batches, 1);
+        let ingest = load(&store, &batches, 1);
         let rss = rss_bytes().saturating_sub(before);
         let stored = store.stats().posts;
         let directory = store.directory_stats();
@@ -151,7 +152,8 @@ fn main() -> Result<()> {
             format!("{:.1}", d.table_bytes as f64 / d.facts.max(1) as f64)
         });
         println!(
-            "| {name} | {stored} | {facts} | {} | {:.1} | {per_fact} | {:.0} | {} / {} | {} |",
+            "| {name} | {:.0} | {stored} | {facts} | {} | {:.1} | {per_fact} | {:.0} | {} / {} | {} |",
+            events as f64 / ingest.as_secs_f64().max(1e-9),
             rss >> 20,
             rss as f64 / config.posts as f64,
             rate.answers_per_cpu_sec,
