@@ -180,3 +180,81 @@ fn three_shards_answer_like_a_full_store() {
 fn a_full_store_has_no_directory() {
     assert_eq!(PostStore::new(RETENTION_SECS).directory_stats(), None);
 }
+
+/// Creates and deletes of other shards' posts racing on two threads: a fact whose delete ran
+/// (before or after its create) must never be left behind. Checked through the reply rule: a
+/// reply to a deleted parent is hidden, a reply to a live one shown.
+#[test]
+fn a_fact_racing_its_delete_is_never_left_live() {
+    let clock = Arc::new(ManualClock::new(NOW));
+    for round in 0..20 {
+        let store = Arc::new(
+            PostStore::with_clock(RETENTION_SECS, clock.clone())
+                .with_fact_directory(|author| author >= 1000),
+        );
+        let base = 1_000_000 * (round + 1);
+        let parents: Vec<LightPost> = (0..2000)
+            .map(|i| LightPost::original(base + i, 2 + i % 50, NOW - 1000))
+            .collect();
+        // Every other parent is deleted, concurrently with the creates.
+        let deletes: Vec<DeleteEvent> = parents
+            .iter()
+            .step_by(2)
+            .map(|p| DeleteEvent {
+                post_id: p.post_id,
+                deleted_at: NOW,
+            })
+            .collect();
+        std::thread::scope(|scope| {
+            let creator = Arc::clone(&store);
+            let parents = &parents;
+            scope.spawn(move || {
+                for chunk in parents.chunks(16) {
+                    creator.insert_posts(chunk);
+                }
+            });
+            let deleter = Arc::clone(&store);
+            let deletes = &deletes;
+            scope.spawn(move || {
+                for chunk in deletes.chunks(16) {
+                    deleter.mark_as_deleted(chunk);
+                }
+            });
+        });
+        // Owned authors 1000..1100 reply to every parent, 20 replies each.
+        let replies: Vec<LightPost> = parents
+            .iter()
+            .enumerate()
+            .map(|(i, p)| LightPost {
+                is_reply: true,
+                in_reply_to_post_id: Some(p.post_id),
+                in_reply_to_user_id: Some(p.author_id),
+                conversation_id: Some(p.post_id),
+                ..LightPost::original(base + 10_000 + i as i64, 1000 + i as i64 % 100, NOW - 500)
+            })
+            .collect();
+        store.insert_posts(&replies);
+        let repliers: Vec<i64> = (1000..1100).collect();
+        let answer = store.get_all_posts_by_users(&FeedQuery {
+            max_results: 10_000,
+            ..FeedQuery::new(0, &repliers)
+        });
+        let visible_parents: Vec<i64> = answer
+            .posts
+            .iter()
+            .filter_map(|p| p.in_reply_to_post_id)
+            .collect();
+        for parent in &visible_parents {
+            assert_eq!(
+                (parent - base) % 2,
+                1,
+                "round {round}: reply to deleted {parent} shown"
+            );
+        }
+        assert!(
+            visible_parents.len() == 1000,
+            "round {round}: {} replies to live parents shown, not 1000",
+            visible_parents.len()
+        );
+    }
+}
