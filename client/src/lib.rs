@@ -32,6 +32,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rand::Rng;
 use thunder_proto::shard::shard_of;
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse, LightPost};
 use tokio::time::Instant;
@@ -289,8 +290,13 @@ impl ShardGroup {
                 Ok(Err(status)) => status,
                 Err(_elapsed) => Status::deadline_exceeded("the caller's deadline passed"),
             };
+            // Jittered exponential backoff (2 ms doubling to 200 ms), so a shard whose
+            // replicas all refuse is not hammered for the whole budget.
+            let backoff_ms = (2u64 << (attempts - 1).min(7)).min(200);
+            let wake = Instant::now()
+                + Duration::from_millis(rand::rng().random_range(backoff_ms / 2..=backoff_ms));
             let retry = status.code() == Code::Unavailable
-                && Instant::now() < deadline
+                && wake < deadline
                 && self.retry_budget.withdraw();
             if !retry {
                 return Err(ShardError {
@@ -300,6 +306,7 @@ impl ShardGroup {
                     attempts,
                 });
             }
+            tokio::time::sleep_until(wake).await;
         }
     }
 }
@@ -413,7 +420,7 @@ impl ThunderClient {
             }
         }
         FeedAnswer {
-            posts: merge_newest_first(answers, max_results as usize),
+            posts: merge_newest_first(answers, max_results as usize, &request.following_user_ids),
             complete: errors.is_empty(),
             errors,
         }
@@ -430,10 +437,16 @@ pub fn effective_max_results(request: &GetInNetworkPostsRequest) -> u32 {
     }
 }
 
-/// Merges answers that are each newest first into one, newest first, cut at `max_results`.
-/// Among equal `created_at` posts keep their order within an answer, and earlier answers come
-/// first (the store leaves that order unspecified).
-pub fn merge_newest_first(answers: Vec<Vec<LightPost>>, max_results: usize) -> Vec<LightPost> {
+/// Merges the answers of author shards (each newest first) into one, newest first, cut at
+/// `max_results`, in the store's own order: among equal `created_at`, the store returns the
+/// posts of authors later in the request first (its merge breaks ties by stream, and streams
+/// follow the request order), so posts of different shards tie-break on the position of their
+/// author in `following` (first occurrence), and keep their order within one answer.
+pub fn merge_newest_first(
+    answers: Vec<Vec<LightPost>>,
+    max_results: usize,
+    following: &[u64],
+) -> Vec<LightPost> {
     let mut answers: Vec<_> = answers
         .into_iter()
         .filter(|a| !a.is_empty())
@@ -442,15 +455,21 @@ pub fn merge_newest_first(answers: Vec<Vec<LightPost>>, max_results: usize) -> V
     if answers.len() == 1 {
         return answers.swap_remove(0).take(max_results).collect();
     }
+    let mut position = std::collections::HashMap::with_capacity(following.len());
+    for (i, &author) in following.iter().enumerate() {
+        position.entry(author as i64).or_insert(i);
+    }
+    let rank = |post: &LightPost| (post.created_at, position.get(&post.author_id).copied());
     let total: usize = answers.iter().map(|a| a.len()).sum();
     let mut merged = Vec::with_capacity(total.min(max_results));
     while merged.len() < max_results {
-        let mut best: Option<(usize, i64)> = None;
+        let mut best = None;
         for (i, answer) in answers.iter_mut().enumerate() {
-            if let Some(post) = answer.peek()
-                && best.is_none_or(|(_, newest)| post.created_at > newest)
-            {
-                best = Some((i, post.created_at));
+            if let Some(post) = answer.peek() {
+                let key = rank(post);
+                if best.as_ref().is_none_or(|(_, top)| key > *top) {
+                    best = Some((i, key));
+                }
             }
         }
         let Some((i, _)) = best else { break };
@@ -468,6 +487,7 @@ mod tests {
     fn post(post_id: i64, created_at: i64) -> LightPost {
         LightPost {
             post_id,
+            author_id: post_id,
             created_at,
             ..LightPost::default()
         }
@@ -478,13 +498,34 @@ mod tests {
         let a = vec![post(1, 50), post(2, 30), post(3, 10)];
         let b = vec![post(4, 40), post(5, 30), post(6, 20)];
         let ids = |v: Vec<LightPost>| v.into_iter().map(|p| p.post_id).collect::<Vec<_>>();
+        let following = [1, 2, 3, 4, 5, 6];
         assert_eq!(
-            ids(merge_newest_first(vec![a.clone(), b.clone()], 100)),
+            ids(merge_newest_first(
+                vec![a.clone(), b.clone()],
+                100,
+                &following
+            )),
+            [1, 4, 5, 2, 6, 3]
+        );
+        // Ties go to the author later in the request, as in the store.
+        let reversed = [6, 5, 4, 3, 2, 1];
+        assert_eq!(
+            ids(merge_newest_first(
+                vec![a.clone(), b.clone()],
+                100,
+                &reversed
+            )),
             [1, 4, 2, 5, 6, 3]
         );
-        assert_eq!(ids(merge_newest_first(vec![a.clone(), b], 3)), [1, 4, 2]);
-        assert_eq!(ids(merge_newest_first(vec![vec![], a], 2)), [1, 2]);
-        assert!(merge_newest_first(vec![], 5).is_empty());
+        assert_eq!(
+            ids(merge_newest_first(vec![a.clone(), b], 3, &following)),
+            [1, 4, 5]
+        );
+        assert_eq!(
+            ids(merge_newest_first(vec![vec![], a], 2, &following)),
+            [1, 2]
+        );
+        assert!(merge_newest_first(vec![], 5, &following).is_empty());
     }
 
     #[test]

@@ -308,7 +308,15 @@ async fn unavailable_replicas_are_retried_elsewhere_and_then_left_out() {
         .await;
     assert!(start.elapsed() < Duration::from_millis(900));
     assert!(!answer.complete && answer.posts.is_empty());
-    assert_eq!(answer.errors[0].code, Code::Unavailable);
+    // UNAVAILABLE, or DEADLINE_EXCEEDED when the deadline caught a retry in flight.
+    assert!(
+        matches!(
+            answer.errors[0].code,
+            Code::Unavailable | Code::DeadlineExceeded
+        ),
+        "{:?}",
+        answer.errors
+    );
     assert!(answer.errors[0].attempts >= 2, "{:?}", answer.errors);
 }
 
