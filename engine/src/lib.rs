@@ -59,6 +59,7 @@ mod contract;
 pub mod post;
 
 mod arena;
+mod directory;
 mod query;
 mod store;
 mod sync;
@@ -66,6 +67,7 @@ mod timeline;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::Store;
+pub use directory::{DirectoryStats, FACT_SHARDS};
 pub use post::{DeleteEvent, EventBatch, LightPost, PostEvent};
 pub use query::{FeedQuery, QueryOutcome};
 pub use store::{

@@ -291,6 +291,10 @@ impl PostStore {
             if !followed.insert(author_id) {
                 continue;
             }
+            if self.is_foreign_author(author_id) {
+                // A shard holds no timeline of it (it stays in `followed` for the reply rule).
+                continue;
+            }
             let Some(author) = self.authors.get(&author_id, &g.maps) else {
                 continue;
             };
@@ -403,9 +407,7 @@ impl PostStore {
     ) -> bool {
         repost.is_retweet
             && repost.source_post_id != 0
-            && self
-                .lookup(repost.source_post_id, &g.maps)
-                .is_some_and(|source| self.is_video_source(&source, now))
+            && self.source_is_video(repost.source_post_id, g, now)
     }
 
     /// The self-repost filter and, for the secondary timeline, the reply rule.
@@ -424,7 +426,7 @@ impl PostStore {
         if kind != Kind::Secondary || post.in_reply_to_post_id == 0 {
             return true;
         }
-        let Some(parent) = self.lookup(post.in_reply_to_post_id, &g.maps) else {
+        let Some(parent) = self.fact(post.in_reply_to_post_id, &g.maps) else {
             return false;
         };
         if self.expired(parent.created_at, now) {

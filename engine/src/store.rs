@@ -276,13 +276,15 @@ pub struct PostStore {
     pub(crate) arena: Arena,
     pub(crate) posts: IdMap<SlotId>,
     pub(crate) authors: IdMap<Author>,
-    tombstones: IdMap<i64>,
+    pub(crate) tombstones: IdMap<i64>,
     /// A one-sided filter in front of `tombstones`: a clear bit proves "no tombstone", so the
     /// common insert (never deleted) skips the map probe. Bits are set before the tombstone is
     /// written and never cleared; a set bit only costs the exact map lookup.
     tombstone_filter: Box<[AtomicU64]>,
     pending_videos: IdMap<Vec<PendingRepost>>,
     entries: [AtomicIsize; 3],
+    /// On an author shard: the facts of other authors' posts (`directory.rs`).
+    pub(crate) directory: Option<crate::directory::Directory>,
 }
 
 impl std::fmt::Debug for Author {
@@ -339,6 +341,7 @@ impl PostStore {
                 .collect(),
             pending_videos: map(&collector),
             entries: Default::default(),
+            directory: None,
         }
     }
 
@@ -474,7 +477,13 @@ impl PostStore {
             kept.sort_unstable();
             for key in kept {
                 let i = (key & u64::from(u32::MAX)) as usize;
-                match self.insert_one(&chunk[i], &g, &mut retired) {
+                let applied = if self.is_foreign(&chunk[i]) {
+                    self.insert_fact(&chunk[i], &g)
+                        .map_or(Applied::Inserted, Applied::Dropped)
+                } else {
+                    self.insert_one(&chunk[i], &g, &mut retired)
+                };
+                match applied {
                     Applied::Inserted => report.inserted += 1,
                     Applied::Dropped(reason) => {
                         report.count_drop(reason);
@@ -525,6 +534,8 @@ impl PostStore {
                             .read(slot, record.source_post_id)
                             .is_some_and(|s| self.is_video_source(&s, g.now));
                     }
+                    // A shard cannot see every source: the query-time videos rule decides.
+                    None if self.directory.is_some() => video = true,
                     None => awaited_source = Some(record.source_post_id),
                 }
             }
@@ -622,7 +633,7 @@ impl PostStore {
     }
 
     /// The basis of `post_id`'s tombstone if it has one that has not expired (trimmed or not).
-    fn live_tombstone(&self, post_id: i64, g: &Guards<'_>) -> Option<i64> {
+    pub(crate) fn live_tombstone(&self, post_id: i64, g: &Guards<'_>) -> Option<i64> {
         let (word, bit) = filter_bit(post_id);
         // Relaxed: the SeqCst fences around the check order it (see the module docs).
         if self.tombstone_filter[word].load(Ordering::Relaxed) & bit == 0 {
@@ -654,7 +665,13 @@ impl PostStore {
     /// A create of `post_id` created at `created_at` was dropped by its tombstone (of `basis`):
     /// the tombstone lives at least as long as that post could (as if the create had come first
     /// and the delete had removed it), so the basis does not depend on the order.
-    fn tombstone_dropped_create(&self, post_id: i64, basis: i64, created_at: i64, g: &Guards<'_>) {
+    pub(crate) fn tombstone_dropped_create(
+        &self,
+        post_id: i64,
+        basis: i64,
+        created_at: i64,
+        g: &Guards<'_>,
+    ) {
         if created_at > basis {
             self.tombstones.update_or_insert(
                 post_id,
@@ -719,6 +736,7 @@ impl PostStore {
             // Pairs with the fence in `insert_one` (store-load: tombstone, then check).
             fence(Ordering::SeqCst);
             let Some(&slot) = self.posts.remove(&post_id, &g.maps) else {
+                self.forget_fact(post_id, &g);
                 continue;
             };
             let Some(record) = self.arena.read(slot, post_id) else {
@@ -789,6 +807,7 @@ impl PostStore {
             &g.maps,
         );
         report.tombstones_expired = expired;
+        self.trim_facts(shard as usize, now);
         self.pending_videos.retain(
             |_, waiting| waiting.iter().any(|r| !self.expired(r.created_at, now)),
             &g.maps,

@@ -15,6 +15,8 @@ pub mod v1 {
 
 pub use v1::*;
 
+pub mod shard;
+
 /// Encoded `FileDescriptorSet` of `thunder.v1`, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("thunder_v1_descriptor");
 

@@ -84,6 +84,10 @@ pub struct Args {
     /// A gRPC connection without a call for this long is closed, in seconds.
     #[arg(long, env = "THUNDER_GRPC_IDLE_TIMEOUT_SECS", default_value_t = 120)]
     pub grpc_idle_timeout_secs: u64,
+    /// Author shard `I/N`: keep only the posts of the authors the shard hash maps to `I`
+    /// (plus the facts of the others' posts the query rules read). Unset: a full replica.
+    #[arg(long, env = "THUNDER_SHARD")]
+    pub shard: Option<thunder_proto::shard::ShardSpec>,
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,

@@ -34,6 +34,7 @@ pub mod readiness;
 pub mod request;
 pub mod server;
 pub mod service;
+pub mod shard;
 pub mod tasks;
 pub mod tls;
 

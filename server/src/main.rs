@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use thunder_engine::PostStore;
 use thunder_server::kafka::{self, CatchUpState};
 use thunder_server::{Args, FollowingSource, demo};
 use tokio::sync::watch;
@@ -23,7 +22,10 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let options = args.server_options()?;
-    let store = Arc::new(PostStore::new(args.post_retention_seconds));
+    let store = Arc::new(thunder_server::shard::new_store(
+        args.post_retention_seconds,
+        args.shard,
+    ));
     tracing::info!(
         retention_secs = args.post_retention_seconds,
         retention_days = args.post_retention_seconds as f64 / 86_400.0,

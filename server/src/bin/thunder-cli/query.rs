@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use thunder_client::{ClientConfig, ShardError, ThunderClient};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_proto::{GetInNetworkPostsRequest, LightPost, PerAuthorLimits};
 use tonic::codec::CompressionEncoding;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// Flags of `thunder-cli query`.
 #[derive(clap::Args, Debug)]
@@ -60,10 +61,16 @@ pub struct QueryArgs {
     /// Server name to verify (defaults to the host of --addr).
     #[arg(long)]
     tls_domain: Option<String>,
+    /// Ask author shards instead of --addr, through thunder-client: shards separated by `;`
+    /// in shard order (`--shard 0/N` first), the replicas of one shard by `,`, e.g.
+    /// "10.0.0.1:9090,10.0.0.2:9090;10.0.0.3:9090". Plaintext only. Prints what the shards
+    /// that answered returned, then fails if any shard did not answer.
+    #[arg(long, conflicts_with_all = ["tls_ca", "tls_cert", "tls_key", "tls_domain"])]
+    shards: Option<String>,
 }
 
-/// Runs the query and prints the answer.
-pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
+/// Connects to `--addr` (with TLS when asked).
+async fn connect(args: &QueryArgs) -> anyhow::Result<InNetworkPostsServiceClient<Channel>> {
     let mut endpoint = Endpoint::from_shared(args.addr.clone())
         .context("invalid --addr")?
         .timeout(Duration::from_millis(args.timeout_ms));
@@ -86,9 +93,31 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
         .connect()
         .await
         .with_context(|| format!("connecting to {}", args.addr))?;
-    let mut client = InNetworkPostsServiceClient::new(channel)
+    Ok(InNetworkPostsServiceClient::new(channel)
         .accept_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Zstd);
+        .send_compressed(CompressionEncoding::Zstd))
+}
+
+/// Asks the author shards of `--shards` through the fail-open client.
+async fn ask_shards(
+    spec: &str,
+    request: GetInNetworkPostsRequest,
+    timeout: Duration,
+) -> anyhow::Result<(Vec<LightPost>, Vec<ShardError>)> {
+    let groups = ThunderClient::parse_shards(spec).context("invalid --shards")?;
+    let client = ThunderClient::sharded(&groups, &ClientConfig::default())?;
+    let answer = client.get_in_network_posts(request, timeout).await;
+    Ok((answer.posts, answer.errors))
+}
+
+/// Runs the query and prints the answer.
+pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let shards = args.shards.clone();
+    let client = match shards {
+        Some(_) => None,
+        None => Some(connect(&args).await?),
+    };
     let per_author_limits = (args.max_per_author.is_some()
         || args.max_replies_per_author.is_some())
     .then_some(PerAuthorLimits {
@@ -105,11 +134,20 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
         is_video_request: args.video,
         per_author_limits,
     };
-    let response = client
-        .get_in_network_posts(request)
-        .await
-        .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
-        .into_inner();
+    let (posts, shard_errors) = match (client, &shards) {
+        (Some(mut client), _) => {
+            let posts = client
+                .get_in_network_posts(request)
+                .await
+                .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
+                .into_inner()
+                .posts;
+            (posts, Vec::new())
+        }
+        (None, Some(spec)) => ask_shards(spec, request, timeout).await?,
+        (None, None) => anyhow::bail!("neither --addr nor --shards"),
+    };
+    let response = thunder_proto::GetInNetworkPostsResponse { posts };
     if args.json {
         let posts: Vec<serde_json::Value> = response.posts.iter().map(post_json).collect();
         println!(
@@ -118,6 +156,10 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
         );
     } else {
         print_table(&response.posts);
+    }
+    if !shard_errors.is_empty() {
+        let errors: Vec<String> = shard_errors.iter().map(ToString::to_string).collect();
+        anyhow::bail!("incomplete answer: {}", errors.join("; "));
     }
     Ok(())
 }

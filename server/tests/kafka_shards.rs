@@ -1,0 +1,247 @@
+//! Author shards against a real broker: one full `thunder-server` and two `--shard I/2`
+//! servers read the same topic; through `thunder-client`, the two shards give the full
+//! server's answers (normal and video, with limits and exclusions, including the replies and
+//! reposts whose parents and sources live on the other shard). With one shard killed, the
+//! client returns the other shard's posts within the deadline, marked incomplete.
+
+mod kafka_support;
+
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kafka_support::*;
+use thunder_client::{ClientConfig, FeedAnswer, ThunderClient};
+use thunder_engine::LightPost;
+use thunder_proto::shard::shard_of;
+use thunder_proto::{GetInNetworkPostsRequest, PerAuthorLimits};
+use thunder_testkit::model::answers_agree;
+use thunder_testkit::synth::SynthConfig;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+/// Longer than the backlog's two days: nothing sits at the retention edge during the test.
+const RETENTION_SECS: i64 = 3 * 24 * 3600;
+
+/// A `thunder-server` process on free loopback ports; killed on drop.
+struct Node {
+    child: Child,
+    grpc: SocketAddr,
+}
+
+impl Node {
+    fn start(broker: &Broker, topic: &str, shard: Option<&str>) -> Self {
+        let free = || {
+            TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+        };
+        let (grpc, admin) = (free(), free());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
+        command
+            .args([
+                "--kafka-brokers",
+                &broker.bootstrap(),
+                "--kafka-topic",
+                topic,
+            ])
+            .args(["--grpc-addr", &grpc.to_string()])
+            .args(["--admin-addr", &admin.to_string()])
+            .args(["--post-retention-seconds", &RETENTION_SECS.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null());
+        if let Some(shard) = shard {
+            command.env("THUNDER_SHARD", shard);
+        }
+        let child = command.spawn().expect("start thunder-server");
+        Self { child, grpc }
+    }
+
+    fn addr(&self) -> String {
+        self.grpc.to_string()
+    }
+
+    async fn wait_serving(&self) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Ok(channel) =
+                tonic::transport::Endpoint::from_shared(format!("http://{}", self.grpc))
+                    .expect("uri")
+                    .connect()
+                    .await
+            {
+                let status = HealthClient::new(channel)
+                    .check(HealthCheckRequest::default())
+                    .await
+                    .map(|r| r.into_inner().status);
+                if status.ok() == Some(ServingStatus::Serving as i32) {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "{} never SERVING", self.grpc);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn posts(answer: &FeedAnswer) -> Vec<LightPost> {
+    answer
+        .posts
+        .iter()
+        .map(thunder_server::convert::post_from_proto)
+        .collect()
+}
+
+/// The requests compared: every viewer, normal and video, with default and small limits.
+fn requests(
+    viewers: &[(i64, Vec<i64>)],
+    events: &[thunder_engine::PostEvent],
+) -> Vec<GetInNetworkPostsRequest> {
+    let some_posts: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            thunder_engine::PostEvent::Create(p) => Some(p.post_id as u64),
+            _ => None,
+        })
+        .step_by(7)
+        .collect();
+    let mut requests = Vec::new();
+    for (i, (viewer, following)) in viewers.iter().enumerate() {
+        let base = GetInNetworkPostsRequest {
+            user_id: *viewer as u64,
+            following_user_ids: following.iter().map(|&a| a as u64).collect(),
+            ..Default::default()
+        };
+        requests.push(base.clone());
+        requests.push(GetInNetworkPostsRequest {
+            is_video_request: true,
+            ..base.clone()
+        });
+        requests.push(GetInNetworkPostsRequest {
+            max_results: 40 + i as u32 % 60,
+            exclude_tweet_ids: some_posts.clone(),
+            per_author_limits: Some(PerAuthorLimits {
+                max_posts_per_author: Some(i as u32 % 4),
+                max_replies_reposts_per_author: Some(1 + i as u32 % 3),
+            }),
+            ..base
+        });
+    }
+    requests
+}
+
+#[test]
+fn two_shards_answer_like_a_full_server_and_fail_open_without_one() {
+    let now = now_secs();
+    let broker = Broker::start();
+    let topic = "sharded";
+    create_topic(&broker.bootstrap(), topic, 4);
+    let config = SynthConfig::feed_2d(2000, now);
+    let events: Vec<_> = config.backlog().collect();
+    let producer = producer(&broker.bootstrap(), topic);
+    for event in &events {
+        send(&producer, event);
+    }
+    flush(&producer, events.len() as u64);
+    let viewers = viewers_for(&config, 40, &events);
+
+    let full = Node::start(&broker, topic, None);
+    let shard0 = Node::start(&broker, topic, Some("0/2"));
+    let mut shard1 = Node::start(&broker, topic, Some("1/2"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        for node in [&full, &shard0, &shard1] {
+            node.wait_serving().await;
+        }
+        let client_config = ClientConfig {
+            hedge_percentile: None,
+            ..ClientConfig::default()
+        };
+        let replica = ThunderClient::replicas(&[full.addr()], &client_config).expect("client");
+        let sharded =
+            ThunderClient::sharded(&[vec![shard0.addr()], vec![shard1.addr()]], &client_config)
+                .expect("client");
+        let deadline = Duration::from_secs(10);
+        let mut compared = 0;
+        let mut cross_shard = 0;
+        for request in requests(&viewers, &events) {
+            let want = replica
+                .get_in_network_posts(request.clone(), deadline)
+                .await;
+            let got = sharded
+                .get_in_network_posts(request.clone(), deadline)
+                .await;
+            assert!(
+                want.complete && got.complete,
+                "{:?} {:?}",
+                want.errors,
+                got.errors
+            );
+            let max_results = thunder_client::effective_max_results(&request) as usize;
+            if let Err(diff) = answers_agree(&posts(&got), &posts(&want), max_results) {
+                panic!("request {request:?}: {diff}");
+            }
+            if !request.is_video_request {
+                // The merge breaks ties as the store does (later-requested author first), and
+                // one author's equal-time posts keep their partition order everywhere: the very
+                // same sequence. (A full replica inserts a repost into the videos timeline when
+                // its source arrives, a shard at once, so video ties may be ordered otherwise.)
+                assert_eq!(got.posts, want.posts, "request {request:?}: order");
+            }
+            compared += usize::from(!want.posts.is_empty());
+            // Replies and reposts whose parent or source author lives on the other shard.
+            cross_shard += want
+                .posts
+                .iter()
+                .filter(|p| {
+                    let other = p.in_reply_to_user_id.or(p.source_user_id);
+                    other.is_some_and(|o| shard_of(o, 2) != shard_of(p.author_id, 2))
+                })
+                .count();
+        }
+        assert!(compared >= 60, "only {compared} non-empty answers compared");
+        assert!(
+            cross_shard >= 50,
+            "only {cross_shard} cross-shard posts returned"
+        );
+
+        // Shard 1 dies: shard 0's posts, within the deadline, marked incomplete.
+        let _ = shard1.child.kill();
+        let _ = shard1.child.wait();
+        let only_shard0 =
+            ThunderClient::replicas(&[shard0.addr()], &client_config).expect("client");
+        let budget = Duration::from_millis(500);
+        let mut partial = 0;
+        for request in requests(&viewers, &events).into_iter().take(30) {
+            if sharded.shards_for(&request) != [0, 1] {
+                continue;
+            }
+            let start = Instant::now();
+            let got = sharded.get_in_network_posts(request.clone(), budget).await;
+            let took = start.elapsed();
+            assert!(took < budget + Duration::from_millis(300), "took {took:?}");
+            assert!(!got.complete);
+            assert_eq!(got.errors.len(), 1, "{:?}", got.errors);
+            assert_eq!(got.errors[0].shard, 1);
+            let want = only_shard0
+                .get_in_network_posts(request.clone(), deadline)
+                .await;
+            assert!(want.complete);
+            let max_results = thunder_client::effective_max_results(&request) as usize;
+            if let Err(diff) = answers_agree(&posts(&got), &posts(&want), max_results) {
+                panic!("request {request:?} without shard 1: {diff}");
+            }
+            assert!(got.posts.iter().all(|p| shard_of(p.author_id, 2) == 0));
+            partial += usize::from(!got.posts.is_empty());
+        }
+        assert!(partial >= 10, "only {partial} partial answers with posts");
+    });
+}
