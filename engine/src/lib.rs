@@ -60,6 +60,7 @@ pub mod post;
 
 mod arena;
 mod query;
+pub mod snapshot;
 mod store;
 mod sync;
 mod timeline;
