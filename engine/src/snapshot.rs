@@ -656,6 +656,7 @@ impl PostStore {
         let total_posts = posts.len() as u64;
         posts.retain(|p| !self.expired(p.created_at, now));
         let order = by_created_at(&posts);
+        self.reserve(posts.len(), distinct_authors(&posts, &order));
         let threads = threads.max(1);
         let inserts = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
@@ -729,6 +730,23 @@ fn author_share(author_id: i64, workers: usize) -> usize {
     ((author_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % workers
 }
 
+/// How many authors `posts` has, estimated from a sample of `order` (exact for small sets).
+fn distinct_authors(posts: &[CompactPost], order: &[u32]) -> usize {
+    const SAMPLE: usize = 1 << 16;
+    let step = (order.len() / SAMPLE).max(1);
+    let mut seen = std::collections::HashSet::with_capacity(SAMPLE.min(order.len()));
+    let mut sampled = 0;
+    for &i in order.iter().step_by(step) {
+        seen.insert(posts[i as usize].author_id);
+        sampled += 1;
+    }
+    // Authors seen once in the sample stand for the unseen ones too (a rough but safe-side
+    // estimate: an index sized a bit large costs little, one grown step by step costs a lot).
+    (seen.len() * order.len())
+        .div_ceil(sampled.max(1))
+        .min(order.len())
+}
+
 /// Indices of `posts` in ascending `created_at` (stable): a counting sort when the time span
 /// is small (it is at most the retention), a comparison sort otherwise.
 fn by_created_at(posts: &[CompactPost]) -> Vec<u32> {
@@ -756,4 +774,67 @@ fn by_created_at(posts: &[CompactPost]) -> Vec<u32> {
         *at += 1;
     }
     order
+}
+
+/// A writer that keeps to at most `bytes_per_sec` on average by sleeping when ahead, so a
+/// snapshot takes a bounded share of a core and of the disk while the store serves. Wrap the
+/// stream given to [`PostStore::write_snapshot`] in it: the scan runs at the pace of the writes.
+#[derive(Debug)]
+pub struct Paced<W> {
+    inner: W,
+    bytes_per_sec: u64,
+    started: Instant,
+    written: u64,
+}
+
+impl<W: Write> Paced<W> {
+    /// Paces `inner` to `bytes_per_sec` (0: no limit).
+    pub fn new(inner: W, bytes_per_sec: u64) -> Self {
+        Self {
+            inner,
+            bytes_per_sec,
+            started: Instant::now(),
+            written: 0,
+        }
+    }
+
+    /// The wrapped writer.
+    pub fn into_inner(self) -> W {
+        self.inner
+    }
+}
+
+impl<W: Write> Write for Paced<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        if self.bytes_per_sec > 0 {
+            let due = Duration::from_secs_f64(self.written as f64 / self.bytes_per_sec as f64);
+            if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+                std::thread::sleep(ahead);
+            }
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Lowers the calling thread's CPU priority (Linux `nice` 10; elsewhere nothing), for a thread
+/// that writes snapshots: when the cores are busy, the scheduler prefers the threads that serve
+/// queries and apply events. A thread cannot raise its priority back without privileges, so
+/// call it on a thread of its own.
+pub fn lower_current_thread_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions and returns this thread's id.
+        let tid = unsafe { libc::gettid() };
+        // SAFETY: setpriority only reads its integer arguments; on Linux PRIO_PROCESS with a
+        // thread id changes that thread alone. A failure leaves the priority as it was.
+        unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+        }
+    }
 }

@@ -638,6 +638,14 @@ impl PostStore {
         now.saturating_sub(basis) > self.retention_secs
     }
 
+    /// Sizes the post and author indexes for `posts` and `authors` more entries at once (a
+    /// snapshot load), instead of growing them step by step.
+    pub(crate) fn reserve(&self, posts: usize, authors: usize) {
+        let maps = self.posts.guard();
+        self.posts.reserve(posts, &maps);
+        self.authors.reserve(authors, &maps);
+    }
+
     /// Every tombstone not expired at `now` as `(post_id, basis_secs)` (for snapshots).
     pub(crate) fn live_tombstones(&self, now: i64) -> Vec<(i64, i64)> {
         let tombstones = self.tombstones.pin();
