@@ -27,6 +27,7 @@ pub mod readiness;
 pub mod request;
 pub mod server;
 pub mod service;
+pub mod snapshot;
 pub mod tasks;
 pub mod tls;
 

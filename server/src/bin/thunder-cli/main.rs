@@ -2,6 +2,7 @@
 
 mod produce;
 mod query;
+mod snapshot;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +24,8 @@ enum Command {
     Query(query::QueryArgs),
     /// Send create/delete events to the Kafka topic (JSON lines on stdin, or `--synth`).
     Produce(produce::ProduceArgs),
+    /// Look into snapshot files (`inspect FILE`).
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 #[tokio::main]
@@ -31,5 +34,6 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Query(args) => query::run(args).await,
         Command::Produce(args) => produce::run(args).await,
+        Command::Snapshot(args) => snapshot::run(args),
     }
 }
