@@ -200,6 +200,24 @@ impl Slot {
         if before & LIVE == 0 || self.post_id.load(Ordering::Relaxed) != post_id {
             return None;
         }
+        self.validated_fields(post_id, before)
+    }
+
+    /// A consistent copy of whatever post the slot holds, if it is live: for a scan that does
+    /// not know the ids in advance. The same seqlock validation as `read`.
+    fn read_live(&self) -> Option<CompactPost> {
+        // Acquire pairs with the Release store of meta in `publish`.
+        let before = self.meta.load(Ordering::Acquire);
+        if before & LIVE == 0 {
+            return None;
+        }
+        self.validated_fields(self.post_id.load(Ordering::Relaxed), before)
+    }
+
+    /// The fields read after `before` (an Acquire-loaded live meta), if meta still carries the
+    /// same sequence afterwards.
+    #[inline(always)]
+    fn validated_fields(&self, post_id: i64, before: u32) -> Option<CompactPost> {
         let post = CompactPost {
             post_id,
             author_id: self.author_id.load(Ordering::Relaxed),
@@ -431,6 +449,31 @@ impl Arena {
         self.slot(id)?.read(post_id)
     }
 
+    /// How many chunks a scan must visit: every slot id handed out so far lies below
+    /// `scan_chunks() * CHUNK_SLOTS`.
+    pub fn scan_chunks(&self) -> usize {
+        let handed_out = self.bump.load(Ordering::Relaxed) as usize;
+        handed_out.div_ceil(CHUNK_SLOTS).min(MAX_CHUNKS)
+    }
+
+    /// Appends a consistent copy of every post live in chunk `index` to `out` (a fuzzy scan:
+    /// posts published or freed while it runs may or may not be seen, but each copy is one
+    /// whole post). Needs no epoch pin: chunks are never freed while the arena lives, and
+    /// every copy is validated seqlock-style like `read`.
+    pub fn scan_chunk(&self, index: usize, out: &mut Vec<CompactPost>) {
+        let first = index << CHUNK_SHIFT;
+        for offset in 0..CHUNK_SLOTS {
+            let Ok(id) = SlotId::try_from(first + offset) else {
+                return;
+            };
+            match self.slot(id) {
+                Some(slot) => out.extend(slot.read_live()),
+                // The chunk is not allocated (yet): nothing is live in it.
+                None => return,
+            }
+        }
+    }
+
     /// Atomically frees the slot if it is live, holds `post_id` and `pred(meta)` holds.
     /// Returns true for the one caller that freed it; that caller must retire the id.
     fn free_if(&self, id: SlotId, post_id: i64, pred: impl Fn(u32) -> bool) -> bool {
@@ -588,6 +631,23 @@ mod tests {
             crossbeam_epoch::pin().flush();
         }
         assert_eq!(arena.free.pop(), Some(id));
+    }
+
+    #[test]
+    fn scan_sees_live_posts_only() {
+        let arena = Arena::new();
+        let ids: Vec<SlotId> = (1..=5)
+            .map(|n| arena.publish(&post(n), IN_PRIMARY).unwrap())
+            .collect();
+        assert!(arena.free(ids[1], 2));
+        assert_eq!(arena.scan_chunks(), 1);
+        let mut seen = Vec::new();
+        arena.scan_chunk(0, &mut seen);
+        let seen: Vec<i64> = seen.iter().map(|p| p.post_id).collect();
+        assert_eq!(seen, vec![1, 3, 4, 5]);
+        let mut beyond = Vec::new();
+        arena.scan_chunk(1, &mut beyond);
+        assert!(beyond.is_empty());
     }
 
     #[test]

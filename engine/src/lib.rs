@@ -61,6 +61,7 @@ pub mod post;
 mod arena;
 mod directory;
 mod query;
+pub mod snapshot;
 mod store;
 mod sync;
 mod timeline;

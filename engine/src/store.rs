@@ -649,6 +649,38 @@ impl PostStore {
         now.saturating_sub(basis) > self.retention_secs
     }
 
+    /// Sizes the post and author indexes for `posts` and `authors` more entries at once (a
+    /// snapshot load), instead of growing them step by step.
+    pub(crate) fn reserve(&self, posts: usize, authors: usize) {
+        let maps = self.posts.guard();
+        self.posts.reserve(posts, &maps);
+        self.authors.reserve(authors, &maps);
+    }
+
+    /// Every tombstone not expired at `now` as `(post_id, basis_secs)` (for snapshots).
+    pub(crate) fn live_tombstones(&self, now: i64) -> Vec<(i64, i64)> {
+        let tombstones = self.tombstones.pin();
+        tombstones
+            .iter()
+            .filter(|(_, basis)| !self.tombstone_expired(**basis, now))
+            .map(|(&post_id, &basis)| (post_id, basis))
+            .collect()
+    }
+
+    /// Restores a tombstone read from a snapshot, keeping the larger basis if one exists.
+    /// False (and nothing stored) if it has expired at `g.now`. Does not touch stored posts:
+    /// restore tombstones before the records.
+    pub(crate) fn restore_tombstone(&self, post_id: i64, basis: i64, g: &Guards<'_>) -> bool {
+        if self.tombstone_expired(basis, g.now) {
+            return false;
+        }
+        let (word, bit) = filter_bit(post_id);
+        self.tombstone_filter[word].fetch_or(bit, Ordering::Relaxed);
+        self.tombstones
+            .update_or_insert(post_id, |old| (*old).max(basis), basis, &g.maps);
+        true
+    }
+
     /// The basis a delete event gives its tombstone at `now` (before the removed record's
     /// `created_at` is taken into account): `deleted_at`, but never later than now (a
     /// `deleted_at <= 0` counts as now) and never so early that the tombstone is born expired.

@@ -1,11 +1,12 @@
 //! Admin HTTP endpoints (axum), on their own port, 127.0.0.1 by default:
-//! `/metrics`, `/healthz`, `/readyz`, `/debug/pprof/profile`, `/debug/pprof/flamegraph`.
+//! `/metrics`, `/healthz`, `/readyz`, `/debug/pprof/profile`, `/debug/pprof/flamegraph`,
+//! `POST /admin/snapshot`.
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::metrics;
 use crate::profiling;
@@ -19,6 +20,7 @@ pub fn router(readiness: Readiness) -> Router {
         .route("/readyz", get(readyz))
         .route("/debug/pprof/profile", get(profiling::profile))
         .route("/debug/pprof/flamegraph", get(profiling::flamegraph))
+        .route("/admin/snapshot", post(crate::snapshot::admin_snapshot))
         .with_state(readiness)
 }
 

@@ -91,6 +91,9 @@ pub struct Args {
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,
+    /// Snapshots.
+    #[command(flatten)]
+    pub snapshot: crate::snapshot::SnapshotArgs,
 }
 
 impl Args {

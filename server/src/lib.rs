@@ -35,6 +35,7 @@ pub mod request;
 pub mod server;
 pub mod service;
 pub mod shard;
+pub mod snapshot;
 pub mod tasks;
 pub mod tls;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use thunder_server::kafka::{self, CatchUpState};
-use thunder_server::{Args, FollowingSource, demo};
+use thunder_server::{Args, FollowingSource, demo, snapshot};
 use tokio::sync::watch;
 
 #[global_allocator]
@@ -22,6 +22,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let options = args.server_options()?;
+    snapshot::check_mode(args.snapshot.snapshot_dir.as_deref(), args.demo_mode())?;
     let store = Arc::new(thunder_server::shard::new_store(
         args.post_retention_seconds,
         args.shard,
@@ -44,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut ingest = None;
     let mut live = None;
+    let mut snapshots = None;
     if let Some(workload) = demo_workload {
         tracing::info!(
             scale = args.demo_scale,
@@ -83,8 +85,16 @@ async fn main() -> anyhow::Result<()> {
             feed_stopped,
         )));
     } else {
-        let started =
-            kafka::start(&args.kafka, Arc::clone(&store)).context("starting Kafka ingestion")?;
+        let restore =
+            snapshot::restorer(&args.snapshot, Arc::clone(&store), &args.kafka.kafka_topic);
+        let started = kafka::start_with(&args.kafka, Arc::clone(&store), restore)
+            .context("starting Kafka ingestion")?;
+        snapshots = snapshot::Snapshots::new(
+            &args.snapshot,
+            Arc::clone(&store),
+            &args.kafka.kafka_topic,
+            started.applied_offsets(),
+        )?;
         let mut caught_up = started.caught_up.clone();
         ingest = Some(started);
         loop {
@@ -118,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     server.readiness().set_ready().await;
+    let snapshot_task = snapshots.map(snapshot::SnapshotTask::start);
 
     // After catch-up, a dead ingest thread means the store silently stops following the topic:
     // exit (after draining) so the process supervisor restarts the replica. A stalled
@@ -169,6 +180,10 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(ingest) = ingest {
         ingest.shutdown().await;
+    }
+    if let Some(task) = snapshot_task {
+        // After ingestion stopped, so the offsets it records are exact.
+        task.shutdown().await;
     }
     tracing::info!(drained, "stopped");
     match failure {

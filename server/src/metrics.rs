@@ -103,6 +103,8 @@ pub struct Metrics {
     pub store_trimmed_posts: IntCounter,
     /// The Kafka ingestion's metrics.
     pub kafka: KafkaMetrics,
+    /// The snapshots' metrics.
+    pub snapshot: SnapshotMetrics,
 }
 
 /// The Kafka ingestion's metrics (part of [`Metrics`]).
@@ -293,6 +295,7 @@ impl Metrics {
                 "Post records freed by trimming",
             ),
             kafka: KafkaMetrics::new(&r),
+            snapshot: SnapshotMetrics::new(&r),
         };
         for level in DEGRADE_LEVEL_LABELS {
             metrics.degrade_levels.with_label_values(&[level]);
@@ -467,6 +470,54 @@ impl KafkaMetrics {
             metrics.events_dropped.with_label_values(&[reason]);
         }
         metrics
+    }
+}
+
+/// The snapshots' metrics (part of [`Metrics`]; see `snapshot.rs`).
+#[derive(Clone, Debug)]
+pub struct SnapshotMetrics {
+    /// `snapshot_last_success_timestamp_seconds`: when the last snapshot was completed.
+    pub last_success: Gauge,
+    /// `snapshot_last_duration_seconds`: wall time of the last snapshot written.
+    pub last_duration: Gauge,
+    /// `snapshot_last_bytes`: size of the last snapshot written.
+    pub last_bytes: IntGauge,
+    /// `snapshot_last_posts`: posts in the last snapshot written.
+    pub last_posts: IntGauge,
+    /// `snapshot_failures_total`: snapshots that could not be written.
+    pub failures: IntCounter,
+    /// `snapshot_load_seconds`: time to load the start-up snapshot (0: none loaded).
+    pub load_duration: Gauge,
+    /// `snapshot_loaded_posts`: posts loaded from the start-up snapshot.
+    pub loaded_posts: IntGauge,
+}
+
+impl SnapshotMetrics {
+    fn new(r: &Registrar<'_>) -> Self {
+        Self {
+            last_success: r.float_gauge(
+                "snapshot_last_success_timestamp_seconds",
+                "Unix time the last snapshot was completed",
+            ),
+            last_duration: r.float_gauge(
+                "snapshot_last_duration_seconds",
+                "Wall time of the last snapshot written",
+            ),
+            last_bytes: r.gauge("snapshot_last_bytes", "Size of the last snapshot written"),
+            last_posts: r.gauge("snapshot_last_posts", "Posts in the last snapshot written"),
+            failures: r.counter(
+                "snapshot_failures_total",
+                "Snapshots that could not be written",
+            ),
+            load_duration: r.float_gauge(
+                "snapshot_load_seconds",
+                "Time to load the start-up snapshot (0: none loaded)",
+            ),
+            loaded_posts: r.gauge(
+                "snapshot_loaded_posts",
+                "Posts loaded from the start-up snapshot",
+            ),
+        }
     }
 }
 

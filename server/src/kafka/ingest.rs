@@ -289,7 +289,9 @@ impl IngestThread {
     fn publish(&self, positions: &[Position]) {
         for (owned, at) in self.partitions.iter().zip(positions) {
             if let Some(state) = self.state(owned) {
-                state.next.store(at.next, Ordering::Relaxed);
+                // Release pairs with the Acquire in `AppliedOffsets::get`: a snapshot that reads
+                // this offset sees the store writes of every record before it.
+                state.next.store(at.next, Ordering::Release);
                 state.at_end.store(at.at_end, Ordering::Relaxed);
             }
         }

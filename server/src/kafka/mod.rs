@@ -9,7 +9,9 @@
 //! # Start position and replicas
 //! Every process reads every partition: the group id gets a uuid suffix and offsets are never
 //! committed. Consumption starts at the beginning of the retained log, or with
-//! `--start-from-time` at the first record not older than the store's retention.
+//! `--start-from-time` at the first record not older than the store's retention. With a
+//! snapshot loaded ([`start_with`], `resume.rs`), the partitions it covers resume at the
+//! offsets it recorded.
 //!
 //! # Catch-up gate (`gate.rs`)
 //! At start the supervisor records every partition's high watermark. [`KafkaIngest::caught_up`]
@@ -49,6 +51,7 @@ mod gate;
 mod ingest;
 mod metrics;
 mod producer;
+mod resume;
 mod shared;
 mod stall;
 mod supervisor;
@@ -70,6 +73,7 @@ pub use decode::{
 pub use error::KafkaError;
 pub use gate::CatchUpState;
 pub use producer::{EventProducer, ProducerStats};
+pub use resume::{AppliedOffsets, PartitionWatermarks, Restore, TopicStart};
 pub use shared::IngestStats;
 pub use supervisor::split_partitions;
 
@@ -106,6 +110,11 @@ impl KafkaIngest {
         self.shared.counters.snapshot()
     }
 
+    /// The offsets applied so far, for snapshots (usable after shutdown).
+    pub fn applied_offsets(&self) -> AppliedOffsets {
+        AppliedOffsets::of(Arc::clone(&self.shared))
+    }
+
     /// Stops ingestion: every thread applies what it has buffered and exits. Waits for them
     /// off the async workers.
     pub async fn shutdown(mut self) {
@@ -137,6 +146,16 @@ impl Drop for KafkaIngest {
 /// unreachable broker or a missing topic is retried in the background and keeps the gate in
 /// `CatchingUp`.
 pub fn start(args: &KafkaArgs, store: Arc<PostStore>) -> Result<KafkaIngest, KafkaError> {
+    start_with(args, store, None)
+}
+
+/// [`start`], first handing the topic's partitions and watermarks to `restore` (on the
+/// supervisor thread): the partitions it returns offsets for resume there (see `resume.rs`).
+pub fn start_with(
+    args: &KafkaArgs,
+    store: Arc<PostStore>,
+    restore: Option<Restore>,
+) -> Result<KafkaIngest, KafkaError> {
     if args.kafka_num_threads == 0 {
         return Err(KafkaError::InvalidConfig(
             "--kafka-num-threads must be at least 1".into(),
@@ -184,6 +203,7 @@ pub fn start(args: &KafkaArgs, store: Arc<PostStore>) -> Result<KafkaIngest, Kaf
         metadata_client,
         store,
         shared: Arc::clone(&shared),
+        restore,
     };
     let supervisor = std::thread::Builder::new()
         .name("kafka-supervisor".into())

@@ -14,6 +14,7 @@ use super::config::KafkaArgs;
 use super::gate::{CatchUpState, partition_lag};
 use super::ingest::{IngestThread, OwnedPartition};
 use super::metrics;
+use super::resume::{Restore, TopicStart};
 use super::shared::{PartitionState, Shared};
 use super::stall::{PartitionCheck, StallTracker};
 use super::throttle::{LOG_INTERVAL, ThrottledContext};
@@ -47,6 +48,8 @@ pub(super) struct Supervisor {
     pub(super) metadata_client: BaseConsumer<ThrottledContext>,
     pub(super) store: Arc<PostStore>,
     pub(super) shared: Arc<Shared>,
+    /// Loads a snapshot once the partitions' watermarks are known (see `resume.rs`).
+    pub(super) restore: Option<Restore>,
 }
 
 impl Supervisor {
@@ -126,14 +129,15 @@ impl Supervisor {
             .collect()
     }
 
-    pub(super) fn run(self) {
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.supervise()));
+    pub(super) fn run(mut self) {
+        let restore = self.restore.take();
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.supervise(restore)));
         if outcome.is_err() {
             self.shared.gate.failed("Kafka supervisor panicked".into());
         }
     }
 
-    fn supervise(&self) {
+    fn supervise(&self, restore: Option<Restore>) {
         let Some(partitions) =
             self.retry("cannot read the topic's partitions", || self.partitions())
         else {
@@ -156,11 +160,25 @@ impl Supervisor {
         );
         // The goal of catch-up: each partition's end when we start (and its start, for
         // partitions that are empty from where we read).
-        let Some(watermarks) = self.retry("cannot read the partitions' watermarks", || {
+        let Some(mut watermarks) = self.retry("cannot read the partitions' watermarks", || {
             self.watermarks(&partitions)
         }) else {
             return;
         };
+        let mut starts = starts;
+        if let Some(restore) = restore {
+            let topic = TopicStart::new(&self.args.kafka_topic, &partitions, &watermarks);
+            if let Some(resumed) = restore(&topic) {
+                starts = topic.resume_starts(&starts, &resumed);
+                // The catch-up goal is where the topic ends now, after the load.
+                let Some(now) = self.retry("cannot read the partitions' watermarks", || {
+                    self.watermarks(&partitions)
+                }) else {
+                    return;
+                };
+                watermarks = now;
+            }
+        }
         let states = partitions
             .iter()
             .zip(&starts)

@@ -129,11 +129,18 @@ impl HttpResponse {
 
 /// Minimal HTTP/1.1 GET with `Connection: close` (handles chunked bodies).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> HttpResponse {
+    http_request(addr, "GET", path).await
+}
+
+/// Minimal HTTP/1.1 request without a body, `Connection: close` (handles chunked bodies).
+pub async fn http_request(addr: std::net::SocketAddr, method: &str, path: &str) -> HttpResponse {
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(addr)
             .await
             .expect("admin connects");
-        let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
         stream
             .write_all(head.as_bytes())
             .await

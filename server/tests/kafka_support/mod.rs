@@ -7,6 +7,8 @@
 //! `scripts/kafka-broker.sh install`, and fail with a clear message if that does not work.
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::collections::HashSet;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

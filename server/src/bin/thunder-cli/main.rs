@@ -3,6 +3,7 @@
 mod frame;
 mod produce;
 mod query;
+mod snapshot;
 
 use clap::{Parser, Subcommand};
 
@@ -26,6 +27,8 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Write one request as a gRPC frame file (the body h2load posts; see scripts/serve-bench.sh).
     Frame(frame::FrameArgs),
+    /// Look into snapshot files (`inspect FILE`).
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 #[tokio::main]
@@ -35,5 +38,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Query(args) => query::run(args).await,
         Command::Produce(args) => produce::run(args).await,
         Command::Frame(args) => frame::run(args).await,
+        Command::Snapshot(args) => snapshot::run(args),
     }
 }

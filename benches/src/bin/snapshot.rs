@@ -1,0 +1,224 @@
+//! Snapshot figures on the feed-2d workload: snapshot size and write time, load time (read +
+//! verify, rebuild on both cores) against an in-process replay of the same events, and query
+//! latency while a snapshot is being written against idle, measured in alternating rounds.
+//!
+//! `cargo run --release -p thunder-benches --bin snapshot -- --scale 1` (20M posts).
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use serde_json::json;
+use thunder_benches::memory::{release_free_memory, rss_bytes};
+use thunder_benches::{DEFAULT_BATCH_EVENTS, batches, load};
+use thunder_engine::config::{DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN};
+use thunder_engine::snapshot::{
+    Paced, PartitionOffset, SnapshotMeta, lower_current_thread_priority,
+};
+use thunder_engine::{FeedQuery, ManualClock, PostStore, Store};
+use thunder_testkit::model::answers_agree;
+use thunder_testkit::synth::{DEFAULT_SEED, SynthConfig, Viewer};
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(about = "Snapshot write / load / query-impact figures on the feed-2d workload")]
+struct Args {
+    /// Workload divisor: 1 = 1M authors / 20M posts, 10 = 100k / 2M, 100 = 10k / 200k.
+    #[arg(long, default_value_t = 10)]
+    scale: u32,
+    /// The workload's "now" (unix seconds); the stores' clock stands still here.
+    #[arg(long, default_value_t = 1_750_000_000)]
+    now_secs: i64,
+    /// Directory for the snapshot file (default: the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Viewers queried per latency round.
+    #[arg(long, default_value_t = 2000)]
+    queries: usize,
+    /// Alternating idle / during-snapshot latency rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Snapshot write pace during the latency rounds, MiB/s (0: as fast as possible), as the
+    /// server's `--snapshot-max-mib-per-sec`.
+    #[arg(long, default_value_t = 256)]
+    pace_mib_per_sec: u64,
+    /// Threads that rebuild the store on load.
+    #[arg(long, default_value_t = 2)]
+    load_threads: usize,
+}
+
+fn query_for(viewer: &Viewer) -> FeedQuery<'_> {
+    FeedQuery::new(viewer.user_id, &viewer.following)
+}
+
+/// Writes one snapshot to `path` (temp file, fsync, rename, as the server does).
+fn write_file(
+    store: &PostStore,
+    path: &PathBuf,
+    pace_bytes_per_sec: u64,
+) -> Result<(u64, Duration)> {
+    let started = Instant::now();
+    let tmp = path.with_extension("tmp");
+    let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut out = Paced::new(BufWriter::with_capacity(1 << 20, file), pace_bytes_per_sec);
+    let meta = SnapshotMeta {
+        source: "bench".into(),
+        offsets: vec![PartitionOffset {
+            partition: 0,
+            next_offset: 0,
+        }],
+    };
+    let summary = store.write_snapshot(&meta, &mut out)?;
+    let file = out.into_inner().into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok((summary.counts.bytes, started.elapsed()))
+}
+
+/// One reader thread's latency over `viewers`, in microseconds.
+fn latency_round(store: &PostStore, viewers: &[Viewer]) -> Histogram<u64> {
+    let mut hist = histogram();
+    for viewer in viewers {
+        let t = Instant::now();
+        std::hint::black_box(store.get_all_posts_by_users(&query_for(viewer)));
+        hist.saturating_record(t.elapsed().as_nanos() as u64);
+    }
+    hist
+}
+
+/// Latency histogram in nanoseconds, up to a minute.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+}
+
+fn ms(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1e6
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.scale == 0 {
+        bail!("--scale must be at least 1");
+    }
+    let config = SynthConfig::feed_2d(args.scale, args.now_secs).with_seed(DEFAULT_SEED);
+    let batches = batches(config.backlog(), DEFAULT_BATCH_EVENTS);
+    let events: u64 = batches.iter().map(|b| b.len() as u64).sum();
+    let viewers = config.viewers(args.queries);
+    let clock = Arc::new(ManualClock::new(args.now_secs));
+
+    release_free_memory();
+    let rss_before = rss_bytes();
+    let store = PostStore::with_clock(DEFAULT_RETENTION_SECS, clock.clone());
+    let replay = load(&store, &batches, 2);
+    drop(batches);
+    let posts = store.stored_posts();
+    eprintln!(
+        "scale {}: {events} events replayed in-process on 2 writers in {:.2}s ({posts} posts, RSS +{} MiB)",
+        args.scale,
+        replay.as_secs_f64(),
+        rss_bytes().saturating_sub(rss_before) >> 20
+    );
+
+    let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let path = dir.join(format!("thunder-bench-{}.thsnap", std::process::id()));
+    let (bytes, write) = write_file(&store, &path, 0)?;
+    eprintln!(
+        "snapshot: {bytes} bytes ({:.1} B/post) written in {:.2}s",
+        bytes as f64 / posts.max(1) as f64,
+        write.as_secs_f64()
+    );
+
+    let loaded = PostStore::with_clock(DEFAULT_RETENTION_SECS, clock.clone());
+    let started = Instant::now();
+    let input = BufReader::with_capacity(1 << 20, File::open(&path)?);
+    let report = loaded.load_snapshot(input, args.load_threads)?;
+    let load_secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "load: {} posts in {load_secs:.2}s (read+verify {:.2}s, rebuild {:.2}s on {} threads)",
+        report.posts_loaded,
+        report.read_duration.as_secs_f64(),
+        report.build_duration.as_secs_f64(),
+        args.load_threads
+    );
+    let mut disagreements = 0;
+    let mut answered = 0;
+    for viewer in viewers.iter().take(500) {
+        let (a, b) = (
+            store.get_all_posts_by_users(&query_for(viewer)),
+            loaded.get_all_posts_by_users(&query_for(viewer)),
+        );
+        disagreements +=
+            usize::from(answers_agree(&a.posts, &b.posts, MAX_POSTS_TO_RETURN).is_err());
+        answered += a.posts.len();
+    }
+    if disagreements > 0 || report.posts_loaded != posts as u64 || answered == 0 {
+        bail!(
+            "the loaded store differs: {disagreements} of 500 answers, {} vs {posts} posts, {answered} posts answered",
+            report.posts_loaded
+        );
+    }
+    drop(loaded);
+    release_free_memory();
+
+    // Latency: one reader thread, rounds alternating idle and with a snapshot writer running
+    // back to back on another thread.
+    let mut idle = histogram();
+    let mut during = histogram();
+    let written = AtomicU64::new(0);
+    for _ in 0..args.rounds {
+        idle.add(latency_round(&store, &viewers))?;
+        let stop = AtomicBool::new(false);
+        let round = std::thread::scope(|scope| {
+            let writer = scope.spawn(|| -> Result<()> {
+                // As the server's snapshot thread.
+                lower_current_thread_priority();
+                while !stop.load(Ordering::Relaxed) {
+                    write_file(&store, &path, args.pace_mib_per_sec << 20)?;
+                    written.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            });
+            // Let the first snapshot get going.
+            std::thread::sleep(Duration::from_millis(20));
+            let round = latency_round(&store, &viewers);
+            stop.store(true, Ordering::Relaxed);
+            writer
+                .join()
+                .map_err(|_| anyhow::anyhow!("snapshot writer panicked"))??;
+            Ok::<_, anyhow::Error>(round)
+        })?;
+        during.add(round)?;
+    }
+    let _ = std::fs::remove_file(&path);
+    let ratio = ms(&during, 0.99) / ms(&idle, 0.99).max(1e-9);
+    eprintln!(
+        "query p50 / p99: idle {:.2} / {:.2} ms, during snapshot {:.2} / {:.2} ms ({} snapshots written at <= {} MiB/s); p99 ratio {ratio:.2}",
+        ms(&idle, 0.5),
+        ms(&idle, 0.99),
+        ms(&during, 0.5),
+        ms(&during, 0.99),
+        written.load(Ordering::Relaxed),
+        args.pace_mib_per_sec
+    );
+    println!(
+        "{}",
+        json!({
+            "scale": args.scale, "events": events, "posts": posts,
+            "replay_in_process_2w_secs": replay.as_secs_f64(),
+            "snapshot_bytes": bytes, "snapshot_write_secs": write.as_secs_f64(),
+            "load_secs": load_secs, "load_read_secs": report.read_duration.as_secs_f64(),
+            "load_rebuild_secs": report.build_duration.as_secs_f64(),
+            "query_idle_p50_ms": ms(&idle, 0.5), "query_idle_p99_ms": ms(&idle, 0.99),
+            "query_during_snapshot_p50_ms": ms(&during, 0.5),
+            "query_during_snapshot_p99_ms": ms(&during, 0.99),
+            "p99_ratio": ratio, "pace_mib_per_sec": args.pace_mib_per_sec,
+        })
+    );
+    Ok(())
+}

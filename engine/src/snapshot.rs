@@ -1,0 +1,840 @@
+//! Snapshots: the store's records and tombstones written to a byte stream while it serves, and
+//! loaded back into an empty store at start-up.
+//!
+//! # Fuzzy, then exact
+//! A snapshot is *fuzzy*: it is written while inserts, deletes and queries go on, chunk by
+//! chunk, without stopping anyone. The caller records the input positions (Kafka offsets)
+//! *before* the scan starts and stores them in the header ([`SnapshotMeta::offsets`]): every
+//! event before them is in the snapshot, events after them may or may not be. Replaying the
+//! input from those positions after loading makes the store exact again, because inserts and
+//! deletes are idempotent by post id (a duplicate create is dropped, a delete re-tombstones;
+//! see `BEHAVIOUR.md`, Convergence).
+//!
+//! # Format (version 1, little-endian)
+//! - Header: magic `THUNDSNP`, format version (`u32`), body length (`u32`), body, CRC32C of
+//!   everything before it (`u32`). The body: record-layout hash (`u32`, CRC32C of
+//!   [`RECORD_LAYOUT`]), retention (`i64` secs), creation time (`i64` unix secs, the store's
+//!   clock), source (`u16` length + UTF-8, e.g. the Kafka topic), then the offsets (`u32` count,
+//!   then `i32` partition + `i64` next offset each).
+//! - Chunks: kind (`u8`: 1 tombstones, 2 posts, 0xEE end), 3 zero bytes, record count (`u32`),
+//!   payload length (`u32`), CRC32C of those 12 bytes and the payload (`u32`), payload.
+//!   Tombstones first (16 bytes each: `post_id`, basis secs), then posts (64 bytes each, one
+//!   chunk per arena chunk of 32768 slots, at most 2 MiB), then one end chunk whose payload
+//!   counts the tombstones, posts and chunks before it. A file without its end chunk is
+//!   truncated.
+//!
+//! # Loading
+//! [`PostStore::load_snapshot`] reads and verifies the whole stream *before* it touches the
+//! store, so a corrupt or truncated file leaves the store empty and nothing partial is ever
+//! served. Then it restores the live tombstones and inserts the unexpired posts through the
+//! ordinary insert path (so every index, timeline and pending repost is rebuilt by the same
+//! rules), on several threads split by author, each in `created_at` order so timelines are
+//! appended to rather than rebuilt.
+
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+use crate::arena::CompactPost;
+use crate::store::{InsertReport, PostStore};
+
+/// The first eight bytes of every snapshot.
+pub const MAGIC: [u8; 8] = *b"THUNDSNP";
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// The record layouts of this format version; its CRC32C is the header's layout hash, so a
+/// build whose records differ refuses the file instead of misreading it.
+pub const RECORD_LAYOUT: &str = "post(64): post_id i64, author_id i64, in_reply_to_post_id i64, \
+     in_reply_to_user_id i64, source_post_id i64, source_user_id i64, conversation_id i64, \
+     created_at u32, flags u8 (1 retweet, 2 reply, 4 video), 3 zero bytes; \
+     tombstone(16): post_id i64, basis_secs i64; little-endian";
+
+const POST_BYTES: usize = 64;
+const TOMBSTONE_BYTES: usize = 16;
+const CHUNK_HEADER_BYTES: usize = 16;
+const END_PAYLOAD_BYTES: usize = 24;
+/// Tombstones per chunk.
+const TOMBSTONES_PER_CHUNK: usize = 1 << 16;
+/// Largest record count a chunk may claim; bounds what a corrupt length can make us allocate.
+const MAX_CHUNK_RECORDS: u32 = 1 << 20;
+/// Largest header body a file may claim.
+const MAX_HEADER_BODY: u32 = 1 << 20;
+
+const KIND_TOMBSTONES: u8 = 1;
+const KIND_POSTS: u8 = 2;
+const KIND_END: u8 = 0xEE;
+
+const FLAG_RETWEET: u8 = 1;
+const FLAG_REPLY: u8 = 2;
+const FLAG_VIDEO: u8 = 4;
+
+/// The CRC32C of [`RECORD_LAYOUT`].
+pub fn layout_hash() -> u32 {
+    crc32c::crc32c(RECORD_LAYOUT.as_bytes())
+}
+
+/// Where the input stood when a snapshot's scan started: the next offset to apply, per
+/// partition. Replaying from here makes the snapshot exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionOffset {
+    /// Kafka partition id.
+    pub partition: i32,
+    /// Next offset to apply; `-1` when nothing was applied yet (start from the beginning).
+    pub next_offset: i64,
+}
+
+/// What the caller records in a snapshot's header besides the store's own facts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotMeta {
+    /// Where the events came from (the Kafka topic); a loader checks it matches.
+    pub source: String,
+    /// Input positions taken *before* the scan started (see the module docs).
+    pub offsets: Vec<PartitionOffset>,
+}
+
+/// A snapshot's header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotHeader {
+    /// Format version (always [`FORMAT_VERSION`] once read).
+    pub format_version: u32,
+    /// CRC32C of the record layout (always [`layout_hash`] once read).
+    pub layout_hash: u32,
+    /// The writing store's retention, seconds.
+    pub retention_secs: i64,
+    /// When the scan started, unix seconds (the writing store's clock).
+    pub created_at_secs: i64,
+    /// The source and offsets the writer recorded.
+    pub meta: SnapshotMeta,
+}
+
+/// What a snapshot holds, as counted by its writer or verified by a reader.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotCounts {
+    /// Post records.
+    pub posts: u64,
+    /// Tombstones.
+    pub tombstones: u64,
+    /// Data chunks (the end chunk not counted).
+    pub chunks: u64,
+    /// Bytes of the whole stream.
+    pub bytes: u64,
+}
+
+/// What writing a snapshot did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotSummary {
+    /// The header written.
+    pub header: SnapshotHeader,
+    /// What was written.
+    pub counts: SnapshotCounts,
+    /// Wall time of the whole write.
+    pub duration: Duration,
+}
+
+/// What loading a snapshot did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadReport {
+    /// The header read.
+    pub header: SnapshotHeader,
+    /// What the file held.
+    pub counts: SnapshotCounts,
+    /// Posts stored.
+    pub posts_loaded: u64,
+    /// Posts skipped because they expired since the snapshot (or were dropped by the insert
+    /// rules: see [`LoadReport::inserts`]).
+    pub posts_skipped: u64,
+    /// Tombstones restored.
+    pub tombstones_loaded: u64,
+    /// Tombstones skipped because they expired since the snapshot.
+    pub tombstones_expired: u64,
+    /// The insert report of the posts handed to the store.
+    pub inserts: InsertReport,
+    /// Time spent reading and verifying the stream.
+    pub read_duration: Duration,
+    /// Time spent rebuilding the store from it.
+    pub build_duration: Duration,
+}
+
+/// Why a snapshot could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Reading or writing failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+    /// The stream ended early.
+    #[error("truncated: the file ends inside {0}")]
+    Truncated(&'static str),
+    /// Not a snapshot.
+    #[error("not a thunder snapshot (bad magic)")]
+    BadMagic,
+    /// Written by a build with another format version.
+    #[error("format version {found}, this build reads version {FORMAT_VERSION}")]
+    UnsupportedVersion {
+        /// The file's version.
+        found: u32,
+    },
+    /// Written by a build whose records are laid out differently.
+    #[error("record layout hash {found:#010x}, this build's is {expected:#010x}")]
+    LayoutMismatch {
+        /// The file's layout hash.
+        found: u32,
+        /// This build's.
+        expected: u32,
+    },
+    /// A checksum or a structural check failed.
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    /// The file is valid but cannot serve this store.
+    #[error("incompatible: {0}")]
+    Incompatible(String),
+}
+
+/// Maps an early end of the stream to [`SnapshotError::Truncated`].
+fn read_exact(
+    input: &mut impl Read,
+    buf: &mut [u8],
+    what: &'static str,
+) -> Result<(), SnapshotError> {
+    input.read_exact(buf).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => SnapshotError::Truncated(what),
+        _ => SnapshotError::Io(e),
+    })
+}
+
+/// A little-endian cursor over a verified byte slice.
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
+        let Some((head, rest)) = self.0.split_first_chunk::<N>() else {
+            return Err(SnapshotError::Corrupt("header body too short".into()));
+        };
+        self.0 = rest;
+        Ok(*head)
+    }
+    fn u16(&mut self) -> Result<u16, SnapshotError> {
+        self.take().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Result<u32, SnapshotError> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn i32(&mut self) -> Result<i32, SnapshotError> {
+        self.take().map(i32::from_le_bytes)
+    }
+    fn i64(&mut self) -> Result<i64, SnapshotError> {
+        self.take().map(i64::from_le_bytes)
+    }
+}
+
+fn le_i64(bytes: &[u8], at: usize) -> i64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    i64::from_le_bytes(word)
+}
+
+fn encode_header(header: &SnapshotHeader) -> Result<Vec<u8>, SnapshotError> {
+    let source = header.meta.source.as_bytes();
+    let source_len = u16::try_from(source.len())
+        .map_err(|_| SnapshotError::Incompatible("source name longer than 65535 bytes".into()))?;
+    let offsets = u32::try_from(header.meta.offsets.len())
+        .map_err(|_| SnapshotError::Incompatible("too many partitions".into()))?;
+    let mut body = Vec::with_capacity(32 + source.len() + 12 * header.meta.offsets.len());
+    body.extend_from_slice(&header.layout_hash.to_le_bytes());
+    body.extend_from_slice(&header.retention_secs.to_le_bytes());
+    body.extend_from_slice(&header.created_at_secs.to_le_bytes());
+    body.extend_from_slice(&source_len.to_le_bytes());
+    body.extend_from_slice(source);
+    body.extend_from_slice(&offsets.to_le_bytes());
+    for offset in &header.meta.offsets {
+        body.extend_from_slice(&offset.partition.to_le_bytes());
+        body.extend_from_slice(&offset.next_offset.to_le_bytes());
+    }
+    let body_len = u32::try_from(body.len())
+        .ok()
+        .filter(|&len| len <= MAX_HEADER_BODY)
+        .ok_or_else(|| SnapshotError::Incompatible("header too large".into()))?;
+    let mut out = Vec::with_capacity(body.len() + 20);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&header.format_version.to_le_bytes());
+    out.extend_from_slice(&body_len.to_le_bytes());
+    out.extend_from_slice(&body);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// Reads and checks a snapshot's header: magic, version, checksum and layout hash. Leaves
+/// `input` at the first chunk. Returns the header and its size in bytes.
+pub fn read_header(input: &mut impl Read) -> Result<(SnapshotHeader, u64), SnapshotError> {
+    let mut fixed = [0u8; 16];
+    read_exact(input, &mut fixed, "the header")?;
+    if fixed[..8] != MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&fixed[8..12]);
+    let format_version = u32::from_le_bytes(word);
+    if format_version != FORMAT_VERSION {
+        return Err(SnapshotError::UnsupportedVersion {
+            found: format_version,
+        });
+    }
+    word.copy_from_slice(&fixed[12..16]);
+    let body_len = u32::from_le_bytes(word);
+    if body_len > MAX_HEADER_BODY {
+        return Err(SnapshotError::Corrupt(format!(
+            "header claims a {body_len}-byte body"
+        )));
+    }
+    let mut body = vec![0u8; body_len as usize];
+    read_exact(input, &mut body, "the header")?;
+    let mut stored = [0u8; 4];
+    read_exact(input, &mut stored, "the header")?;
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&fixed), &body);
+    if crc != u32::from_le_bytes(stored) {
+        return Err(SnapshotError::Corrupt("header checksum mismatch".into()));
+    }
+    let mut cursor = Cursor(&body);
+    let layout = cursor.u32()?;
+    if layout != layout_hash() {
+        return Err(SnapshotError::LayoutMismatch {
+            found: layout,
+            expected: layout_hash(),
+        });
+    }
+    let retention_secs = cursor.i64()?;
+    let created_at_secs = cursor.i64()?;
+    let source_len = usize::from(cursor.u16()?);
+    if cursor.0.len() < source_len {
+        return Err(SnapshotError::Corrupt("header body too short".into()));
+    }
+    let (source, rest) = cursor.0.split_at(source_len);
+    let source = String::from_utf8(source.to_vec())
+        .map_err(|_| SnapshotError::Corrupt("source name is not UTF-8".into()))?;
+    cursor.0 = rest;
+    let count = cursor.u32()?;
+    let mut offsets = Vec::with_capacity((count as usize).min(cursor.0.len() / 12));
+    for _ in 0..count {
+        offsets.push(PartitionOffset {
+            partition: cursor.i32()?,
+            next_offset: cursor.i64()?,
+        });
+    }
+    let header = SnapshotHeader {
+        format_version,
+        layout_hash: layout,
+        retention_secs,
+        created_at_secs,
+        meta: SnapshotMeta { source, offsets },
+    };
+    Ok((header, 20 + u64::from(body_len)))
+}
+
+/// Writes chunks to `out`, counting them.
+struct ChunkWriter<W: Write> {
+    out: W,
+    counts: SnapshotCounts,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> ChunkWriter<W> {
+    fn write(&mut self, kind: u8, count: usize) -> Result<(), SnapshotError> {
+        let count = u32::try_from(count)
+            .map_err(|_| SnapshotError::Incompatible("chunk too large".into()))?;
+        let len = u32::try_from(self.buf.len())
+            .map_err(|_| SnapshotError::Incompatible("chunk too large".into()))?;
+        let mut head = [0u8; CHUNK_HEADER_BYTES];
+        head[0] = kind;
+        head[4..8].copy_from_slice(&count.to_le_bytes());
+        head[8..12].copy_from_slice(&len.to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..12]), &self.buf);
+        head[12..16].copy_from_slice(&crc.to_le_bytes());
+        self.out.write_all(&head)?;
+        self.out.write_all(&self.buf)?;
+        self.counts.bytes += (CHUNK_HEADER_BYTES + self.buf.len()) as u64;
+        if kind != KIND_END {
+            self.counts.chunks += 1;
+        }
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+fn encode_post(post: &CompactPost, buf: &mut Vec<u8>) {
+    for id in [
+        post.post_id,
+        post.author_id,
+        post.in_reply_to_post_id,
+        post.in_reply_to_user_id,
+        post.source_post_id,
+        post.source_user_id,
+        post.conversation_id,
+    ] {
+        buf.extend_from_slice(&id.to_le_bytes());
+    }
+    buf.extend_from_slice(&post.created_at.to_le_bytes());
+    let flags = (if post.is_retweet { FLAG_RETWEET } else { 0 })
+        | (if post.is_reply { FLAG_REPLY } else { 0 })
+        | (if post.has_video { FLAG_VIDEO } else { 0 });
+    buf.extend_from_slice(&[flags, 0, 0, 0]);
+}
+
+fn decode_post(bytes: &[u8]) -> Result<CompactPost, SnapshotError> {
+    let flags = bytes[60];
+    if flags & !(FLAG_RETWEET | FLAG_REPLY | FLAG_VIDEO) != 0 || bytes[61..64] != [0, 0, 0] {
+        return Err(SnapshotError::Corrupt(format!(
+            "post record with unknown flags {flags:#04x}"
+        )));
+    }
+    let mut created = [0u8; 4];
+    created.copy_from_slice(&bytes[56..60]);
+    Ok(CompactPost {
+        post_id: le_i64(bytes, 0),
+        author_id: le_i64(bytes, 8),
+        in_reply_to_post_id: le_i64(bytes, 16),
+        in_reply_to_user_id: le_i64(bytes, 24),
+        source_post_id: le_i64(bytes, 32),
+        source_user_id: le_i64(bytes, 40),
+        conversation_id: le_i64(bytes, 48),
+        created_at: u32::from_le_bytes(created),
+        is_retweet: flags & FLAG_RETWEET != 0,
+        is_reply: flags & FLAG_REPLY != 0,
+        has_video: flags & FLAG_VIDEO != 0,
+    })
+}
+
+/// One verified chunk.
+enum Chunk {
+    Tombstones(Vec<(i64, i64)>),
+    Posts(Vec<CompactPost>),
+    End,
+}
+
+/// Reads a snapshot's chunks one at a time, verifying each.
+pub struct SnapshotReader<R: Read> {
+    input: R,
+    header: SnapshotHeader,
+    counts: SnapshotCounts,
+    ended: bool,
+}
+
+impl<R: Read> SnapshotReader<R> {
+    /// Reads and checks the header (see [`read_header`]).
+    pub fn new(mut input: R) -> Result<Self, SnapshotError> {
+        let (header, bytes) = read_header(&mut input)?;
+        Ok(Self {
+            input,
+            header,
+            counts: SnapshotCounts {
+                bytes,
+                ..SnapshotCounts::default()
+            },
+            ended: false,
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &SnapshotHeader {
+        &self.header
+    }
+
+    /// Reads every remaining chunk, checking every checksum, the counts in the end chunk and
+    /// that nothing follows it. The counts of the whole stream.
+    pub fn verify(mut self) -> Result<(SnapshotHeader, SnapshotCounts), SnapshotError> {
+        while !matches!(self.next_chunk()?, Chunk::End) {}
+        Ok((self.header, self.counts))
+    }
+
+    fn next_chunk(&mut self) -> Result<Chunk, SnapshotError> {
+        if self.ended {
+            return Ok(Chunk::End);
+        }
+        let index = self.counts.chunks;
+        let mut head = [0u8; CHUNK_HEADER_BYTES];
+        read_exact(&mut self.input, &mut head, "a chunk header (no end chunk)")?;
+        let kind = head[0];
+        let mut word = [0u8; 4];
+        word.copy_from_slice(&head[4..8]);
+        let count = u32::from_le_bytes(word);
+        word.copy_from_slice(&head[8..12]);
+        let len = u32::from_le_bytes(word);
+        word.copy_from_slice(&head[12..16]);
+        let stored_crc = u32::from_le_bytes(word);
+        let record_bytes = match kind {
+            KIND_TOMBSTONES => TOMBSTONE_BYTES,
+            KIND_POSTS => POST_BYTES,
+            KIND_END => END_PAYLOAD_BYTES,
+            other => {
+                return Err(SnapshotError::Corrupt(format!(
+                    "chunk {index}: unknown kind {other:#04x}"
+                )));
+            }
+        };
+        let expected_len = if kind == KIND_END {
+            END_PAYLOAD_BYTES as u64
+        } else {
+            u64::from(count) * record_bytes as u64
+        };
+        if head[1..4] != [0, 0, 0] || count > MAX_CHUNK_RECORDS || u64::from(len) != expected_len {
+            return Err(SnapshotError::Corrupt(format!(
+                "chunk {index}: bad chunk header (kind {kind:#04x}, {count} records, {len} bytes)"
+            )));
+        }
+        let mut payload = vec![0u8; len as usize];
+        read_exact(&mut self.input, &mut payload, "a chunk")?;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..12]), &payload);
+        if crc != stored_crc {
+            return Err(SnapshotError::Corrupt(format!(
+                "chunk {index}: checksum mismatch"
+            )));
+        }
+        self.counts.bytes += (CHUNK_HEADER_BYTES + payload.len()) as u64;
+        match kind {
+            KIND_TOMBSTONES => {
+                self.counts.chunks += 1;
+                self.counts.tombstones += u64::from(count);
+                Ok(Chunk::Tombstones(
+                    payload
+                        .chunks_exact(TOMBSTONE_BYTES)
+                        .map(|t| (le_i64(t, 0), le_i64(t, 8)))
+                        .collect(),
+                ))
+            }
+            KIND_POSTS => {
+                self.counts.chunks += 1;
+                self.counts.posts += u64::from(count);
+                let posts = payload
+                    .chunks_exact(POST_BYTES)
+                    .map(decode_post)
+                    .collect::<Result<_, _>>()?;
+                Ok(Chunk::Posts(posts))
+            }
+            _ => {
+                let claimed = [
+                    le_i64(&payload, 0),
+                    le_i64(&payload, 8),
+                    le_i64(&payload, 16),
+                ];
+                let seen = [
+                    self.counts.tombstones,
+                    self.counts.posts,
+                    self.counts.chunks,
+                ]
+                .map(|n| n as i64);
+                if claimed != seen {
+                    return Err(SnapshotError::Corrupt(format!(
+                        "end chunk counts {claimed:?} (tombstones, posts, chunks), the file holds {seen:?}"
+                    )));
+                }
+                let mut extra = [0u8; 1];
+                if self.input.read(&mut extra)? != 0 {
+                    return Err(SnapshotError::Corrupt("data after the end chunk".into()));
+                }
+                self.ended = true;
+                Ok(Chunk::End)
+            }
+        }
+    }
+}
+
+/// Reads a snapshot and checks every checksum: its header and counts, or why it is invalid.
+pub fn verify(input: impl Read) -> Result<(SnapshotHeader, SnapshotCounts), SnapshotError> {
+    SnapshotReader::new(input)?.verify()
+}
+
+impl PostStore {
+    /// Writes a snapshot of this store to `out` while it keeps serving (see the module docs).
+    ///
+    /// `meta.offsets` must have been taken *before* this call: they are what a loader replays
+    /// from. Posts expired at the start of the scan are left out. The scan reads one arena chunk
+    /// (32768 slots) at a time and holds no lock and no epoch pin: no reader or writer waits
+    /// for it. `out` is written in chunks of at most 2 MiB; the caller does the buffering,
+    /// `fsync` and renaming.
+    pub fn write_snapshot(
+        &self,
+        meta: &SnapshotMeta,
+        out: impl Write,
+    ) -> Result<SnapshotSummary, SnapshotError> {
+        let started = Instant::now();
+        let now = self.now_secs();
+        let header = SnapshotHeader {
+            format_version: FORMAT_VERSION,
+            layout_hash: layout_hash(),
+            retention_secs: self.retention_secs(),
+            created_at_secs: now,
+            meta: meta.clone(),
+        };
+        let encoded = encode_header(&header)?;
+        let mut writer = ChunkWriter {
+            out,
+            counts: SnapshotCounts {
+                bytes: encoded.len() as u64,
+                ..SnapshotCounts::default()
+            },
+            buf: Vec::with_capacity(POST_BYTES << 15),
+        };
+        writer.out.write_all(&encoded)?;
+        // Tombstones first: a post deleted while the scan runs then either is in the scan and
+        // has its tombstone after it in time (the replay deletes it again), or is not.
+        let tombstones = self.live_tombstones(now);
+        for chunk in tombstones.chunks(TOMBSTONES_PER_CHUNK) {
+            for &(post_id, basis) in chunk {
+                writer.buf.extend_from_slice(&post_id.to_le_bytes());
+                writer.buf.extend_from_slice(&basis.to_le_bytes());
+            }
+            writer.write(KIND_TOMBSTONES, chunk.len())?;
+            writer.counts.tombstones += chunk.len() as u64;
+        }
+        let mut posts = Vec::with_capacity(1 << 15);
+        for index in 0..self.arena.scan_chunks() {
+            posts.clear();
+            self.arena.scan_chunk(index, &mut posts);
+            let mut kept = 0;
+            for post in posts.iter().filter(|p| !self.expired(p.created_at, now)) {
+                encode_post(post, &mut writer.buf);
+                kept += 1;
+            }
+            if kept > 0 {
+                writer.write(KIND_POSTS, kept)?;
+                writer.counts.posts += kept as u64;
+            }
+        }
+        let counts = writer.counts;
+        for n in [counts.tombstones, counts.posts, counts.chunks] {
+            writer.buf.extend_from_slice(&n.to_le_bytes());
+        }
+        writer.write(KIND_END, 0)?;
+        writer.out.flush()?;
+        Ok(SnapshotSummary {
+            header,
+            counts: writer.counts,
+            duration: started.elapsed(),
+        })
+    }
+
+    /// Loads a snapshot into this store, which should be empty, on `threads` threads (at least
+    /// one). Reads and verifies the whole stream first: on any error the store is untouched.
+    /// Refuses a snapshot written with a shorter retention than this store's (it would lack
+    /// posts this store keeps). Expired posts and tombstones are skipped.
+    pub fn load_snapshot(
+        &self,
+        input: impl Read,
+        threads: usize,
+    ) -> Result<LoadReport, SnapshotError> {
+        let started = Instant::now();
+        let mut reader = SnapshotReader::new(input)?;
+        if reader.header.retention_secs < self.retention_secs() {
+            return Err(SnapshotError::Incompatible(format!(
+                "written with a retention of {} s, shorter than this store's {} s",
+                reader.header.retention_secs,
+                self.retention_secs()
+            )));
+        }
+        let mut tombstones = Vec::new();
+        let mut posts = Vec::new();
+        loop {
+            match reader.next_chunk()? {
+                Chunk::Tombstones(chunk) => tombstones.extend(chunk),
+                Chunk::Posts(chunk) => posts.extend(chunk),
+                Chunk::End => break,
+            }
+        }
+        if posts.len() > u32::MAX as usize {
+            return Err(SnapshotError::Incompatible(
+                "more than 2^32 posts in one snapshot".into(),
+            ));
+        }
+        let read_duration = started.elapsed();
+        let building = Instant::now();
+
+        let g = self.guards();
+        let mut tombstones_loaded = 0;
+        for &(post_id, basis) in &tombstones {
+            tombstones_loaded += u64::from(self.restore_tombstone(post_id, basis, &g));
+        }
+        drop(g);
+        let now = self.now_secs();
+        let total_posts = posts.len() as u64;
+        posts.retain(|p| !self.expired(p.created_at, now));
+        let order = by_created_at(&posts);
+        self.reserve(posts.len(), distinct_authors(&posts, &order));
+        let threads = threads.max(1);
+        let inserts = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|worker| {
+                    let (posts, order) = (&posts, &order);
+                    scope.spawn(move || self.load_share(posts, order, worker, threads))
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_default())
+                .fold(InsertReport::default(), |mut total, r| {
+                    add_report(&mut total, r);
+                    total
+                })
+        });
+        Ok(LoadReport {
+            header: reader.header,
+            counts: reader.counts,
+            posts_loaded: inserts.inserted as u64,
+            posts_skipped: total_posts - inserts.inserted as u64,
+            tombstones_loaded,
+            tombstones_expired: tombstones.len() as u64 - tombstones_loaded,
+            inserts,
+            read_duration,
+            build_duration: building.elapsed(),
+        })
+    }
+
+    /// Inserts the posts of the authors that fall to `worker` (of `workers`), in `order`.
+    fn load_share(
+        &self,
+        posts: &[CompactPost],
+        order: &[u32],
+        worker: usize,
+        workers: usize,
+    ) -> InsertReport {
+        const BATCH: usize = 4096;
+        let mut report = InsertReport::default();
+        let mut batch = Vec::with_capacity(BATCH);
+        let mine = order
+            .iter()
+            .map(|&i| &posts[i as usize])
+            .filter(|p| author_share(p.author_id, workers) == worker);
+        for post in mine {
+            batch.push(post.to_light());
+            if batch.len() == BATCH {
+                add_report(&mut report, self.insert_posts(&batch));
+                batch.clear();
+            }
+        }
+        if !batch.is_empty() {
+            add_report(&mut report, self.insert_posts(&batch));
+        }
+        report
+    }
+}
+
+fn add_report(total: &mut InsertReport, r: InsertReport) {
+    total.inserted += r.inserted;
+    total.invalid_time += r.invalid_time;
+    total.in_future += r.in_future;
+    total.too_old += r.too_old;
+    total.tombstoned += r.tombstoned;
+    total.duplicate += r.duplicate;
+}
+
+/// Which of `workers` loads an author's posts (one worker per author keeps each timeline's
+/// appends in order).
+fn author_share(author_id: i64, workers: usize) -> usize {
+    ((author_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % workers
+}
+
+/// How many authors `posts` has, estimated from a sample of `order` (exact for small sets).
+fn distinct_authors(posts: &[CompactPost], order: &[u32]) -> usize {
+    const SAMPLE: usize = 1 << 16;
+    let step = (order.len() / SAMPLE).max(1);
+    let mut seen = std::collections::HashSet::with_capacity(SAMPLE.min(order.len()));
+    let mut sampled = 0;
+    for &i in order.iter().step_by(step) {
+        seen.insert(posts[i as usize].author_id);
+        sampled += 1;
+    }
+    // Authors seen once in the sample stand for the unseen ones too (a rough but safe-side
+    // estimate: an index sized a bit large costs little, one grown step by step costs a lot).
+    (seen.len() * order.len())
+        .div_ceil(sampled.max(1))
+        .min(order.len())
+}
+
+/// Indices of `posts` in ascending `created_at` (stable): a counting sort when the time span
+/// is small (it is at most the retention), a comparison sort otherwise.
+fn by_created_at(posts: &[CompactPost]) -> Vec<u32> {
+    let Some(min) = posts.iter().map(|p| p.created_at).min() else {
+        return Vec::new();
+    };
+    let max = posts.iter().map(|p| p.created_at).max().unwrap_or(min);
+    let span = (max - min) as usize + 1;
+    if span > 1 << 24 {
+        let mut order: Vec<u32> = (0..posts.len() as u32).collect();
+        order.sort_by_key(|&i| posts[i as usize].created_at);
+        return order;
+    }
+    let mut starts = vec![0u32; span + 1];
+    for p in posts {
+        starts[(p.created_at - min) as usize + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut order = vec![0u32; posts.len()];
+    for (i, p) in posts.iter().enumerate() {
+        let at = &mut starts[(p.created_at - min) as usize];
+        order[*at as usize] = i as u32;
+        *at += 1;
+    }
+    order
+}
+
+/// A writer that keeps to at most `bytes_per_sec` on average by sleeping when ahead, so a
+/// snapshot takes a bounded share of a core and of the disk while the store serves. Wrap the
+/// stream given to [`PostStore::write_snapshot`] in it: the scan runs at the pace of the writes.
+#[derive(Debug)]
+pub struct Paced<W> {
+    inner: W,
+    bytes_per_sec: u64,
+    started: Instant,
+    written: u64,
+}
+
+impl<W: Write> Paced<W> {
+    /// Paces `inner` to `bytes_per_sec` (0: no limit).
+    pub fn new(inner: W, bytes_per_sec: u64) -> Self {
+        Self {
+            inner,
+            bytes_per_sec,
+            started: Instant::now(),
+            written: 0,
+        }
+    }
+
+    /// The wrapped writer.
+    pub fn into_inner(self) -> W {
+        self.inner
+    }
+}
+
+impl<W: Write> Write for Paced<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        if self.bytes_per_sec > 0 {
+            let due = Duration::from_secs_f64(self.written as f64 / self.bytes_per_sec as f64);
+            if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+                std::thread::sleep(ahead);
+            }
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Lowers the calling thread's CPU priority (Linux `nice` 10; elsewhere nothing), for a thread
+/// that writes snapshots: when the cores are busy, the scheduler prefers the threads that serve
+/// queries and apply events. A thread cannot raise its priority back without privileges, so
+/// call it on a thread of its own.
+pub fn lower_current_thread_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions and returns this thread's id.
+        let tid = unsafe { libc::gettid() };
+        // SAFETY: setpriority only reads its integer arguments; on Linux PRIO_PROCESS with a
+        // thread id changes that thread alone. A failure leaves the priority as it was.
+        unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+        }
+    }
+}

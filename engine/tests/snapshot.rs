@@ -1,0 +1,428 @@
+//! Snapshots: a store written to a snapshot and loaded into a fresh store answers like the
+//! model store fed the same events (also after more time and events); a fuzzy snapshot taken
+//! while a writer runs, plus a replay from its recorded position, equals the full history; and
+//! corrupt, truncated or incompatible files are refused without touching the store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use proptest::prelude::*;
+use thunder_engine::snapshot::{
+    PartitionOffset, SnapshotError, SnapshotMeta, layout_hash, read_header, verify,
+};
+use thunder_engine::{
+    DeleteEvent, EventBatch, LightPost, ManualClock, PostStore, Store, StoreConfig,
+};
+use thunder_testkit::model::{SharedModel, answers_agree};
+use thunder_testkit::query::OwnedQuery;
+
+const START_SECS: i64 = 1_700_000_000;
+const RETENTION_SECS: i64 = 1000;
+const AUTHORS: std::ops::RangeInclusive<i64> = -1..=5;
+
+fn config(clock: &Arc<ManualClock>) -> StoreConfig {
+    StoreConfig {
+        retention_secs: RETENTION_SECS,
+        clock: Arc::clone(clock) as _,
+        ..StoreConfig::default()
+    }
+}
+
+fn meta() -> SnapshotMeta {
+    SnapshotMeta {
+        source: "innetwork_post".into(),
+        offsets: vec![
+            PartitionOffset {
+                partition: 0,
+                next_offset: 42,
+            },
+            PartitionOffset {
+                partition: 3,
+                next_offset: -1,
+            },
+        ],
+    }
+}
+
+fn snapshot_bytes(store: &PostStore) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let summary = store
+        .write_snapshot(&meta(), &mut bytes)
+        .expect("write to a Vec");
+    assert_eq!(summary.counts.bytes, bytes.len() as u64);
+    bytes
+}
+
+/// Every question over every author (feed and videos, a few viewers): the two stores agree.
+fn assert_same_answers(a: &dyn Store, b: &dyn Store, when: &str) -> Result<(), TestCaseError> {
+    let everyone: Vec<i64> = AUTHORS.collect();
+    let mut questions = vec![everyone.clone()];
+    questions.extend(everyone.iter().map(|&a| vec![a]));
+    for authors in questions {
+        for videos in [false, true] {
+            for viewer in [-1, 2, 1_000_000] {
+                let query = OwnedQuery::new(videos, viewer, authors.clone());
+                let (x, y) = (query.ask(a), query.ask(b));
+                answers_agree(&x.posts, &y.posts, query.max_results).map_err(|e| {
+                    TestCaseError::fail(format!(
+                        "{when}: {} vs {} differ for {query:?}: {e}",
+                        a.name(),
+                        b.name()
+                    ))
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Creates (indices into the record table) and deletes `(post_id, deleted_at)`.
+    Batch(Vec<usize>, Vec<DeleteEvent>),
+    Advance(i64),
+    Trim(usize),
+}
+
+/// Ids `-2..30`, each with one record (all creates of an id carry the same record, a
+/// condition of convergence in `BEHAVIOUR.md`).
+const IDS: usize = 32;
+
+fn record_table() -> impl Strategy<Value = Vec<LightPost>> {
+    let record = (
+        AUTHORS,
+        0u8..6,
+        prop::option::of(-2i64..30),
+        prop::option::of(AUTHORS),
+        any::<bool>(),
+        -5i64..RETENTION_SECS + 20,
+    );
+    prop::collection::vec(record, IDS).prop_map(|records| {
+        records
+            .into_iter()
+            .enumerate()
+            .map(|(i, (author_id, shape, other, user, video, ago))| {
+                let mut post = LightPost::original(i as i64 - 2, author_id, START_SECS - ago);
+                post.has_video = video;
+                match shape {
+                    0 | 1 => {}
+                    2 => {
+                        post.is_reply = true;
+                        post.in_reply_to_post_id = other;
+                        post.in_reply_to_user_id = user;
+                        post.conversation_id = other;
+                    }
+                    _ => {
+                        post.is_retweet = true;
+                        post.source_post_id = other;
+                        post.source_user_id = user;
+                        post.has_video = video && shape == 5;
+                    }
+                }
+                post
+            })
+            .collect()
+    })
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let batch = (
+        prop::collection::vec(0..IDS, 0..8),
+        prop::collection::vec((-2i64..30, -5i64..RETENTION_SECS + 50), 0..3),
+    )
+        .prop_map(|(creates, deletes)| {
+            let deletes = deletes
+                .into_iter()
+                .map(|(post_id, ago)| DeleteEvent {
+                    post_id,
+                    deleted_at: START_SECS - ago,
+                })
+                .collect();
+            Op::Batch(creates, deletes)
+        });
+    let op = prop_oneof![
+        8 => batch,
+        1 => (0i64..300).prop_map(Op::Advance),
+        1 => (0usize..5).prop_map(Op::Trim),
+    ];
+    prop::collection::vec(op, 1..25)
+}
+
+fn run(ops: &[Op], table: &[LightPost], clock: &ManualClock, stores: &[&dyn Store]) {
+    for op in ops {
+        match op {
+            Op::Batch(creates, deletes) => {
+                let batch = EventBatch {
+                    creates: creates.iter().map(|&i| table[i]).collect(),
+                    deletes: deletes.clone(),
+                };
+                for store in stores {
+                    store.apply(&batch);
+                }
+            }
+            Op::Advance(secs) => clock.advance(*secs),
+            Op::Trim(shard) => {
+                for store in stores {
+                    store.trim(*shard);
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// store -> snapshot -> load answers like the model; then both keep going (more time,
+    /// more events, trims) and still agree, which checks the restored tombstones and the
+    /// rebuilt pending reposts.
+    #[test]
+    fn loaded_store_answers_like_the_model(
+        table in record_table(),
+        before in ops(),
+        gap_secs in 0i64..400,
+        after in ops(),
+    ) {
+        let clock = Arc::new(ManualClock::new(START_SECS));
+        let engine = PostStore::with_config(config(&clock));
+        let model = SharedModel::new(config(&clock));
+        run(&before, &table, &clock, &[&engine, &model]);
+        let bytes = snapshot_bytes(&engine);
+
+        clock.advance(gap_secs);
+        let loaded = PostStore::with_config(config(&clock));
+        let report = loaded.load_snapshot(bytes.as_slice(), 2).expect("a valid snapshot loads");
+        prop_assert_eq!(report.header.meta, meta());
+        prop_assert_eq!(report.posts_loaded + report.posts_skipped, report.counts.posts);
+        assert_same_answers(&loaded, &model, "right after loading")?;
+
+        run(&after, &table, &clock, &[&loaded, &model]);
+        assert_same_answers(&loaded, &model, "after more events")?;
+    }
+}
+
+/// A fuzzy snapshot written while a writer applies a numbered event log, plus a replay of the
+/// log from the position recorded before the scan, answers like a store that applied the
+/// whole log (inserts and deletes are idempotent by post id).
+#[test]
+fn fuzzy_snapshot_plus_replay_from_recorded_offset_is_exact() {
+    let clock = Arc::new(ManualClock::new(START_SECS));
+    // A log of 400 batches: creates over 60 authors with replies, reposts (some before their
+    // source) and videos, and deletes of earlier and later posts.
+    let log: Vec<EventBatch> = (0..400i64)
+        .map(|b| EventBatch {
+            creates: (0..50i64)
+                .map(|i| {
+                    let id = b * 50 + i;
+                    let mut post = LightPost::original(id, id % 60, START_SECS - 900 + b);
+                    match id % 7 {
+                        0 => post.has_video = true,
+                        1 | 2 => {
+                            post.is_retweet = true;
+                            post.source_post_id = Some((id + 40) % 20_000);
+                            post.source_user_id = Some((id + 40) % 60);
+                        }
+                        3 => {
+                            post.is_reply = true;
+                            post.in_reply_to_post_id = Some(id - 3);
+                            post.in_reply_to_user_id = Some((id - 3) % 60);
+                            post.conversation_id = Some(id - 3);
+                        }
+                        _ => {}
+                    }
+                    post
+                })
+                .collect(),
+            deletes: (0..5i64)
+                .map(|i| DeleteEvent {
+                    post_id: (b * 50 + i * 97) % 20_000,
+                    deleted_at: START_SECS,
+                })
+                .collect(),
+        })
+        .collect();
+
+    let mut exercised_overlap = false;
+    for round in 0..8 {
+        let source = PostStore::with_config(config(&clock));
+        let applied = AtomicUsize::new(0);
+        let (recorded, bytes) = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for batch in &log {
+                    source.apply(batch);
+                    // Release pairs with the Acquire below: a reader that sees `n` sees the
+                    // effects of the first `n` batches.
+                    applied.fetch_add(1, Ordering::Release);
+                }
+            });
+            // Start the snapshot somewhere in the middle of the log.
+            while applied.load(Ordering::Acquire) < 40 + round * 30 {
+                std::hint::spin_loop();
+            }
+            let recorded = applied.load(Ordering::Acquire);
+            let mut bytes = Vec::new();
+            let meta = SnapshotMeta {
+                source: "log".into(),
+                offsets: vec![PartitionOffset {
+                    partition: 0,
+                    next_offset: recorded as i64,
+                }],
+            };
+            source.write_snapshot(&meta, &mut bytes).expect("write");
+            exercised_overlap |= applied.load(Ordering::Acquire) > recorded;
+            (recorded, bytes)
+        });
+
+        let restored = PostStore::with_config(config(&clock));
+        let report = restored.load_snapshot(bytes.as_slice(), 2).expect("load");
+        let from = usize::try_from(report.header.meta.offsets[0].next_offset).expect("offset");
+        assert_eq!(from, recorded);
+        for batch in &log[from..] {
+            restored.apply(batch);
+        }
+        let full = SharedModel::new(config(&clock));
+        for batch in &log {
+            full.apply(batch);
+        }
+        let everyone: Vec<i64> = (0..60).collect();
+        for videos in [false, true] {
+            for authors in [everyone.clone(), everyone[..7].to_vec(), vec![13]] {
+                let query = OwnedQuery::new(videos, 5, authors);
+                let (got, want) = (query.ask(&restored), query.ask(&full));
+                assert!(!want.posts.is_empty());
+                if let Err(e) = answers_agree(&got.posts, &want.posts, query.max_results) {
+                    panic!("round {round}, snapshot at batch {recorded}, {query:?}: {e}");
+                }
+            }
+        }
+        assert_eq!(restored.stored_posts(), full.stored_posts());
+    }
+    assert!(
+        exercised_overlap,
+        "no snapshot ran while the writer was still applying batches"
+    );
+}
+
+fn sample_store() -> (Arc<ManualClock>, PostStore) {
+    let clock = Arc::new(ManualClock::new(START_SECS));
+    let store = PostStore::with_config(config(&clock));
+    let posts: Vec<LightPost> = (0..300)
+        .map(|i| LightPost::original(i, i % 9, START_SECS - i))
+        .collect();
+    store.insert_posts(&posts);
+    store.mark_as_deleted(&[DeleteEvent {
+        post_id: 5,
+        deleted_at: START_SECS,
+    }]);
+    (clock, store)
+}
+
+fn assert_refused(bytes: &[u8], clock: &Arc<ManualClock>, what: &str) -> SnapshotError {
+    let target = PostStore::with_config(config(clock));
+    let error = target
+        .load_snapshot(bytes, 2)
+        .expect_err(&format!("{what} must be refused"));
+    assert!(verify(bytes).is_err(), "{what}: verify accepted it");
+    assert_eq!(target.stored_posts(), 0, "{what}: posts were loaded");
+    assert_eq!(
+        target.stats().tombstones,
+        0,
+        "{what}: tombstones were loaded"
+    );
+    error
+}
+
+#[test]
+fn every_truncation_is_refused_and_loads_nothing() {
+    let (clock, store) = sample_store();
+    let bytes = snapshot_bytes(&store);
+    let (_, counts) = verify(bytes.as_slice()).expect("the whole file verifies");
+    assert_eq!((counts.posts, counts.tombstones), (299, 1));
+    for len in (0..bytes.len())
+        .step_by(37)
+        .chain(0..40)
+        .chain([bytes.len() - 1])
+    {
+        let error = assert_refused(&bytes[..len], &clock, &format!("cut at {len}"));
+        assert!(
+            matches!(error, SnapshotError::Truncated(_)),
+            "cut at {len}: {error}"
+        );
+    }
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert_refused(&longer, &clock, "trailing data");
+}
+
+#[test]
+fn every_flipped_byte_is_refused_and_loads_nothing() {
+    let (clock, store) = sample_store();
+    let bytes = snapshot_bytes(&store);
+    for at in (0..bytes.len()).step_by(23).chain(0..40) {
+        let mut corrupt = bytes.clone();
+        corrupt[at] ^= 0x10;
+        assert_refused(&corrupt, &clock, &format!("byte {at} flipped"));
+    }
+}
+
+#[test]
+fn incompatible_snapshots_are_refused() {
+    let (clock, store) = sample_store();
+    let bytes = snapshot_bytes(&store);
+
+    let mut other_version = bytes.clone();
+    other_version[8] = 2;
+    let error = assert_refused(&other_version, &clock, "version 2");
+    assert!(matches!(
+        error,
+        SnapshotError::UnsupportedVersion { found: 2 }
+    ));
+
+    // A header with another layout hash and a valid checksum.
+    let (_, header_len) = read_header(&mut bytes.as_slice()).expect("header");
+    let header_len = header_len as usize;
+    let mut other_layout = bytes.clone();
+    other_layout[16..20].copy_from_slice(&(layout_hash() ^ 1).to_le_bytes());
+    let crc = crc32c::crc32c(&other_layout[..header_len - 4]);
+    other_layout[header_len - 4..header_len].copy_from_slice(&crc.to_le_bytes());
+    let error = assert_refused(&other_layout, &clock, "another layout");
+    assert!(
+        matches!(error, SnapshotError::LayoutMismatch { .. }),
+        "{error}"
+    );
+
+    assert!(matches!(
+        assert_refused(b"not a snapshot at all", &clock, "junk"),
+        SnapshotError::BadMagic
+    ));
+
+    let longer_retention = PostStore::with_config(StoreConfig {
+        retention_secs: RETENTION_SECS + 1,
+        ..config(&clock)
+    });
+    let error = longer_retention
+        .load_snapshot(bytes.as_slice(), 1)
+        .expect_err("a shorter retention than the store's is refused");
+    assert!(matches!(error, SnapshotError::Incompatible(_)), "{error}");
+    assert_eq!(longer_retention.stored_posts(), 0);
+}
+
+#[test]
+fn expired_posts_and_tombstones_are_skipped_on_load() {
+    let (clock, store) = sample_store();
+    let bytes = snapshot_bytes(&store);
+    clock.advance(RETENTION_SECS - 100);
+    let loaded = PostStore::with_config(config(&clock));
+    let report = loaded.load_snapshot(bytes.as_slice(), 2).expect("load");
+    // Posts created at START - i are kept while i <= 100.
+    assert_eq!(report.posts_loaded, 100);
+    assert_eq!(report.posts_skipped, 199);
+    assert_eq!(loaded.stored_posts(), 100);
+    assert_eq!(report.tombstones_loaded, 1);
+    // A post expired since the snapshot never reaches the store, not even for a moment.
+    assert_eq!(report.inserts.too_old, 0);
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Restart-to-ready of a release thunder-server against a local broker: a cold replay of the
+# topic against a restart from the snapshot written at graceful shutdown.
+#
+#   scripts/snapshot-restart.sh [SCALE]     feed-2d at SCALE (default 20: 50k authors, 1M posts)
+#
+# Builds the release binaries, starts a broker (scripts/kafka-broker.sh), produces the backlog
+# into an 8-partition topic, then times, from process start to /readyz 200:
+#   1. a server with --snapshot-dir replaying the whole topic (no snapshot yet), stopped with
+#      SIGTERM (it writes its snapshot on the way out);
+#   2. the same server started again, loading that snapshot and resuming Kafka from its offsets.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SCALE="${1:-20}"
+cd "$ROOT"
+cargo build --release -q -p thunder-server --bins
+BIN="$ROOT/target/release"
+WORK="$(mktemp -d)"
+SERVER_PID=""
+cleanup() {
+    if [ -n "$SERVER_PID" ]; then kill -9 "$SERVER_PID" 2>/dev/null || true; fi
+    scripts/kafka-broker.sh stop >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+eval "$(scripts/kafka-broker.sh start)"
+"$BIN/thunder-cli" produce --kafka-brokers "$KAFKA_BROKERS" --create-topic 8 --synth --backlog \
+    --synth-scale "$SCALE" >&2
+
+free_port() {
+    python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'
+}
+
+# Starts the server, sets ELAPSED to the seconds from start to /readyz 200, leaves it running.
+start_and_time() {
+    local admin grpc started
+    admin="$(free_port)"
+    grpc="$(free_port)"
+    started="$(date +%s.%N)"
+    RUST_LOG=warn "$BIN/thunder-server" --kafka-brokers "$KAFKA_BROKERS" \
+        --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
+        --snapshot-dir "$WORK/snapshots" --snapshot-interval-secs 0 >"$WORK/server.log" 2>&1 &
+    SERVER_PID=$!
+    until curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1; do
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; exit 1; }
+        sleep 0.05
+    done
+    ELAPSED="$(python3 -c "import sys;print(round($(date +%s.%N) - $started, 2))")"
+}
+
+stop_server() {
+    kill -TERM "$SERVER_PID"
+    wait "$SERVER_PID"
+    SERVER_PID=""
+}
+
+start_and_time
+cold="$ELAPSED"
+stop_server
+snapshot="$(ls -1 "$WORK"/snapshots/*.thsnap | tail -1)"
+bytes="$(stat -c %s "$snapshot")"
+start_and_time
+warm="$ELAPSED"
+stop_server
+echo "scale $SCALE: ready after a cold replay in ${cold}s, after loading a ${bytes}-byte snapshot in ${warm}s ($(python3 -c "print(round($cold / $warm, 1))")x faster)"

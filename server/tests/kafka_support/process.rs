@@ -1,0 +1,132 @@
+//! A real `thunder-server` process fed by a broker, killed (SIGKILL) on drop, and its gRPC
+//! health as a balancer sees it.
+
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use thunder_engine::LightPost;
+use thunder_proto::GetInNetworkPostsRequest;
+use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+use super::{Broker, TIMEOUT};
+
+/// A free 127.0.0.1 port.
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+}
+
+/// The server process and its addresses; killed on drop.
+pub struct ServerProcess {
+    /// The process.
+    pub child: Child,
+    /// Its gRPC address.
+    pub grpc: SocketAddr,
+    /// Its admin HTTP address.
+    pub admin: SocketAddr,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `thunder-server` on free ports, reading `topic` with 2 ingest threads, a 2 s stall
+/// timeout and a retention of `retention_secs`, plus `extra` flags.
+pub fn start_server(
+    broker: &Broker,
+    topic: &str,
+    retention_secs: i64,
+    extra: &[&str],
+) -> ServerProcess {
+    let (grpc, admin) = (free_addr(), free_addr());
+    let child = Command::new(env!("CARGO_BIN_EXE_thunder-server"))
+        .args([
+            "--kafka-brokers",
+            &broker.bootstrap(),
+            "--kafka-topic",
+            topic,
+        ])
+        .args([
+            "--grpc-addr",
+            &grpc.to_string(),
+            "--admin-addr",
+            &admin.to_string(),
+        ])
+        .args([
+            "--kafka-num-threads",
+            "2",
+            "--kafka-stall-timeout-secs",
+            "2",
+        ])
+        .args(["--post-retention-seconds", &retention_secs.to_string()])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start thunder-server");
+    ServerProcess { child, grpc, admin }
+}
+
+/// The gRPC health status, `None` while the server does not answer.
+pub async fn health(grpc: SocketAddr) -> Option<i32> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .ok()?
+        .connect()
+        .await
+        .ok()?;
+    let mut client = HealthClient::new(channel);
+    let response = client
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .ok()?;
+    Some(response.into_inner().status)
+}
+
+/// Polls health every 2 ms until SERVING; true if it was seen NOT_SERVING first.
+pub async fn wait_serving(grpc: SocketAddr) -> bool {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut saw_not_serving = false;
+    loop {
+        match health(grpc).await {
+            Some(s) if s == ServingStatus::Serving as i32 => return saw_not_serving,
+            Some(_) => saw_not_serving = true,
+            None => {}
+        }
+        assert!(Instant::now() < deadline, "never SERVING");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Asks the server for `viewer`'s feed (or videos) of `following`.
+pub async fn ask(
+    client: &mut InNetworkPostsServiceClient<tonic::transport::Channel>,
+    viewer: i64,
+    following: &[i64],
+    video: bool,
+) -> Vec<LightPost> {
+    let request = GetInNetworkPostsRequest {
+        user_id: viewer as u64,
+        following_user_ids: following.iter().map(|&a| a as u64).collect(),
+        is_video_request: video,
+        ..Default::default()
+    };
+    client
+        .get_in_network_posts(request)
+        .await
+        .expect("query")
+        .into_inner()
+        .posts
+        .iter()
+        .map(thunder_server::convert::post_from_proto)
+        .collect()
+}
