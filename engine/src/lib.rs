@@ -59,6 +59,8 @@ mod contract;
 pub mod post;
 
 mod arena;
+mod authors;
+mod index;
 mod query;
 mod store;
 mod sync;
