@@ -199,8 +199,13 @@ impl TagIndex {
     /// An empty index with room for about `capacity` keys before its first growth.
     pub fn with_capacity(capacity: usize) -> Self {
         let buckets = (capacity * 100 / MAX_LOAD_PERCENT).div_ceil(BUCKET_WORDS);
+        // Seeded per index, so crafted ids cannot aim at one chain across stores; fixed under
+        // loom, whose models must run the same way every time.
+        #[cfg(not(thunder_loom))]
         let seed =
             std::collections::hash_map::RandomState::new().hash_one(0x0074_6875_6e64_6572_u64);
+        #[cfg(thunder_loom)]
+        let seed = 0x0074_6875_6e64_6572_u64;
         Self {
             table: AtomicPtr::new(Box::into_raw(Box::new(Table::with_buckets(buckets)))),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -476,5 +481,238 @@ impl Drop for TagIndex {
             // SAFETY: each came from `Box::into_raw` and was put here once, by `retire`.
             drop(unsafe { Box::from_raw(old as *mut Table) });
         }
+    }
+}
+
+#[cfg(all(test, not(thunder_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicI64;
+
+    /// The tests' "records": value `v` holds key `v`, so `verify` is a comparison.
+    fn holds(key: i64) -> impl FnMut(u32) -> Option<u32> {
+        move |v| (i64::from(v) == key).then_some(v)
+    }
+
+    fn insert(index: &TagIndex, key: i64, guard: &Guard) -> Result<u32, Option<u32>> {
+        index.insert_with(
+            index.hash(key),
+            guard,
+            |v| i64::from(v) == key,
+            || Some(key as u32),
+        )
+    }
+
+    #[test]
+    fn grows_from_one_bucket_and_keeps_every_key() {
+        let index = TagIndex::with_capacity(1);
+        let guard = crossbeam_epoch::pin();
+        let first_bytes = index.bytes(&guard);
+        for key in 0..20_000 {
+            assert_eq!(insert(&index, key, &guard), Ok(key as u32));
+        }
+        assert!(index.bytes(&guard) > 100 * first_bytes, "it grew");
+        // At most 16 bytes per key, slack included.
+        assert!(
+            index.bytes(&guard) <= 16 * 20_000,
+            "{} bytes",
+            index.bytes(&guard)
+        );
+        for key in 0..20_000 {
+            assert_eq!(
+                index.get(index.hash(key), &guard, holds(key)),
+                Some(key as u32)
+            );
+        }
+        assert_eq!(index.get(index.hash(20_001), &guard, holds(20_001)), None);
+    }
+
+    #[test]
+    fn a_duplicate_returns_the_stored_value_and_make_does_not_run() {
+        let index = TagIndex::with_capacity(16);
+        let guard = crossbeam_epoch::pin();
+        assert_eq!(insert(&index, 7, &guard), Ok(7));
+        let again = index.insert_with(index.hash(7), &guard, |v| v == 7, || panic!("made twice"));
+        assert_eq!(again, Err(Some(7)));
+        // A refusing `make` stores nothing.
+        assert_eq!(
+            index.insert_with(index.hash(8), &guard, |_| true, || None),
+            Err(None)
+        );
+        assert_eq!(index.get(index.hash(8), &guard, holds(8)), None);
+    }
+
+    #[test]
+    fn removals_leave_overflowed_chains_readable() {
+        // One bucket's worth of room: later keys overflow into neighbours, then growth.
+        let index = TagIndex::with_capacity(8);
+        let guard = crossbeam_epoch::pin();
+        for key in 0..2_000 {
+            insert(&index, key, &guard).unwrap();
+        }
+        for key in (0..2_000).step_by(2) {
+            assert!(index.remove_exact(index.hash(key), key as u32, &guard));
+            assert!(!index.remove_exact(index.hash(key), key as u32, &guard));
+        }
+        for key in (1..2_000).step_by(4) {
+            let removed = index.remove_where(index.hash(key), &guard, |v| i64::from(v) == key);
+            assert_eq!(removed, Some(key as u32));
+        }
+        for key in 0..2_000 {
+            let kept = key % 4 == 3;
+            let found = index.get(index.hash(key), &guard, holds(key));
+            assert_eq!(found.is_some(), kept, "key {key}");
+        }
+        // Freed words are reused.
+        for key in (0..2_000).step_by(2) {
+            insert(&index, key, &guard).unwrap();
+            assert_eq!(
+                index.get(index.hash(key), &guard, holds(key)),
+                Some(key as u32)
+            );
+        }
+    }
+
+    /// Two writers insert and remove while a reader checks that every key a writer reported
+    /// inserted (and did not remove) is found, through many growths.
+    #[test]
+    fn readers_find_published_keys_while_writers_grow_the_index() {
+        const KEYS: i64 = 30_000;
+        let index = TagIndex::with_capacity(8);
+        let done = [AtomicI64::new(-1), AtomicI64::new(-1)];
+        std::thread::scope(|scope| {
+            for (w, done) in done.iter().enumerate() {
+                let index = &index;
+                scope.spawn(move || {
+                    for n in 0..KEYS {
+                        let key = n * 2 + w as i64;
+                        let guard = crossbeam_epoch::pin();
+                        insert(index, key, &guard).unwrap();
+                        if n % 3 == 0 {
+                            assert!(index.remove_exact(index.hash(key), key as u32, &guard));
+                        }
+                        // Release: a reader that sees `n` sees the insert and the removal.
+                        done.store(n, Ordering::Release);
+                    }
+                });
+            }
+            let (index, done) = (&index, &done);
+            scope.spawn(move || {
+                let mut checked = 0;
+                loop {
+                    // Acquire pairs with the writers' Release stores.
+                    let upto = [0, 1].map(|w| done[w].load(Ordering::Acquire));
+                    let guard = crossbeam_epoch::pin();
+                    for (w, &upto) in upto.iter().enumerate() {
+                        for n in (0..=upto).rev().take(200) {
+                            let key = n * 2 + w as i64;
+                            let found = index.get(index.hash(key), &guard, holds(key));
+                            assert_eq!(found.is_some(), n % 3 != 0, "key {key}");
+                            checked += 1;
+                        }
+                    }
+                    if upto.iter().all(|&n| n == KEYS - 1) {
+                        break;
+                    }
+                }
+                assert!(checked > 0);
+            });
+        });
+    }
+}
+
+/// Loom models of the index: concurrent insert / remove / lookup across a growth. A one-bucket
+/// index holding six keys grows when a seventh comes in.
+#[cfg(all(test, thunder_loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    fn guard() -> &'static Guard {
+        // SAFETY: under loom the index never defers anything through the guard (replaced
+        // tables go to its graveyard and are freed on drop), so an unprotected guard only
+        // stands in for the pin that loom does not model.
+        unsafe { crossbeam_epoch::unprotected() }
+    }
+
+    fn insert(index: &TagIndex, key: i64) -> Result<u32, Option<u32>> {
+        index.insert_with(
+            index.hash(key),
+            guard(),
+            |v| i64::from(v) == key,
+            || Some(key as u32),
+        )
+    }
+
+    fn found(index: &TagIndex, key: i64) -> bool {
+        index
+            .get(index.hash(key), guard(), |v| {
+                (i64::from(v) == key).then_some(())
+            })
+            .is_some()
+    }
+
+    fn six_keys() -> Arc<TagIndex> {
+        let index = Arc::new(TagIndex::with_capacity(6));
+        for key in 1..=6 {
+            insert(&index, key).unwrap();
+        }
+        index
+    }
+
+    /// Two writers of one key: exactly one stores it.
+    #[test]
+    fn loom_one_of_two_inserts_of_a_key_wins() {
+        loom::model(|| {
+            let index = Arc::new(TagIndex::with_capacity(6));
+            let other = {
+                let index = Arc::clone(&index);
+                thread::spawn(move || insert(&index, 9))
+            };
+            let mine = insert(&index, 9);
+            let theirs = other.join().unwrap();
+            assert_eq!(usize::from(mine.is_ok()) + usize::from(theirs.is_ok()), 1);
+            assert!(found(&index, 9));
+        });
+    }
+
+    /// A reader racing an insert that grows the table always finds the keys stored before.
+    #[test]
+    fn loom_lookup_racing_growth() {
+        loom::model(|| {
+            let index = six_keys();
+            let reader = {
+                let index = Arc::clone(&index);
+                thread::spawn(move || (found(&index, 1), found(&index, 6)))
+            };
+            insert(&index, 7).unwrap();
+            assert!(found(&index, 7));
+            assert_eq!(reader.join().unwrap(), (true, true));
+            for key in 1..=7 {
+                assert!(found(&index, key), "key {key}");
+            }
+        });
+    }
+
+    /// A removal and an insert of another key racing a growth: neither is lost.
+    #[test]
+    fn loom_remove_racing_insert_and_growth() {
+        loom::model(|| {
+            let index = six_keys();
+            let remover = {
+                let index = Arc::clone(&index);
+                thread::spawn(move || {
+                    let removed = index.remove_exact(index.hash(2), 2, guard());
+                    (removed, found(&index, 1))
+                })
+            };
+            insert(&index, 7).unwrap();
+            assert_eq!(remover.join().unwrap(), (true, true));
+            assert!(!found(&index, 2));
+            for key in [1, 3, 4, 5, 6, 7] {
+                assert!(found(&index, key), "key {key}");
+            }
+        });
     }
 }

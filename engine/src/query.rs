@@ -90,7 +90,7 @@ const DEADLINE_STRIDE: usize = 64;
 
 /// Hints the CPU to load the line holding `ptr`.
 #[inline(always)]
-fn prefetch(ptr: *const u8) {
+pub(crate) fn prefetch(ptr: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it never faults and never reads into the program,
     // whatever the address.

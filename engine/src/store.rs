@@ -20,12 +20,16 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
 use crate::index::TagIndex;
 use crate::post::{DeleteEvent, LightPost};
+use crate::query::prefetch;
 use crate::timeline::{MAX_CAPACITY, TinyPost};
 use crossbeam_epoch::Guard;
 use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering, fence};
 use std::sync::{Arc, PoisonError};
 
 pub(crate) type IdHasher = foldhash::fast::RandomState;
+
+/// How many posts ahead `insert_posts` prefetches index buckets (author records: half that).
+const INGEST_LOOKAHEAD: usize = 8;
 
 /// Posts the post index holds before its first growth.
 const POST_INDEX_INITIAL_CAPACITY: usize = 4096;
@@ -470,8 +474,21 @@ impl PostStore {
                 }
             }
             kept.sort_unstable();
-            for key in kept {
+            let post_at = |k: usize| {
+                kept.get(k)
+                    .map(|key| &chunk[(key & u64::from(u32::MAX)) as usize])
+            };
+            for (k, key) in kept.iter().enumerate() {
                 let i = (key & u64::from(u32::MAX)) as usize;
+                // Overlap the next posts' cache misses with this one's work: their index
+                // buckets (and tombstone filter word) first, their author records once those
+                // buckets had time to arrive.
+                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD) {
+                    self.prefetch_buckets(ahead, &g.epoch);
+                }
+                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD / 2) {
+                    self.prefetch_author(ahead.author_id, &g.epoch);
+                }
                 match self.insert_one(&chunk[i], &g, &mut retired) {
                     Applied::Inserted => report.inserted += 1,
                     Applied::Dropped(reason) => {
@@ -484,6 +501,30 @@ impl PostStore {
         }
         self.arena.retire(retired, &g.epoch);
         report
+    }
+
+    /// Prefetches the post index bucket, the author index bucket and the tombstone filter
+    /// word an insert of `post` will read.
+    #[inline]
+    fn prefetch_buckets(&self, post: &LightPost, epoch: &Guard) {
+        prefetch(self.posts.bucket_ptr(self.posts.hash(post.post_id), epoch));
+        let author = self.authors.hash(post.author_id);
+        prefetch(self.authors.bucket_ptr(author, epoch));
+        let (word, _) = filter_bit(post.post_id);
+        prefetch((&self.tombstone_filter[word] as *const AtomicU64).cast());
+    }
+
+    /// Prefetches the record line of `author_id` (its candidate in the author index).
+    #[inline]
+    fn prefetch_author(&self, author_id: i64, epoch: &Guard) {
+        let hashed = self.authors.hash(author_id);
+        if let Some(author) = self
+            .authors
+            .probe(hashed, epoch)
+            .and_then(|n| self.authors.record(n))
+        {
+            prefetch((author as *const Author).cast());
+        }
     }
 
     /// Why a post created at `created_at` is not kept at `now`, if it is not.
