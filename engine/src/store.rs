@@ -28,8 +28,9 @@ use std::sync::{Arc, PoisonError};
 
 pub(crate) type IdHasher = foldhash::fast::RandomState;
 
-/// How many posts ahead `insert_posts` prefetches index buckets (author records: half that).
-const INGEST_LOOKAHEAD: usize = 8;
+/// How many posts ahead `insert_posts` prefetches index buckets; author records, timeline
+/// headers and newest cells follow at 2/3, 1/3 and 1/6 of that distance.
+const INGEST_LOOKAHEAD: usize = 12;
 
 /// Posts the post index holds before its first growth.
 const POST_INDEX_INITIAL_CAPACITY: usize = 4096;
@@ -486,8 +487,14 @@ impl PostStore {
                 if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD) {
                     self.prefetch_buckets(ahead, &g.epoch);
                 }
-                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD / 2) {
+                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD * 2 / 3) {
                     self.prefetch_author(ahead.author_id, &g.epoch);
+                }
+                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD / 3) {
+                    self.prefetch_timeline(ahead, false, &g.epoch);
+                }
+                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD / 6) {
+                    self.prefetch_timeline(ahead, true, &g.epoch);
                 }
                 match self.insert_one(&chunk[i], &g, &mut retired) {
                     Applied::Inserted => report.inserted += 1,
@@ -525,6 +532,26 @@ impl PostStore {
         {
             prefetch((author as *const Author).cast());
         }
+    }
+
+    /// Prefetches the header (`!newest`) or the newest cell (`newest`) of the timeline an
+    /// insert of `post` appends to.
+    #[inline]
+    fn prefetch_timeline(&self, post: &LightPost, newest: bool, epoch: &Guard) {
+        let Some(author) = self.authors.get(post.author_id, epoch) else {
+            return;
+        };
+        let kind = if post.is_reply || post.is_retweet {
+            Kind::Secondary
+        } else {
+            Kind::Originals
+        };
+        let timeline = &author.timelines[kind as usize];
+        prefetch(if newest {
+            timeline.newest_cell_ptr(epoch)
+        } else {
+            timeline.buffer_ptr(epoch)
+        });
     }
 
     /// Why a post created at `created_at` is not kept at `now`, if it is not.
