@@ -823,9 +823,15 @@ impl PostStore {
         let now = g.now;
         let shard = (shard % TRIM_FRACTION) as i64;
         let mut retired = Vec::new();
+        let in_shard =
+            |author: &Author| author.author_id().rem_euclid(TRIM_FRACTION as i64) == shard;
         self.authors.for_each(|author| {
+            // Filter before locking (unused records keep a stale id; the lock re-checks).
+            if !in_shard(author) {
+                return;
+            }
             let mut removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            if *removed || author.author_id().rem_euclid(TRIM_FRACTION as i64) != shard {
+            if *removed || !in_shard(author) {
                 return;
             }
             let mut empty = true;
