@@ -279,8 +279,8 @@ impl PostStore {
     /// The facts of `post_id`: from its stored record, or from the directory on a shard that
     /// does not own its author.
     #[inline]
-    pub(crate) fn fact(&self, post_id: i64, maps: &papaya::LocalGuard<'_>) -> Option<Fact> {
-        match self.lookup(post_id, maps) {
+    pub(crate) fn fact(&self, post_id: i64, epoch: &crossbeam_epoch::Guard) -> Option<Fact> {
+        match self.lookup(post_id, epoch) {
             Some(record) => Some(Fact::of_record(&record)),
             None => self.directory.as_ref()?.get(post_id),
         }
@@ -289,7 +289,7 @@ impl PostStore {
     /// The videos rule for a repost's source (see `is_video_source`), wherever it is stored.
     #[inline]
     pub(crate) fn source_is_video(&self, source_post_id: i64, g: &Guards<'_>, now: i64) -> bool {
-        match self.lookup(source_post_id, &g.maps) {
+        match self.lookup(source_post_id, &g.epoch) {
             Some(source) => self.is_video_source(&source, now),
             None => self
                 .directory

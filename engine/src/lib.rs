@@ -25,8 +25,9 @@
 //!   retired through crossbeam-epoch and reused only after every reader pinned at the time has
 //!   gone; each slot carries a sequence number and its post id, and every read is validated
 //!   against both, so a reader can never return a different post than the one it looked up.
-//! - `post_id -> slot`, `author -> timelines`, tombstones and reposts awaiting their source are
-//!   papaya maps sharing one collector.
+//! - `post_id -> slot` is a key-less tag index (`index.rs`: inline `tag | slot` words, verified
+//!   against the record); `author -> timelines` is the same index over one-line author records
+//!   (`authors.rs`). Tombstones and reposts awaiting their source are papaya maps.
 //! - Each author has three timelines (originals, replies+reposts, videos): ring buffers of
 //!   16-byte `TinyPost {post_id, created_at, slot}` ordered by `created_at`, growing from 4
 //!   entries up to the cap (`MAX_POSTING_LIST_SIZE`) and shrinking after trims.
@@ -59,7 +60,9 @@ mod contract;
 pub mod post;
 
 mod arena;
+mod authors;
 mod directory;
+mod index;
 mod query;
 pub mod snapshot;
 mod store;

@@ -24,8 +24,9 @@ use crate::config::{
     MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR, MAX_TINY_POSTS_PER_USER_SCAN,
     MAX_VIDEO_POSTS_PER_AUTHOR,
 };
+use crate::index::Hashed;
 use crate::post::LightPost;
-use crate::store::{Kind, PostStore};
+use crate::store::{Author, Kind, PostStore};
 use crate::timeline::{Snapshot, Timeline, TinyPost};
 use bumpalo::Bump;
 use bumpalo::collections::Vec as BumpVec;
@@ -89,7 +90,7 @@ const DEADLINE_STRIDE: usize = 64;
 
 /// Hints the CPU to load the line holding `ptr`.
 #[inline(always)]
-fn prefetch(ptr: *const u8) {
+pub(crate) fn prefetch(ptr: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it never faults and never reads into the program,
     // whatever the address.
@@ -283,43 +284,69 @@ impl PostStore {
         let mut streams: BumpVec<Stream<'_>> =
             BumpVec::with_capacity_in(query.authors.len() * limits.len(), bump);
         let mut heap: BumpVec<u64> = BumpVec::with_capacity_in(streams.capacity(), bump);
-        for (i, &author_id) in query.authors.iter().enumerate() {
-            if i % DEADLINE_STRIDE == DEADLINE_STRIDE - 1 && timed_out(query.deadline) {
+        // Authors are resolved a window at a time, in three passes whose cache misses overlap
+        // instead of chaining two per author: hash every id and prefetch its index bucket;
+        // probe the buckets and prefetch each candidate's record line (which holds the
+        // timelines' summaries); then verify and rank.
+        let mut probes: BumpVec<(i64, Hashed, Option<u32>)> =
+            BumpVec::with_capacity_in(DEADLINE_STRIDE, bump);
+        for (w, window) in query.authors.chunks(DEADLINE_STRIDE).enumerate() {
+            if w > 0 && timed_out(query.deadline) {
                 outcome.timed_out = true;
                 break;
             }
-            if !followed.insert(author_id) {
-                continue;
-            }
-            if self.is_foreign_author(author_id) {
-                // A shard holds no timeline of it (it stays in `followed` for the reply rule).
-                continue;
-            }
-            let Some(author) = self.authors.get(&author_id, &g.maps) else {
-                continue;
-            };
-            for &(kind, limit) in limits {
-                let timeline = &author.timelines[kind as usize];
-                let (len, newest) = timeline.summary();
-                outcome.eligible += len as usize;
-                if len == 0 || limit == 0 || query.max_results == 0 || self.expired(newest, now) {
-                    continue;
+            probes.clear();
+            for &author_id in window {
+                // A shard holds no timeline of a foreign author (it stays in `followed` for
+                // the reply rule), so it is not probed.
+                if followed.insert(author_id) && !self.is_foreign_author(author_id) {
+                    let hashed = self.authors.hash(author_id);
+                    prefetch(self.authors.bucket_ptr(hashed, &g.epoch));
+                    probes.push((author_id, hashed, None));
                 }
-                heap.push(heap_key(newest, streams.len()));
-                streams.push(Stream {
-                    timeline,
-                    snap: None,
-                    seq: 0,
-                    current: TinyPost {
-                        post_id: 0,
-                        created_at: newest,
-                        slot: 0,
+            }
+            for probe in probes.iter_mut() {
+                probe.2 = self.authors.probe(probe.1, &g.epoch);
+                if let Some(author) = probe.2.and_then(|n| self.authors.record(n)) {
+                    prefetch((author as *const Author).cast());
+                }
+            }
+            for &(author_id, hashed, candidate) in probes.iter() {
+                let Some(number) = candidate else {
+                    continue;
+                };
+                let author = match self.authors.record(number) {
+                    Some(author) if author.author_id() == author_id => author,
+                    // A tag collision (or a record replaced meanwhile): the full lookup.
+                    _ => match self.authors.get_hashed(author_id, hashed, &g.epoch) {
+                        Some(author) => author,
+                        None => continue,
                     },
-                    kind,
-                    taken: 0,
-                    limit: limit as u16,
-                    examined: 0,
-                });
+                };
+                for &(kind, limit) in limits {
+                    let timeline = &author.timelines[kind as usize];
+                    let (len, newest) = timeline.summary();
+                    outcome.eligible += len as usize;
+                    if len == 0 || limit == 0 || query.max_results == 0 || self.expired(newest, now)
+                    {
+                        continue;
+                    }
+                    heap.push(heap_key(newest, streams.len()));
+                    streams.push(Stream {
+                        timeline,
+                        snap: None,
+                        seq: 0,
+                        current: TinyPost {
+                            post_id: 0,
+                            created_at: newest,
+                            slot: 0,
+                        },
+                        kind,
+                        taken: 0,
+                        limit: limit as u16,
+                        examined: 0,
+                    });
+                }
             }
         }
         heapify(&mut heap);
@@ -426,7 +453,7 @@ impl PostStore {
         if kind != Kind::Secondary || post.in_reply_to_post_id == 0 {
             return true;
         }
-        let Some(parent) = self.fact(post.in_reply_to_post_id, &g.maps) else {
+        let Some(parent) = self.fact(post.in_reply_to_post_id, &g.epoch) else {
             return false;
         };
         if self.expired(parent.created_at, now) {

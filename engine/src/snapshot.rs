@@ -656,7 +656,6 @@ impl PostStore {
         let total_posts = posts.len() as u64;
         posts.retain(|p| !self.expired(p.created_at, now));
         let order = by_created_at(&posts);
-        self.reserve(posts.len(), distinct_authors(&posts, &order));
         let threads = threads.max(1);
         let inserts = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
@@ -728,23 +727,6 @@ fn add_report(total: &mut InsertReport, r: InsertReport) {
 /// appends in order).
 fn author_share(author_id: i64, workers: usize) -> usize {
     ((author_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % workers
-}
-
-/// How many authors `posts` has, estimated from a sample of `order` (exact for small sets).
-fn distinct_authors(posts: &[CompactPost], order: &[u32]) -> usize {
-    const SAMPLE: usize = 1 << 16;
-    let step = (order.len() / SAMPLE).max(1);
-    let mut seen = std::collections::HashSet::with_capacity(SAMPLE.min(order.len()));
-    let mut sampled = 0;
-    for &i in order.iter().step_by(step) {
-        seen.insert(posts[i as usize].author_id);
-        sampled += 1;
-    }
-    // Authors seen once in the sample stand for the unseen ones too (a rough but safe-side
-    // estimate: an index sized a bit large costs little, one grown step by step costs a lot).
-    (seen.len() * order.len())
-        .div_ceil(sampled.max(1))
-        .min(order.len())
 }
 
 /// Indices of `posts` in ascending `created_at` (stable): a counting sort when the time span

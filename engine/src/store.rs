@@ -2,8 +2,9 @@
 //! The read path and its types (`FeedQuery`, `QueryOutcome`) live in `query.rs`.
 //!
 //! Concurrency: any number of threads may call any method at once. Readers (queries) take no
-//! lock. Writers serialise per author only (the author's mutex guards its three timelines); the
-//! maps are lock-free (papaya) and the arena is lock-free.
+//! lock. Writers serialise per author only (the author's mutex guards its three timelines) and,
+//! briefly, per index stripe; the post and author indexes (`index.rs`, `authors.rs`) never make
+//! a reader wait, the small maps are lock-free (papaya) and the arena is lock-free.
 //!
 //! Two orderings keep concurrent inserts and deletes honest (bug 20 of the reference):
 //! - insert publishes `post_id -> slot`, then (after a SeqCst fence) re-checks the tombstones;
@@ -13,15 +14,26 @@
 //! removed by the delete or undone by itself: it is never left live.
 
 use crate::arena::{Arena, CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId};
+pub(crate) use crate::authors::Author;
+use crate::authors::AuthorDirectory;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
+use crate::index::TagIndex;
 use crate::post::{DeleteEvent, LightPost};
-use crate::timeline::{MAX_CAPACITY, Timeline, TinyPost};
+use crate::query::prefetch;
+use crate::timeline::{MAX_CAPACITY, TinyPost};
 use crossbeam_epoch::Guard;
 use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering, fence};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
 pub(crate) type IdHasher = foldhash::fast::RandomState;
+
+/// How many posts ahead `insert_posts` prefetches index buckets; author records, timeline
+/// headers and newest cells follow at 2/3, 1/3 and 1/6 of that distance.
+const INGEST_LOOKAHEAD: usize = 12;
+
+/// Posts the post index holds before its first growth.
+const POST_INDEX_INITIAL_CAPACITY: usize = 4096;
 
 /// Words of the tombstone filter: 2^22 bits (512 KiB).
 const TOMBSTONE_FILTER_WORDS: usize = 1 << 16;
@@ -207,6 +219,8 @@ pub struct StoreStats {
     pub arena_bytes_used: usize,
     /// Bytes of timeline ring buffers.
     pub timeline_bytes: usize,
+    /// Bytes of the post and author indexes: their tables and the author records.
+    pub index_bytes: usize,
 }
 
 /// Which of an author's timelines.
@@ -235,22 +249,6 @@ impl Kind {
     }
 }
 
-/// One author's timelines. Readers use them freely; writers hold `writer`.
-pub(crate) struct Author {
-    /// True once the author was dropped from the map; a writer that sees it retries.
-    writer: Mutex<bool>,
-    pub(crate) timelines: [Timeline; 3],
-}
-
-impl Author {
-    fn new() -> Self {
-        Self {
-            writer: Mutex::new(false),
-            timelines: [Timeline::new(), Timeline::new(), Timeline::new()],
-        }
-    }
-}
-
 /// A repost remembered until its source arrives (bug 13 of the reference).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct PendingRepost {
@@ -274,8 +272,9 @@ pub struct PostStore {
     cap: usize,
     clock: Arc<dyn Clock>,
     pub(crate) arena: Arena,
-    pub(crate) posts: IdMap<SlotId>,
-    pub(crate) authors: IdMap<Author>,
+    /// `post_id -> slot`; the slot's record verifies a hit.
+    pub(crate) posts: TagIndex,
+    pub(crate) authors: AuthorDirectory,
     pub(crate) tombstones: IdMap<i64>,
     /// A one-sided filter in front of `tombstones`: a clear bit proves "no tombstone", so the
     /// common insert (never deleted) skips the map probe. Bits are set before the tombstone is
@@ -285,12 +284,6 @@ pub struct PostStore {
     entries: [AtomicIsize; 3],
     /// On an author shard: the facts of other authors' posts (`directory.rs`).
     pub(crate) directory: Option<crate::directory::Directory>,
-}
-
-impl std::fmt::Debug for Author {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Author").finish_non_exhaustive()
-    }
 }
 
 /// The guards one insert/delete/trim call holds while it runs.
@@ -333,8 +326,8 @@ impl PostStore {
             cap: config.max_posting_list_size.clamp(1, MAX_CAPACITY),
             clock: config.clock,
             arena: Arena::new(),
-            posts: map(&collector),
-            authors: map(&collector),
+            posts: TagIndex::with_capacity(POST_INDEX_INITIAL_CAPACITY),
+            authors: AuthorDirectory::new(),
             tombstones: map(&collector),
             tombstone_filter: (0..TOMBSTONE_FILTER_WORDS)
                 .map(|_| AtomicU64::new(0))
@@ -364,18 +357,31 @@ impl PostStore {
         Guards {
             now: self.clock.now_secs(),
             epoch: crossbeam_epoch::pin(),
-            maps: self.posts.guard(),
+            maps: self.tombstones.guard(),
         }
     }
 
     /// The live record of `post_id`, if stored.
-    pub(crate) fn lookup(
-        &self,
-        post_id: i64,
-        maps: &papaya::LocalGuard<'_>,
-    ) -> Option<CompactPost> {
-        let slot = *self.posts.get(&post_id, maps)?;
-        self.arena.read(slot, post_id)
+    #[inline]
+    pub(crate) fn lookup(&self, post_id: i64, epoch: &Guard) -> Option<CompactPost> {
+        self.lookup_with_slot(post_id, epoch)
+            .map(|(_, record)| record)
+    }
+
+    /// The live record of `post_id`, if stored, looked up under the post's index stripe lock.
+    fn lookup_locked(&self, post_id: i64, epoch: &Guard) -> Option<CompactPost> {
+        self.posts
+            .get_locked(self.posts.hash(post_id), epoch, |slot| {
+                self.arena.read(slot, post_id)
+            })
+    }
+
+    /// The slot and live record of `post_id`, if stored.
+    #[inline]
+    fn lookup_with_slot(&self, post_id: i64, epoch: &Guard) -> Option<(SlotId, CompactPost)> {
+        self.posts.get(self.posts.hash(post_id), epoch, |slot| {
+            self.arena.read(slot, post_id).map(|record| (slot, record))
+        })
     }
 
     /// Runs `f` on the author's timelines under the author's writer lock. With `create`, a
@@ -390,15 +396,13 @@ impl PostStore {
         loop {
             // A plain lookup first: most writes go to an existing author, and papaya's
             // insert path is much heavier than its read path.
-            let author = match self.authors.get(&author_id, &g.maps) {
+            let author = match self.authors.get(author_id, &g.epoch) {
                 Some(author) => author,
-                None if create => self
-                    .authors
-                    .get_or_insert_with(author_id, Author::new, &g.maps),
+                None if create => self.authors.get_or_create(author_id, &g.epoch)?,
                 None => return None,
             };
             let removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            if *removed {
+            if *removed || author.author_id() != author_id {
                 // Dropped by a trim after we found it; the map no longer holds it.
                 continue;
             }
@@ -417,9 +421,8 @@ impl PostStore {
         if self.arena.release(entry.slot, entry.post_id, kind.holder()) != Release::Freed {
             return false;
         }
-        let _ = self
-            .posts
-            .remove_if(&entry.post_id, |_, slot| *slot == entry.slot, &g.maps);
+        self.posts
+            .remove_exact(self.posts.hash(entry.post_id), entry.slot, &g.epoch);
         retired.push(entry.slot);
         true
     }
@@ -475,8 +478,27 @@ impl PostStore {
                 }
             }
             kept.sort_unstable();
-            for key in kept {
+            let post_at = |k: usize| {
+                kept.get(k)
+                    .map(|key| &chunk[(key & u64::from(u32::MAX)) as usize])
+            };
+            for (k, key) in kept.iter().enumerate() {
                 let i = (key & u64::from(u32::MAX)) as usize;
+                // Overlap the next posts' cache misses with this one's work: their index
+                // buckets (and tombstone filter word) first, their author records once those
+                // buckets had time to arrive.
+                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD) {
+                    self.prefetch_buckets(ahead, &g.epoch);
+                }
+                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD * 2 / 3) {
+                    self.prefetch_author(ahead.author_id, &g.epoch);
+                }
+                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD / 3) {
+                    self.prefetch_timeline(ahead, false, &g.epoch);
+                }
+                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD / 6) {
+                    self.prefetch_timeline(ahead, true, &g.epoch);
+                }
                 let applied = if self.is_foreign(&chunk[i]) {
                     self.insert_fact(&chunk[i], &g)
                         .map_or(Applied::Inserted, Applied::Dropped)
@@ -495,6 +517,50 @@ impl PostStore {
         }
         self.arena.retire(retired, &g.epoch);
         report
+    }
+
+    /// Prefetches the post index bucket, the author index bucket and the tombstone filter
+    /// word an insert of `post` will read.
+    #[inline]
+    fn prefetch_buckets(&self, post: &LightPost, epoch: &Guard) {
+        prefetch(self.posts.bucket_ptr(self.posts.hash(post.post_id), epoch));
+        let author = self.authors.hash(post.author_id);
+        prefetch(self.authors.bucket_ptr(author, epoch));
+        let (word, _) = filter_bit(post.post_id);
+        prefetch((&self.tombstone_filter[word] as *const AtomicU64).cast());
+    }
+
+    /// Prefetches the record line of `author_id` (its candidate in the author index).
+    #[inline]
+    fn prefetch_author(&self, author_id: i64, epoch: &Guard) {
+        let hashed = self.authors.hash(author_id);
+        if let Some(author) = self
+            .authors
+            .probe(hashed, epoch)
+            .and_then(|n| self.authors.record(n))
+        {
+            prefetch((author as *const Author).cast());
+        }
+    }
+
+    /// Prefetches the header (`!newest`) or the newest cell (`newest`) of the timeline an
+    /// insert of `post` appends to.
+    #[inline]
+    fn prefetch_timeline(&self, post: &LightPost, newest: bool, epoch: &Guard) {
+        let Some(author) = self.authors.get(post.author_id, epoch) else {
+            return;
+        };
+        let kind = if post.is_reply || post.is_retweet {
+            Kind::Secondary
+        } else {
+            Kind::Originals
+        };
+        let timeline = &author.timelines[kind as usize];
+        prefetch(if newest {
+            timeline.newest_cell_ptr(epoch)
+        } else {
+            timeline.buffer_ptr(epoch)
+        });
     }
 
     /// Why a post created at `created_at` is not kept at `now`, if it is not.
@@ -527,13 +593,8 @@ impl PostStore {
             if record.has_video {
                 video = true;
             } else if record.is_retweet && record.source_post_id != 0 {
-                match self.posts.get(&record.source_post_id, &g.maps) {
-                    Some(&slot) => {
-                        video = self
-                            .arena
-                            .read(slot, record.source_post_id)
-                            .is_some_and(|s| self.is_video_source(&s, g.now));
-                    }
+                match self.lookup(record.source_post_id, &g.epoch) {
+                    Some(source) => video = self.is_video_source(&source, g.now),
                     // A shard cannot see every source: the query-time videos rule decides.
                     None if self.directory.is_some() => video = true,
                     None => awaited_source = Some(record.source_post_id),
@@ -545,7 +606,13 @@ impl PostStore {
             // Only when every u32 slot id is in use or memory is exhausted.
             return Applied::NoSlot;
         };
-        if self.posts.try_insert(post_id, slot, &g.maps).is_err() {
+        let hashed = self.posts.hash(post_id);
+        let is_stored = |s: SlotId| self.arena.read(s, post_id).is_some();
+        if self
+            .posts
+            .insert_with(hashed, &g.epoch, is_stored, || Some(slot))
+            .is_err()
+        {
             // A concurrent insert of the same post won.
             self.arena.unpublish_unshared(slot, post_id);
             return Applied::Dropped(DropReason::Duplicate);
@@ -553,7 +620,7 @@ impl PostStore {
         // Pairs with the fence in `mark_as_deleted` (store-load: publish, then check).
         fence(Ordering::SeqCst);
         if let Some(basis) = self.live_tombstone(post_id, g) {
-            let _ = self.posts.remove_if(&post_id, |_, s| *s == slot, &g.maps);
+            self.posts.remove_exact(hashed, slot, &g.epoch);
             if self.arena.free(slot, post_id) {
                 retired.push(slot);
             }
@@ -625,7 +692,9 @@ impl PostStore {
         // Pairs with the fence after a video source is published: either it sees us waiting
         // or we see it stored.
         fence(Ordering::SeqCst);
-        if let Some(src) = self.lookup(source, &g.maps)
+        // A locked lookup: it is ordered with the source's insert by the stripe lock as well as
+        // by the fences (a lock-free reader could still be in a table replaced meanwhile).
+        if let Some(src) = self.lookup_locked(source, &g.epoch)
             && self.is_video_source(&src, g.now)
         {
             self.promote_to_video(source, repost, g, retired);
@@ -647,14 +716,6 @@ impl PostStore {
 
     fn tombstone_expired(&self, basis: i64, now: i64) -> bool {
         now.saturating_sub(basis) > self.retention_secs
-    }
-
-    /// Sizes the post and author indexes for `posts` and `authors` more entries at once (a
-    /// snapshot load), instead of growing them step by step.
-    pub(crate) fn reserve(&self, posts: usize, authors: usize) {
-        let maps = self.posts.guard();
-        self.posts.reserve(posts, &maps);
-        self.authors.reserve(authors, &maps);
     }
 
     /// Every tombstone not expired at `now` as `(post_id, basis_secs)` (for snapshots).
@@ -724,10 +785,7 @@ impl PostStore {
         retired: &mut Vec<SlotId>,
     ) {
         self.with_author(repost.author_id, false, g, |author| {
-            let Some(&slot) = self.posts.get(&repost.post_id, &g.maps) else {
-                return;
-            };
-            let Some(record) = self.arena.read(slot, repost.post_id) else {
+            let Some((slot, record)) = self.lookup_with_slot(repost.post_id, &g.epoch) else {
                 return;
             };
             let same_repost = record.author_id == repost.author_id
@@ -767,7 +825,12 @@ impl PostStore {
             report.tombstoned += 1;
             // Pairs with the fence in `insert_one` (store-load: tombstone, then check).
             fence(Ordering::SeqCst);
-            let Some(&slot) = self.posts.remove(&post_id, &g.maps) else {
+            let Some(slot) = self
+                .posts
+                .remove_where(self.posts.hash(post_id), &g.epoch, |s| {
+                    self.arena.read(s, post_id).is_some()
+                })
+            else {
                 self.forget_fact(post_id, &g);
                 continue;
             };
@@ -802,13 +865,16 @@ impl PostStore {
         let now = g.now;
         let shard = (shard % TRIM_FRACTION) as i64;
         let mut retired = Vec::new();
-        for (&author_id, author) in self.authors.iter(&g.maps) {
-            if author_id.rem_euclid(TRIM_FRACTION as i64) != shard {
-                continue;
+        let in_shard =
+            |author: &Author| author.author_id().rem_euclid(TRIM_FRACTION as i64) == shard;
+        self.authors.for_each(|author| {
+            // Filter before locking (unused records keep a stale id; the lock re-checks).
+            if !in_shard(author) {
+                return;
             }
             let mut removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            if *removed {
-                continue;
+            if *removed || !in_shard(author) {
+                return;
             }
             let mut empty = true;
             for kind in [Kind::Originals, Kind::Secondary, Kind::Videos] {
@@ -825,10 +891,10 @@ impl PostStore {
             }
             if empty {
                 *removed = true;
-                self.authors.remove(&author_id, &g.maps);
+                self.authors.remove(author, &g.epoch);
                 report.authors_dropped += 1;
             }
-        }
+        });
         let mut expired = 0;
         self.tombstones.retain(
             |_, basis| {
@@ -857,18 +923,16 @@ impl PostStore {
     pub fn stats(&self) -> StoreStats {
         let entries = |k: Kind| self.entries[k as usize].load(Ordering::Relaxed).max(0) as usize;
         let g = self.guards();
-        let authors = self.authors.pin();
-        let timeline_bytes = authors
-            .values()
-            .map(|a| {
-                a.timelines
-                    .iter()
-                    .map(|t| t.buffer_bytes(&g.epoch))
-                    .sum::<usize>()
-            })
-            .sum();
+        let mut timeline_bytes = 0;
+        self.authors.for_each(|a| {
+            timeline_bytes += a
+                .timelines
+                .iter()
+                .map(|t| t.buffer_bytes(&g.epoch))
+                .sum::<usize>();
+        });
         StoreStats {
-            authors: authors.len(),
+            authors: self.authors.live(),
             posts: self.arena.live(),
             original_entries: entries(Kind::Originals),
             secondary_entries: entries(Kind::Secondary),
@@ -877,6 +941,7 @@ impl PostStore {
             arena_bytes_reserved: self.arena.bytes_reserved(),
             arena_bytes_used: self.arena.bytes_used(),
             timeline_bytes,
+            index_bytes: self.posts.bytes(&g.epoch) + self.authors.bytes(&g.epoch),
         }
     }
 }

@@ -24,3 +24,11 @@ pub(crate) mod atomic {
 pub(crate) mod atomic {
     pub(crate) use loom::sync::atomic::*;
 }
+
+/// `std::sync::Mutex`, or loom's model of it under `cfg(thunder_loom)`.
+#[cfg(not(thunder_loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
+
+/// `std::sync::Mutex`, or loom's model of it under `cfg(thunder_loom)`.
+#[cfg(thunder_loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};

@@ -286,6 +286,16 @@ impl Timeline {
         unsafe { shared.as_ref() }.map_or(std::ptr::null(), |cells| cells.as_ptr().cast())
     }
 
+    /// Address of the newest entry's cell (where an in-order insert compares and appends),
+    /// for prefetching; null if there is no buffer. Reads the header: prefetch that first
+    /// ([`Timeline::buffer_ptr`]).
+    #[inline]
+    pub fn newest_cell_ptr(&self, guard: &Guard) -> *const u8 {
+        self.snapshot(guard).map_or(std::ptr::null(), |snap| {
+            (snap.cell(snap.head.wrapping_sub(1)) as *const Cell).cast()
+        })
+    }
+
     /// The number of entries (writer side; readers use a snapshot).
     #[cfg(test)]
     pub fn len(&self, guard: &Guard) -> usize {

@@ -290,6 +290,20 @@ fn run_store(
         run.stored_posts,
         run.rss_delta_bytes >> 20
     );
+    if let Built::Engine(engine) = &built {
+        let st = engine.stats();
+        let per_post = |bytes: usize| bytes as f64 / st.posts.max(1) as f64;
+        eprintln!(
+            "[{name}] bytes per post by structure: arena {:.1} (used {:.1}), timelines {:.1} \
+             ({} entries), indexes {:.1}; {} authors",
+            per_post(st.arena_bytes_reserved),
+            per_post(st.arena_bytes_used),
+            per_post(st.timeline_bytes),
+            st.original_entries + st.secondary_entries + st.video_entries,
+            per_post(st.index_bytes),
+            st.authors,
+        );
+    }
 
     // Exclude lists come from each viewer's previous answer, computed once for both stores.
     if w.excludes.is_empty() {
