@@ -62,6 +62,10 @@ pub struct Args {
     /// Demo live events (creates and deletes) per second after the backlog.
     #[arg(long, env = "THUNDER_DEMO_EVENTS_PER_SEC", default_value_t = demo::DEFAULT_EVENTS_PER_SEC)]
     pub demo_events_per_sec: u32,
+    /// Secret the page cursors are signed with; give every replica behind one address the
+    /// same one. Unset: a built-in secret (cursors are still checked, but forgeable).
+    #[arg(long, env = "THUNDER_CURSOR_SECRET", hide_env_values = true)]
+    pub cursor_secret: Option<String>,
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,

@@ -23,6 +23,9 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let options = args.server_options()?;
+    if let Some(secret) = &args.cursor_secret {
+        thunder_server::cursor::CursorKey::install(secret.as_bytes());
+    }
     let store = Arc::new(PostStore::new(args.post_retention_seconds));
     tracing::info!(
         retention_secs = args.post_retention_seconds,

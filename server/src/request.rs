@@ -15,6 +15,7 @@ use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 
 use crate::convert::post_to_proto;
 use crate::error::ServiceError;
+use crate::extensions::Extensions;
 
 /// Upper bound of `max_results`; larger values are clamped to it. (The reference has none; at
 /// most 80 posts per author and 10000 authors could otherwise ask for 800k posts.)
@@ -51,6 +52,8 @@ pub struct ValidatedRequest {
     pub debug: bool,
     /// `following_user_ids` was empty (the follow-graph fallback applies).
     pub following_was_empty: bool,
+    /// The seen filter, time bounds and page cursor (fields beyond the reference contract).
+    pub extensions: Extensions,
 }
 
 impl ValidatedRequest {
@@ -112,6 +115,7 @@ impl ValidatedRequest {
             is_video: req.is_video_request,
             debug: req.debug,
             following_was_empty: req.following_user_ids.is_empty(),
+            extensions: Extensions::from_request(req)?,
         };
         if validated.is_video {
             validated.max_originals_per_author = MAX_ORIGINAL_POSTS_PER_AUTHOR;
@@ -139,6 +143,8 @@ impl ValidatedRequest {
         query.max_originals_per_author = self.max_originals_per_author;
         query.max_secondary_per_author = self.max_secondary_per_author;
         query.deadline = deadline;
+        query.seen = self.extensions.seen.as_ref();
+        query.window = self.extensions.window;
         if self.is_video {
             store.get_videos_by_users(&query)
         } else {
@@ -154,13 +160,19 @@ pub fn handle_request(
 ) -> Result<GetInNetworkPostsResponse, tonic::Status> {
     let validated = ValidatedRequest::from_request(req)?;
     let outcome = validated.execute(store, None);
-    Ok(response_from(&outcome))
+    Ok(response_from(&validated, &outcome))
 }
 
-/// The wire response for a store answer.
-pub fn response_from(outcome: &QueryOutcome) -> GetInNetworkPostsResponse {
+/// The wire response for the store's answer to `validated`.
+pub fn response_from(
+    validated: &ValidatedRequest,
+    outcome: &QueryOutcome,
+) -> GetInNetworkPostsResponse {
     GetInNetworkPostsResponse {
         posts: outcome.posts.iter().map(post_to_proto).collect(),
+        next_cursor: validated
+            .extensions
+            .next_cursor(validated.max_results, outcome),
     }
 }
 

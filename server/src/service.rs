@@ -138,7 +138,7 @@ impl ThunderService {
                 "GetInNetworkPosts done"
             );
         }
-        let response = response_from(&outcome);
+        let response = response_from(&validated, &outcome);
         summary.response_bytes = Some(response.encoded_len());
         summary.query = Some(QuerySummary {
             posts: outcome.posts,
