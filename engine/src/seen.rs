@@ -281,7 +281,11 @@ mod tests {
         assert_eq!(read, filter);
         // Another seed is another filter.
         let other = SeenFilter::from_parts(1, 8, filter.num_blocks(), &bytes).expect("valid");
-        assert!(![1, -1, i64::MAX, i64::MIN, 0].iter().all(|&id| other.contains(id)));
+        assert!(
+            ![1, -1, i64::MAX, i64::MIN, 0]
+                .iter()
+                .all(|&id| other.contains(id))
+        );
     }
 
     #[test]

@@ -98,13 +98,16 @@ fn window_spec(retention_secs: i64) -> impl Strategy<Value = WindowSpec> {
 fn seen_filter() -> impl Strategy<Value = Option<SeenFilter>> {
     prop::option::weighted(
         0.3,
-        (prop::collection::vec(POST_IDS, 0..=6), 1..=2usize, any::<u64>()).prop_map(
-            |(ids, blocks, seed)| {
+        (
+            prop::collection::vec(POST_IDS, 0..=6),
+            1..=2usize,
+            any::<u64>(),
+        )
+            .prop_map(|(ids, blocks, seed)| {
                 let mut filter = SeenFilter::with_blocks(blocks, seed);
                 ids.iter().for_each(|&id| filter.insert(id));
                 filter
-            },
-        ),
+            }),
     )
 }
 
@@ -724,22 +727,25 @@ fn run_bulk(max_posting_list_size: usize, ops: &[BulkOp]) -> Result<(), TestCase
                 exclude_count,
                 limits,
                 max_results,
-            } => Op::Query(OwnedQuery {
-                seen: None,
-                window: AnswerWindow::ALL,
-                videos: *videos,
-                viewer_id: *viewer_id,
-                authors: authors.clone(),
-                exclude: match inserted.get(exclude_bulk % inserted.len().max(1)) {
-                    Some(&(newest_id, _)) => (0..*exclude_count)
-                        .map(|i| newest_id - exclude_skip - i)
-                        .collect(),
-                    None => Vec::new(),
+            } => Op::Query(
+                OwnedQuery {
+                    seen: None,
+                    window: AnswerWindow::ALL,
+                    videos: *videos,
+                    viewer_id: *viewer_id,
+                    authors: authors.clone(),
+                    exclude: match inserted.get(exclude_bulk % inserted.len().max(1)) {
+                        Some(&(newest_id, _)) => (0..*exclude_count)
+                            .map(|i| newest_id - exclude_skip - i)
+                            .collect(),
+                        None => Vec::new(),
+                    },
+                    max_results: *max_results,
+                    max_originals_per_author: limits.0,
+                    max_secondary_per_author: limits.1,
                 },
-                max_results: *max_results,
-                max_originals_per_author: limits.0,
-                max_secondary_per_author: limits.1,
-            }, WindowSpec::default()),
+                WindowSpec::default(),
+            ),
         };
         pair.apply(step, &op)?;
     }
