@@ -94,7 +94,7 @@ pub fn order_ties(posts: &mut [LightPost]) {
             end += 1;
         }
         if end - start > 1 {
-            posts[start..end].sort_unstable_by(|a, b| b.post_id.cmp(&a.post_id));
+            posts[start..end].sort_unstable_by_key(|p| std::cmp::Reverse(p.post_id));
         }
         start = end;
     }

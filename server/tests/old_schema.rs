@@ -228,8 +228,8 @@ fn old_schema_requests_leave_every_extension_unset() {
         assert_eq!(decoded.min_created_at, None, "{name}");
         assert_eq!(decoded.max_created_at, None, "{name}");
         let (old, raw) = answer(&store, &req);
-        let new = thunder_proto::GetInNetworkPostsResponse::decode(raw.as_slice())
-            .expect("decodes");
+        let new =
+            thunder_proto::GetInNetworkPostsResponse::decode(raw.as_slice()).expect("decodes");
         if new.next_cursor.is_empty() {
             assert_eq!(raw, old, "{name}: nothing beyond the old fields is sent");
         } else {

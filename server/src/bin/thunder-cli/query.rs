@@ -192,7 +192,7 @@ fn to_hex(bytes: &[u8]) -> String {
 }
 
 fn from_hex(hex: &str) -> anyhow::Result<Vec<u8>> {
-    anyhow::ensure!(hex.len() % 2 == 0, "odd number of hex digits");
+    anyhow::ensure!(hex.len().is_multiple_of(2), "odd number of hex digits");
     (0..hex.len())
         .step_by(2)
         .map(|i| {
