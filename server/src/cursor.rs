@@ -50,19 +50,19 @@ pub struct Cursor {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CursorError {
     /// Not the length of any cursor.
-    #[error("cursor has {0} bytes, expected {CURSOR_BYTES}: pass next_cursor back unchanged")]
+    #[error("{0} bytes, expected {CURSOR_BYTES}: pass next_cursor back unchanged")]
     Length(usize),
     /// A version this build does not read.
-    #[error("cursor version {0} is not supported (this server reads version {CURSOR_VERSION})")]
+    #[error("version {0} is not supported (this server reads version {CURSOR_VERSION})")]
     Version(u8),
     /// The MAC does not match: altered, forged, or issued under another secret.
     #[error(
-        "cursor failed authentication: it was altered, forged, or issued by a server with \
+        "failed authentication: it was altered, forged, or issued by a server with \
          another --cursor-secret"
     )]
     Forged,
     /// Authenticated, but with flags this version does not define.
-    #[error("cursor has unknown flags {0:#04x}")]
+    #[error("unknown flags {0:#04x}")]
     Flags(u8),
 }
 

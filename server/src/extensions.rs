@@ -157,7 +157,7 @@ mod tests {
             cursor,
             ..request()
         };
-        assert!(message(&with_cursor(vec![1, 2, 3])).starts_with("cursor: cursor has 3 bytes"));
+        assert!(message(&with_cursor(vec![1, 2, 3])).starts_with("cursor: 3 bytes, expected 58"));
         let mut forged = CursorKey::global().seal(&Cursor {
             as_of_secs: 100,
             after: None,
