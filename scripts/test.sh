@@ -37,6 +37,7 @@ RUSTFLAGS="${RUSTFLAGS:-} --cfg thunder_loom" CARGO_TARGET_DIR="${CARGO_TARGET_D
 
 step "Benchmark smoke run (small scale; prints figures, asserts no timing)"
 cargo run --release --locked -p thunder-benches --bin compare -- --scale 1000 --queries 200
+cargo run --release --locked -p thunder-benches --bin seen_filter -- --scale 1000 --rounds 20 --probes 20000
 
 if [ "${THUNDER_FUZZ_SECONDS:-60}" != "0" ] && [ -x scripts/fuzz-smoke.sh ]; then
     step "Fuzz smoke run"

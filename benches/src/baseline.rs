@@ -608,6 +608,7 @@ impl Store for BaselineStore {
             posts: result.posts,
             timed_out: false,
             eligible: result.total_eligible,
+            ..QueryOutcome::default()
         }
     }
 
@@ -618,6 +619,7 @@ impl Store for BaselineStore {
             posts: result.posts,
             timed_out: false,
             eligible: result.total_eligible,
+            ..QueryOutcome::default()
         }
     }
 

@@ -64,6 +64,7 @@ impl InNetworkPostsService for Fake {
         }
         Ok(Response::new(GetInNetworkPostsResponse {
             posts: self.posts.clone(),
+            ..Default::default()
         }))
     }
 }

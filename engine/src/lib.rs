@@ -57,7 +57,9 @@ pub mod behaviour {}
 pub mod clock;
 pub mod config;
 mod contract;
+pub mod page;
 pub mod post;
+pub mod seen;
 
 mod arena;
 mod authors;
@@ -72,8 +74,10 @@ mod timeline;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::Store;
 pub use directory::{DirectoryStats, FACT_SHARDS};
+pub use page::{AnswerWindow, PagePosition};
 pub use post::{DeleteEvent, EventBatch, LightPost, PostEvent};
 pub use query::{FeedQuery, QueryOutcome};
+pub use seen::SeenFilter;
 pub use store::{
     DeleteReport, DropReason, InsertReport, PostStore, StoreConfig, StoreStats, TrimReport,
 };

@@ -25,7 +25,9 @@ use crate::config::{
     MAX_VIDEO_POSTS_PER_AUTHOR,
 };
 use crate::index::Hashed;
+use crate::page::{AnswerWindow, order_ties};
 use crate::post::LightPost;
+use crate::seen::SeenFilter;
 use crate::store::{Author, Kind, PostStore};
 use crate::timeline::{Snapshot, Timeline, TinyPost};
 use bumpalo::Bump;
@@ -42,6 +44,11 @@ pub struct FeedQuery<'a> {
     pub authors: &'a [i64],
     /// Post ids never to return.
     pub exclude: &'a [i64],
+    /// Post ids the viewer has seen, as a compact filter: skipped like `exclude` (false
+    /// positives included).
+    pub seen: Option<&'a SeenFilter>,
+    /// Time bounds and the page position the answer continues after.
+    pub window: AnswerWindow,
     /// Most posts in the answer.
     pub max_results: usize,
     /// Per-author originals limit (clamped to `MAX_ORIGINAL_POSTS_PER_AUTHOR`).
@@ -59,6 +66,8 @@ impl<'a> FeedQuery<'a> {
             viewer_id,
             authors,
             exclude: &[],
+            seen: None,
+            window: AnswerWindow::ALL,
             max_results: crate::config::MAX_POSTS_TO_RETURN,
             max_originals_per_author: crate::config::MAX_ORIGINAL_POSTS_PER_AUTHOR,
             max_secondary_per_author: crate::config::MAX_REPLY_POSTS_PER_AUTHOR,
@@ -76,6 +85,8 @@ pub struct QueryOutcome {
     pub timed_out: bool,
     /// Summed timeline lengths of the requested authors (the reference's `total_eligible`).
     pub eligible: usize,
+    /// The store clock the query read (unix seconds): nothing created later is in `posts`.
+    pub as_of_secs: i64,
 }
 
 type ScratchSet<'b> = hashbrown::HashSet<i64, foldhash::fast::RandomState, &'b Bump>;
@@ -129,7 +140,12 @@ struct Stream<'g> {
 struct Reader<'q> {
     store: &'q PostStore,
     exclude: &'q ScratchSet<'q>,
+    seen: Option<&'q SeenFilter>,
     now: i64,
+    /// Entries created after this are skipped (the window's upper bound, at most `now`).
+    newest: i64,
+    /// Entries created before this end the scan (the window's lower bound).
+    oldest: i64,
 }
 
 impl Reader<'_> {
@@ -161,10 +177,14 @@ impl Reader<'_> {
             let Some(entry) = snap.get(s.seq) else {
                 return false;
             };
-            if self.store.expired(entry.created_at, self.now) {
+            let created_at = i64::from(entry.created_at);
+            if self.store.expired(entry.created_at, self.now) || created_at < self.oldest {
                 return false;
             }
-            if !self.exclude.is_empty() && self.exclude.contains(&entry.post_id) {
+            if created_at > self.newest
+                || (!self.exclude.is_empty() && self.exclude.contains(&entry.post_id))
+                || self.seen.is_some_and(|seen| seen.contains(entry.post_id))
+            {
                 continue;
             }
             prefetch(self.store.arena.slot_ptr(entry.slot));
@@ -276,11 +296,16 @@ impl PostStore {
         // Resolve authors (deduplicated, request order) and rank every requested timeline by
         // the newest `created_at` its writer published, without touching its buffer: a
         // timeline's ring is read only when the merge actually reaches it.
+        let window = query.window;
         let reader = Reader {
             store: self,
             exclude: &exclude,
+            seen: query.seen,
             now,
+            newest: window.upper_bound(now),
+            oldest: window.lower_bound(),
         };
+        outcome.as_of_secs = now;
         let mut streams: BumpVec<Stream<'_>> =
             BumpVec::with_capacity_in(query.authors.len() * limits.len(), bump);
         let mut heap: BumpVec<u64> = BumpVec::with_capacity_in(streams.capacity(), bump);
@@ -290,13 +315,13 @@ impl PostStore {
         // timelines' summaries); then verify and rank.
         let mut probes: BumpVec<(i64, Hashed, Option<u32>)> =
             BumpVec::with_capacity_in(DEADLINE_STRIDE, bump);
-        for (w, window) in query.authors.chunks(DEADLINE_STRIDE).enumerate() {
+        for (w, batch) in query.authors.chunks(DEADLINE_STRIDE).enumerate() {
             if w > 0 && timed_out(query.deadline) {
                 outcome.timed_out = true;
                 break;
             }
             probes.clear();
-            for &author_id in window {
+            for &author_id in batch {
                 // A shard holds no timeline of a foreign author (it stays in `followed` for
                 // the reply rule), so it is not probed.
                 if followed.insert(author_id) && !self.is_foreign_author(author_id) {
@@ -327,10 +352,17 @@ impl PostStore {
                     let timeline = &author.timelines[kind as usize];
                     let (len, newest) = timeline.summary();
                     outcome.eligible += len as usize;
-                    if len == 0 || limit == 0 || query.max_results == 0 || self.expired(newest, now)
+                    if len == 0
+                        || limit == 0
+                        || query.max_results == 0
+                        || self.expired(newest, now)
+                        || i64::from(newest) < reader.oldest
                     {
                         continue;
                     }
+                    // Ranked no newer than the window: materializing finds the entry below it.
+                    let newest =
+                        newest.min(u32::try_from(reader.newest.max(0)).unwrap_or(u32::MAX));
                     heap.push(heap_key(newest, streams.len()));
                     streams.push(Stream {
                         timeline,
@@ -355,7 +387,13 @@ impl PostStore {
         let mut posts = Vec::with_capacity(query.max_results.min(4096));
         let mut pops = 0usize;
         while let Some(&top) = heap.first() {
-            if posts.len() >= query.max_results {
+            if posts.len() >= query.max_results
+                && posts
+                    .last()
+                    .is_none_or(|last: &LightPost| (top >> 32) as i64 != last.created_at)
+            {
+                // Full, and no stream can still hold a post as old as the last one: the cut
+                // falls between two timestamps, so it is the same in the answer order.
                 break;
             }
             pops += 1;
@@ -398,7 +436,11 @@ impl PostStore {
             {
                 stream.examined += 1;
                 if self.visible(&record, stream.kind, query.viewer_id, &followed, &g, now) {
-                    posts.push(record.to_light());
+                    // A candidate before the page position still counts toward its author's
+                    // limit (it is in an earlier page), it is just not returned again.
+                    if window.admits(i64::from(entry.created_at), entry.post_id) {
+                        posts.push(record.to_light());
+                    }
                     stream.taken += 1;
                 }
             }
@@ -417,6 +459,9 @@ impl PostStore {
             }
             sift_down(&mut heap, 0);
         }
+        // Whole groups of equal `created_at` were merged: order them by id, then cut.
+        order_ties(&mut posts);
+        posts.truncate(query.max_results);
         outcome.posts = posts;
         outcome
     }

@@ -150,6 +150,8 @@ fn query_spec() -> impl Strategy<Value = OwnedQuery> {
                 max_results,
                 max_originals_per_author: originals,
                 max_secondary_per_author: secondary,
+                seen: None,
+                window: thunder_engine::AnswerWindow::ALL,
             },
         )
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use thunder_engine::{
-    Clock, DeleteEvent, FeedQuery, LightPost, ManualClock, PostStore, QueryOutcome, StoreConfig,
+    AnswerWindow, Clock, DeleteEvent, FeedQuery, LightPost, ManualClock, PagePosition, PostStore,
+    QueryOutcome, SeenFilter, StoreConfig,
 };
 use thunder_testkit::model::{ModelStore, answers_agree};
 use thunder_testkit::query::OwnedQuery;
@@ -54,7 +55,60 @@ enum Op {
     Delete(Vec<(i64, When)>),
     Advance(i64),
     Trim(usize),
-    Query(OwnedQuery),
+    Query(OwnedQuery, WindowSpec),
+}
+
+/// A query's time bounds and page position, relative to the clock when it runs.
+#[derive(Clone, Debug, Default)]
+struct WindowSpec {
+    min_secs_ago: Option<i64>,
+    max_secs_ago: Option<i64>,
+    /// (secs ago, post id) of the position to continue after.
+    after: Option<(i64, i64)>,
+}
+
+impl WindowSpec {
+    fn resolve(&self, now: i64) -> AnswerWindow {
+        AnswerWindow {
+            min_created_at: self.min_secs_ago.map(|s| now - s),
+            max_created_at: self.max_secs_ago.map(|s| now - s),
+            after: self.after.map(|(secs_ago, post_id)| PagePosition {
+                created_at: now - secs_ago,
+                post_id,
+            }),
+        }
+    }
+}
+
+fn window_spec(retention_secs: i64) -> impl Strategy<Value = WindowSpec> {
+    let secs_ago = prop_oneof![3 => 0..=60i64, 1 => 0..=retention_secs + 5, 1 => -3..=0i64];
+    (
+        prop::option::weighted(0.2, secs_ago.clone()),
+        prop::option::weighted(0.2, secs_ago.clone()),
+        prop::option::weighted(0.2, (secs_ago, POST_IDS)),
+    )
+        .prop_map(|(min_secs_ago, max_secs_ago, after)| WindowSpec {
+            min_secs_ago,
+            max_secs_ago,
+            after,
+        })
+}
+
+/// A seen filter of a few ids; one block and a random seed make false positives likely.
+fn seen_filter() -> impl Strategy<Value = Option<SeenFilter>> {
+    prop::option::weighted(
+        0.3,
+        (
+            prop::collection::vec(POST_IDS, 0..=6),
+            1..=2usize,
+            any::<u64>(),
+        )
+            .prop_map(|(ids, blocks, seed)| {
+                let mut filter = SeenFilter::with_blocks(blocks, seed);
+                ids.iter().for_each(|&id| filter.insert(id));
+                filter
+            }),
+    )
 }
 
 #[derive(Clone, Debug)]
@@ -189,6 +243,7 @@ fn query_spec() -> impl Strategy<Value = OwnedQuery> {
         prop_oneof![6 => 0..=12usize, 1 => Just(1200usize)],
         prop_oneof![1 => Just(0usize), 6 => 1..=4usize, 2 => 5..=60usize],
         prop_oneof![2 => Just(0usize), 6 => 1..=4usize, 2 => 5..=40usize],
+        seen_filter(),
     )
         .prop_map(
             |(
@@ -199,6 +254,7 @@ fn query_spec() -> impl Strategy<Value = OwnedQuery> {
                 max_results,
                 max_originals_per_author,
                 max_secondary_per_author,
+                seen,
             )| OwnedQuery {
                 videos,
                 viewer_id,
@@ -207,6 +263,8 @@ fn query_spec() -> impl Strategy<Value = OwnedQuery> {
                 max_results,
                 max_originals_per_author,
                 max_secondary_per_author,
+                seen,
+                window: AnswerWindow::ALL,
             },
         )
 }
@@ -225,7 +283,7 @@ fn op(retention_secs: i64) -> impl Strategy<Value = Op> {
         ]
         .prop_map(Op::Advance),
         1 => (0..thunder_engine::config::TRIM_FRACTION).prop_map(Op::Trim),
-        4 => query_spec().prop_map(Op::Query),
+        4 => (query_spec(), window_spec(retention_secs)).prop_map(|(q, w)| Op::Query(q, w)),
     ]
 }
 
@@ -327,9 +385,69 @@ impl Pair {
                 self.engine.trim(*shard);
                 self.model.trim(*shard);
             }
-            Op::Query(q) => self.compare_query(step, q)?,
+            Op::Query(q, window) => {
+                let mut q = q.clone();
+                q.window = window.resolve(now);
+                self.compare_query(step, &q)?;
+                self.check_paging(step, &q)?;
+            }
         }
         self.audit(step)
+    }
+
+    /// Pages of the query (its window without the position, a few posts per page, each
+    /// continuing after the previous page's last post) concatenate to the one big answer,
+    /// on the engine and on the model, and the big answers agree.
+    fn check_paging(&self, step: usize, q: &OwnedQuery) -> Result<(), TestCaseError> {
+        let mut whole = q.clone();
+        whole.window.after = None;
+        whole.max_results = 10_000;
+        let engine_whole = self.ask(true, &whole);
+        let model_whole = self.ask(false, &whole);
+        agree(step, &engine_whole, &model_whole, whole.max_results)?;
+        prop_assert_eq!(
+            &engine_whole.posts,
+            &model_whole.posts,
+            "step {}: uncut answers differ in order",
+            step
+        );
+        let page_size = q.max_results.clamp(1, 3);
+        for (name, on_engine) in [("engine", true), ("model", false)] {
+            let mut page = whole.clone();
+            page.max_results = page_size;
+            let mut pages = Vec::new();
+            loop {
+                let answer = self.ask(on_engine, &page).posts;
+                prop_assert!(answer.len() <= page_size);
+                let Some(last) = answer.last() else { break };
+                page.window.after = Some(PagePosition::of(last));
+                let short = answer.len() < page_size;
+                pages.extend(answer);
+                if short {
+                    break;
+                }
+            }
+            prop_assert_eq!(
+                ids(&pages),
+                ids(&engine_whole.posts),
+                "step {}: {} pages of {} do not concatenate to the whole answer",
+                step,
+                name,
+                page_size
+            );
+        }
+        Ok(())
+    }
+
+    /// Asks the engine (`on_engine`) or the model.
+    fn ask(&self, on_engine: bool, q: &OwnedQuery) -> QueryOutcome {
+        let query = q.feed();
+        match (on_engine, q.videos) {
+            (true, false) => self.engine.get_all_posts_by_users(&query),
+            (true, true) => self.engine.get_videos_by_users(&query),
+            (false, false) => self.model.get_all_posts_by_users(&query),
+            (false, true) => self.model.get_videos_by_users(&query),
+        }
     }
 
     fn compare_query(&self, step: usize, q: &OwnedQuery) -> Result<(), TestCaseError> {
@@ -356,6 +474,8 @@ impl Pair {
             viewer_id: OUTSIDE_VIEWER,
             authors: &authors,
             exclude: &[],
+            seen: None,
+            window: thunder_engine::AnswerWindow::ALL,
             max_results: 1200,
             max_originals_per_author: 50,
             max_secondary_per_author: 30,
@@ -607,20 +727,25 @@ fn run_bulk(max_posting_list_size: usize, ops: &[BulkOp]) -> Result<(), TestCase
                 exclude_count,
                 limits,
                 max_results,
-            } => Op::Query(OwnedQuery {
-                videos: *videos,
-                viewer_id: *viewer_id,
-                authors: authors.clone(),
-                exclude: match inserted.get(exclude_bulk % inserted.len().max(1)) {
-                    Some(&(newest_id, _)) => (0..*exclude_count)
-                        .map(|i| newest_id - exclude_skip - i)
-                        .collect(),
-                    None => Vec::new(),
+            } => Op::Query(
+                OwnedQuery {
+                    seen: None,
+                    window: AnswerWindow::ALL,
+                    videos: *videos,
+                    viewer_id: *viewer_id,
+                    authors: authors.clone(),
+                    exclude: match inserted.get(exclude_bulk % inserted.len().max(1)) {
+                        Some(&(newest_id, _)) => (0..*exclude_count)
+                            .map(|i| newest_id - exclude_skip - i)
+                            .collect(),
+                        None => Vec::new(),
+                    },
+                    max_results: *max_results,
+                    max_originals_per_author: limits.0,
+                    max_secondary_per_author: limits.1,
                 },
-                max_results: *max_results,
-                max_originals_per_author: limits.0,
-                max_secondary_per_author: limits.1,
-            }),
+                WindowSpec::default(),
+            ),
         };
         pair.apply(step, &op)?;
     }
@@ -683,6 +808,8 @@ fn reply_rule_reference_table_matches() {
         viewer_id: 1,
         authors: &[2, 3, 4, 5],
         exclude: &[],
+        seen: None,
+        window: thunder_engine::AnswerWindow::ALL,
         max_results: 1200,
         max_originals_per_author: 50,
         max_secondary_per_author: 30,

@@ -136,6 +136,8 @@ fn check(shard_count: i64, seed: u64) {
             max_originals_per_author: rng.random_range(0..60),
             max_secondary_per_author: rng.random_range(0..40),
             deadline: None,
+            seen: None,
+            window: thunder_engine::AnswerWindow::ALL,
         };
         let video = round % 3 == 0;
         let ask = |s: &PostStore| {

@@ -7,9 +7,13 @@
 //! `grpc-timeout` header value (`n % 16` bytes; 0: no header), then the header bytes, then the
 //! request. The status code must be the documented one for the situation:
 //! `RESOURCE_EXHAUSTED` only when the QPS quota is spent, `INVALID_ARGUMENT` exactly when an
-//! id that is used exceeds `i64`, `INTERNAL` only when the follow-graph fallback fails,
+//! id that is used exceeds `i64` or an extension field is malformed (seen filter, cursor,
+//! inverted time bounds), `INTERNAL` only when the follow-graph fallback fails,
 //! `DEADLINE_EXCEEDED` only for a call with a valid `grpc-timeout` header (its deadline may
-//! pass before the answer), and `OK` otherwise; an `OK` answer obeys the request.
+//! pass before the answer), and `OK` otherwise; an `OK` answer obeys the request (seen filter,
+//! time bounds and cursor included) and its `next_cursor` is one the server accepts. Control
+//! bit 0x40 replaces the request's cursor by a valid one derived from the input, bit 0x80 adds
+//! a seen filter built from the request's exclude list, so both paths are reached.
 #![no_main]
 
 use std::collections::HashMap;
@@ -20,11 +24,13 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
-use thunder_engine::{LightPost, ManualClock, PostStore};
+use thunder_engine::seen::SEEN_FILTER_MAX_BYTES;
+use thunder_engine::{LightPost, ManualClock, PagePosition, PostStore, SeenFilter};
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_server::InNetworkPostsService;
 use thunder_server::admission::Admission;
 use thunder_server::convert::post_from_proto;
+use thunder_server::cursor::{Cursor, CursorKey};
 use thunder_server::following::{FollowingSource, StaticFollowing};
 use thunder_server::handle_request;
 use thunder_server::request::{BLACKLISTED_AUTHORS, ValidatedRequest};
@@ -114,6 +120,20 @@ impl Situation {
     }
 }
 
+/// True when an extension field is malformed: a seen filter whose format, block count or
+/// size is off, a cursor the server did not sign, or `min_created_at > max_created_at`.
+fn has_invalid_extension(req: &GetInNetworkPostsRequest) -> bool {
+    let bad_filter = req.seen_filter.as_ref().is_some_and(|f| {
+        f.format != 1
+            || f.num_blocks == 0
+            || f.bits.len() > SEEN_FILTER_MAX_BYTES
+            || f.bits.len() as u64 != u64::from(f.num_blocks) * 32
+    });
+    let bad_cursor = !req.cursor.is_empty() && CursorKey::global().open(&req.cursor).is_err();
+    let inverted = matches!((req.min_created_at, req.max_created_at), (Some(a), Some(b)) if a > b);
+    bad_filter || bad_cursor || inverted
+}
+
 /// True when an id that validation looks at exceeds `i64`.
 fn has_invalid_id(req: &GetInNetworkPostsRequest) -> bool {
     let too_big = |ids: &[u64]| {
@@ -130,10 +150,12 @@ fn serve(
     situation: Situation,
     timeout: Option<MetadataValue<tonic::metadata::Ascii>>,
     req: GetInNetworkPostsRequest,
-) -> Result<Vec<LightPost>, tonic::Status> {
+) -> Result<(Vec<LightPost>, Vec<u8>), tonic::Status> {
+    let unpack = |r: thunder_proto::GetInNetworkPostsResponse| {
+        (r.posts.iter().map(post_from_proto).collect(), r.next_cursor)
+    };
     if !situation.via_service {
-        return handle_request(&store(), &req)
-            .map(|r| r.posts.iter().map(post_from_proto).collect());
+        return handle_request(&store(), &req).map(unpack);
     }
     let admission = Admission::new(NonZeroU32::MIN);
     if situation.quota_spent {
@@ -155,7 +177,7 @@ fn serve(
     }
     runtime()
         .block_on(service.get_in_network_posts(request))
-        .map(|r| r.into_inner().posts.iter().map(post_from_proto).collect())
+        .map(|r| unpack(r.into_inner()))
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -166,14 +188,34 @@ fuzz_target!(|data: &[u8]| {
     let (header, body) = rest.split_at(header_len);
     let situation = Situation::from_byte(*control);
     // tonic answers an undecodable body itself (INTERNAL, before the service runs).
-    let Ok(req) = GetInNetworkPostsRequest::decode(body) else {
+    let Ok(mut req) = GetInNetworkPostsRequest::decode(body) else {
         return;
     };
+    if control & 0x40 != 0 {
+        let at = |x: u64| NOW_SECS - (x % 5000) as i64;
+        req.cursor = CursorKey::global().seal(&Cursor {
+            as_of_secs: at(u64::from(req.max_results)),
+            after: (!req.debug).then(|| PagePosition {
+                created_at: at(req.user_id),
+                post_id: req.algorithm.len() as i64 * 37,
+            }),
+        });
+    }
+    if control & 0x80 != 0 && req.seen_filter.is_none() {
+        let ids: Vec<i64> = req.exclude_tweet_ids.iter().map(|&id| id as i64).collect();
+        let filter = SeenFilter::from_ids(&ids, req.user_id);
+        req.seen_filter = Some(thunder_proto::SeenFilter {
+            format: 1,
+            seed: filter.seed(),
+            num_blocks: filter.num_blocks(),
+            bits: filter.to_bytes(),
+        });
+    }
     let timeout: Option<MetadataValue<tonic::metadata::Ascii>> = (!header.is_empty())
         .then(|| MetadataValue::try_from(header).ok())
         .flatten();
 
-    let invalid = has_invalid_id(&req);
+    let invalid = has_invalid_id(&req) || has_invalid_extension(&req);
     let uses_fallback =
         situation.via_service && situation.fallback != 0 && req.following_user_ids.is_empty();
     let expected = if situation.via_service && situation.quota_spent {
@@ -199,7 +241,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     assert_eq!(code, expected, "{situation:?}: {result:?} for {req:?}");
-    let Ok(posts) = result else { return };
+    let Ok((posts, next_cursor)) = result else {
+        return;
+    };
 
     let mut validated = ValidatedRequest::from_request(&req).expect("valid when answered OK");
     if uses_fallback {
@@ -211,9 +255,20 @@ fuzz_target!(|data: &[u8]| {
         posts.len()
     );
     assert!(
-        posts.windows(2).all(|w| w[0].created_at >= w[1].created_at),
-        "not newest first: {posts:?}"
+        posts
+            .windows(2)
+            .all(|w| (w[0].created_at, w[0].post_id) > (w[1].created_at, w[1].post_id)),
+        "not in the answer order (newest first, larger id first): {posts:?}"
     );
+    let ext = &validated.extensions;
+    if !next_cursor.is_empty() {
+        let next = CursorKey::global()
+            .open(&next_cursor)
+            .expect("the server accepts its own next_cursor");
+        if let Some(start) = ext.cursor {
+            assert_eq!(next.as_of_secs, start.as_of_secs, "a later page moved as_of");
+        }
+    }
     for post in &posts {
         assert!(
             validated.authors.contains(&post.author_id),
@@ -234,6 +289,21 @@ fuzz_target!(|data: &[u8]| {
         assert!(
             NOW_SECS - post.created_at <= 3600,
             "expired post served: {post:?}"
+        );
+        assert!(
+            ext.seen.as_ref().is_none_or(|f| !f.contains(post.post_id)),
+            "a post in the seen filter served: {post:?}"
+        );
+        assert!(
+            ext.window.min_created_at.is_none_or(|min| post.created_at >= min)
+                && ext.window.max_created_at.is_none_or(|max| post.created_at <= max),
+            "outside the time bounds {:?}: {post:?}",
+            ext.window
+        );
+        assert!(
+            ext.window.admits(post.created_at, post.post_id),
+            "not after the cursor {:?}: {post:?}",
+            ext.window.after
         );
         if validated.is_video {
             assert!(

@@ -271,6 +271,8 @@ impl Query {
             viewer_id: self.viewer_id,
             authors: &self.authors,
             exclude: &self.exclude,
+            seen: None,
+            window: thunder_engine::AnswerWindow::ALL,
             max_results: self.max_results,
             max_originals_per_author: self.max_originals_per_author,
             max_secondary_per_author: self.max_secondary_per_author,

@@ -26,16 +26,35 @@ type Frame = [u8; FRAME_BYTES];
 pub struct PostsAnswer {
     /// The posts, in answer order.
     pub posts: Vec<LightPost>,
+    /// `next_cursor` (field 2); empty is not written (proto3 default).
+    pub next_cursor: Vec<u8>,
+}
+
+/// `next_cursor`'s tag: field 2, length-delimited.
+const NEXT_CURSOR_TAG: u8 = (2 << 3) | 2;
+
+/// Bytes of a varint.
+fn varint_len(value: u64) -> usize {
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 impl PostsAnswer {
     /// Encoded size in bytes (what prost's `encoded_len` of the response would say).
     pub fn encoded_len(&self) -> usize {
         let mut frame = [0u8; FRAME_BYTES];
-        self.posts
+        let posts: usize = self
+            .posts
             .iter()
             .map(|post| encode_post(post, &mut frame))
-            .sum()
+            .sum();
+        posts + self.next_cursor_len()
+    }
+
+    fn next_cursor_len(&self) -> usize {
+        match self.next_cursor.len() {
+            0 => 0,
+            n => 1 + varint_len(n as u64) + n,
+        }
     }
 
     /// Appends the encoded response to `dst`; returns the bytes written.
@@ -46,6 +65,17 @@ impl PostsAnswer {
             let len = encode_post(post, &mut frame);
             dst.put_slice(&frame[..len]);
             total += len;
+        }
+        if !self.next_cursor.is_empty() {
+            dst.put_u8(NEXT_CURSOR_TAG);
+            let mut n = self.next_cursor.len() as u64;
+            while n >= 0x80 {
+                dst.put_u8((n as u8) | 0x80);
+                n >>= 7;
+            }
+            dst.put_u8(n as u8);
+            dst.put_slice(&self.next_cursor);
+            total += self.next_cursor_len();
         }
         total
     }
@@ -158,9 +188,10 @@ mod tests {
     use crate::convert::post_to_proto;
     use thunder_proto::GetInNetworkPostsResponse;
 
-    fn prost_bytes(posts: &[LightPost]) -> Vec<u8> {
+    fn prost_bytes(posts: &[LightPost], next_cursor: &[u8]) -> Vec<u8> {
         GetInNetworkPostsResponse {
             posts: posts.iter().map(post_to_proto).collect(),
+            next_cursor: next_cursor.to_vec(),
         }
         .encode_to_vec()
     }
@@ -191,17 +222,29 @@ mod tests {
                 ..LightPost::original(1_900_000_000_000_000_000, 12345, 1_700_000_000)
             },
         ];
+        // No cursor, a short one, and one whose length needs a two-byte varint.
+        let cursors = [Vec::new(), vec![7u8; 58], vec![0xA5u8; 300]];
         for n in 0..=posts.len() {
-            let answer = PostsAnswer {
-                posts: posts[..n].to_vec(),
-            };
-            let mut ours = Vec::new();
-            answer.encode_to(&mut ours);
-            let expected = prost_bytes(&posts[..n]);
-            assert_eq!(ours, expected, "first {n} posts");
-            assert_eq!(answer.encoded_len(), expected.len());
-            let decoded = GetInNetworkPostsResponse::decode(ours.as_slice()).expect("decodes");
-            assert_eq!(decoded.posts.len(), n);
+            for cursor in &cursors {
+                let answer = PostsAnswer {
+                    posts: posts[..n].to_vec(),
+                    next_cursor: cursor.clone(),
+                };
+                let mut ours = Vec::new();
+                let written = answer.encode_to(&mut ours);
+                let expected = prost_bytes(&posts[..n], cursor);
+                assert_eq!(
+                    ours,
+                    expected,
+                    "first {n} posts, cursor of {}",
+                    cursor.len()
+                );
+                assert_eq!(answer.encoded_len(), expected.len());
+                assert_eq!(written, expected.len());
+                let decoded = GetInNetworkPostsResponse::decode(ours.as_slice()).expect("decodes");
+                assert_eq!(decoded.posts.len(), n);
+                assert_eq!(&decoded.next_cursor, cursor);
+            }
         }
     }
 }

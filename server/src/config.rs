@@ -88,6 +88,10 @@ pub struct Args {
     /// (plus the facts of the others' posts the query rules read). Unset: a full replica.
     #[arg(long, env = "THUNDER_SHARD")]
     pub shard: Option<thunder_proto::shard::ShardSpec>,
+    /// Secret the page cursors are signed with; give every replica behind one address the
+    /// same one. Unset: a built-in secret (cursors are still checked, but forgeable).
+    #[arg(long, env = "THUNDER_CURSOR_SECRET", hide_env_values = true)]
+    pub cursor_secret: Option<String>,
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,

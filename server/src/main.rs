@@ -23,6 +23,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let options = args.server_options()?;
     snapshot::check_mode(args.snapshot.snapshot_dir.as_deref(), args.demo_mode())?;
+    if let Some(secret) = &args.cursor_secret {
+        thunder_server::cursor::CursorKey::install(secret.as_bytes());
+    }
     let store = Arc::new(thunder_server::shard::new_store(
         args.post_retention_seconds,
         args.shard,

@@ -581,6 +581,8 @@ pub struct RequestSize {
 pub struct QuerySummary {
     /// The posts returned (before the response is built), newest first.
     pub posts: Vec<LightPost>,
+    /// The answer's `next_cursor` (empty: the answer is complete).
+    pub next_cursor: Vec<u8>,
     /// The deadline passed; `posts` is partial.
     pub timed_out: bool,
     /// Summed timeline lengths of the requested authors.
@@ -784,6 +786,7 @@ mod tests {
             duration_without_fetch: Some(Duration::from_millis(3)),
             query: Some(QuerySummary {
                 posts,
+                next_cursor: Vec::new(),
                 timed_out: true,
                 eligible: 6,
                 now_secs: now,

@@ -11,11 +11,12 @@ use thunder_engine::config::{
     MAX_INPUT_LIST_SIZE, MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_POSTS_TO_RETURN,
     MAX_REPLY_POSTS_PER_AUTHOR, MAX_VIDEOS_TO_RETURN,
 };
-use thunder_engine::{FeedQuery, LightPost, PostStore, QueryOutcome};
+use thunder_engine::{FeedQuery, PostStore, QueryOutcome};
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 
 use crate::convert::post_to_proto;
 use crate::error::ServiceError;
+use crate::extensions::Extensions;
 use crate::log_limit::{LogLimit, for_log};
 use crate::overload::{DEGRADED_MAX_AUTHORS, DegradeLevel};
 
@@ -59,6 +60,8 @@ pub struct ValidatedRequest {
     pub debug: bool,
     /// `following_user_ids` was empty (the follow-graph fallback applies).
     pub following_was_empty: bool,
+    /// The seen filter, time bounds and page cursor (fields beyond the reference contract).
+    pub extensions: Extensions,
 }
 
 impl ValidatedRequest {
@@ -123,6 +126,7 @@ impl ValidatedRequest {
             is_video: req.is_video_request,
             debug: req.debug,
             following_was_empty: req.following_user_ids.is_empty(),
+            extensions: Extensions::from_request(req)?,
         };
         if validated.is_video {
             validated.max_originals_per_author = MAX_ORIGINAL_POSTS_PER_AUTHOR;
@@ -169,6 +173,8 @@ impl ValidatedRequest {
         query.max_originals_per_author = self.max_originals_per_author;
         query.max_secondary_per_author = self.max_secondary_per_author;
         query.deadline = deadline;
+        query.seen = self.extensions.seen.as_ref();
+        query.window = self.extensions.window;
         if self.is_video {
             store.get_videos_by_users(&query)
         } else {
@@ -184,14 +190,19 @@ pub fn handle_request(
 ) -> Result<GetInNetworkPostsResponse, tonic::Status> {
     let validated = ValidatedRequest::from_request(req)?;
     let outcome = validated.execute(store, None);
-    Ok(response_from(&outcome.posts))
+    Ok(response_from(&validated, &outcome))
 }
 
-/// The prost response for a store answer (the server itself encodes with
-/// [`crate::codec::PostsCodec`]).
-pub fn response_from(posts: &[LightPost]) -> GetInNetworkPostsResponse {
+/// The wire response for the store's answer to `validated`.
+pub fn response_from(
+    validated: &ValidatedRequest,
+    outcome: &QueryOutcome,
+) -> GetInNetworkPostsResponse {
     GetInNetworkPostsResponse {
-        posts: posts.iter().map(post_to_proto).collect(),
+        posts: outcome.posts.iter().map(post_to_proto).collect(),
+        next_cursor: validated
+            .extensions
+            .next_cursor(validated.max_results, outcome),
     }
 }
 
@@ -286,8 +297,8 @@ mod tests {
         let store = PostStore::new(thunder_engine::config::DEFAULT_RETENTION_SECS);
         let now = store.now_secs();
         store.insert_posts(&[
-            LightPost::original(1, 5, now - 10),
-            LightPost::original(2, 6, now - 5),
+            thunder_engine::LightPost::original(1, 5, now - 10),
+            thunder_engine::LightPost::original(2, 6, now - 5),
         ]);
         let once = GetInNetworkPostsRequest {
             following_user_ids: vec![5, 6],

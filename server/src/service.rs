@@ -24,12 +24,13 @@ use tonic::{Request, Response, Status};
 
 use crate::admission::Admission;
 use crate::codec::PostsAnswer;
+use crate::convert::post_to_proto;
 use crate::error::ServiceError;
 use crate::following::FollowingSource;
 use crate::log_limit::{LogLimit, for_log};
 use crate::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 use crate::overload::{DegradeLevel, Overload, OverloadConfig};
-use crate::request::{ValidatedRequest, response_from};
+use crate::request::ValidatedRequest;
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
 /// encoding and the trip back, so a partial answer arrives before the client gives up.
@@ -137,14 +138,18 @@ impl ThunderService {
             .as_ref()
             .map_or_else(ServiceError::code, |_| tonic::Code::Ok);
         let mut summary = record.finish(code);
+        let (posts, next_cursor) = summary
+            .query
+            .as_mut()
+            .map(|q| {
+                (
+                    std::mem::take(&mut q.posts),
+                    std::mem::take(&mut q.next_cursor),
+                )
+            })
+            .unwrap_or_default();
         result.map(|level| Answer {
-            posts: PostsAnswer {
-                posts: summary
-                    .query
-                    .as_mut()
-                    .map(|q| std::mem::take(&mut q.posts))
-                    .unwrap_or_default(),
-            },
+            posts: PostsAnswer { posts, next_cursor },
             level,
         })
     }
@@ -251,8 +256,12 @@ impl ThunderService {
                 "GetInNetworkPosts done"
             );
         }
+        let next_cursor = validated
+            .extensions
+            .next_cursor(validated.max_results, &outcome);
         summary.query = Some(QuerySummary {
             posts: outcome.posts,
+            next_cursor,
             timed_out: outcome.timed_out,
             eligible: outcome.eligible,
             now_secs,
@@ -329,7 +338,10 @@ impl InNetworkPostsService for ThunderService {
     ) -> Result<Response<GetInNetworkPostsResponse>, Status> {
         match self.answer(request).await {
             Ok(answer) => {
-                let response = response_from(&answer.posts.posts);
+                let response = GetInNetworkPostsResponse {
+                    posts: answer.posts.posts.iter().map(post_to_proto).collect(),
+                    next_cursor: answer.posts.next_cursor,
+                };
                 Ok(with_degrade_header(response, answer.level))
             }
             Err(error) => Err(log_failure(error)),

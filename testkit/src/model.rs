@@ -14,7 +14,7 @@ use thunder_engine::config::{
 };
 use thunder_engine::{
     Clock, DeleteEvent, DeleteReport, DropReason, FeedQuery, InsertReport, LightPost, QueryOutcome,
-    Store, StoreConfig, StoreStats, TrimReport,
+    Store, StoreConfig, StoreStats, TrimReport, page::answer_order,
 };
 
 /// One timeline entry: which post, and when it was created.
@@ -98,9 +98,9 @@ struct RememberedRepost {
 /// The plain model of [`PostStore`](thunder_engine::PostStore): same constructor, same operations,
 /// same report types, built from `HashMap`/`BTreeMap`/`Vec` and single-threaded.
 ///
-/// Query answers are candidates sorted newest first with a stable sort, so among equal
-/// `created_at` their order (and which survive a cut at `max_results`) may differ from the
-/// engine's; compare answers with [`answers_agree`].
+/// Query answers are candidates in the answer order (newest first, larger post id first).
+/// Which of several posts with equal `created_at` survive a per-author limit or the scan window
+/// follows timeline insertion order, as in the engine; compare answers with [`answers_agree`].
 #[derive(Debug)]
 pub struct ModelStore {
     retention_secs: i64,
@@ -456,7 +456,8 @@ impl ModelStore {
                 outcome.posts.extend(secondary);
             }
         }
-        finish(&mut outcome, query.max_results);
+        finish(&mut outcome, query);
+        outcome.as_of_secs = now;
         outcome
     }
 
@@ -479,7 +480,8 @@ impl ModelStore {
             );
             outcome.posts.extend(videos);
         }
-        finish(&mut outcome, query.max_results);
+        finish(&mut outcome, query);
+        outcome.as_of_secs = now;
         outcome
     }
 
@@ -501,10 +503,15 @@ impl ModelStore {
             if survivors.len() >= limit {
                 break;
             }
-            if self.is_expired(now, entry.created_at_secs) {
+            if self.is_expired(now, entry.created_at_secs)
+                || entry.created_at_secs < query.window.lower_bound()
+            {
                 break;
             }
-            if query.exclude.contains(&entry.post_id) {
+            if entry.created_at_secs > query.window.upper_bound(now)
+                || query.exclude.contains(&entry.post_id)
+                || query.seen.is_some_and(|seen| seen.contains(entry.post_id))
+            {
                 continue;
             }
             let post = self.records[&entry.post_id];
@@ -568,12 +575,14 @@ fn dedup_in_order(ids: &[i64]) -> Vec<i64> {
     ids.iter().copied().filter(|id| seen.insert(*id)).collect()
 }
 
-/// Orders the candidates newest first and truncates to `max_results`.
-fn finish(outcome: &mut QueryOutcome, max_results: usize) {
+/// Orders the candidates in the answer order (newest first, then larger id first), keeps
+/// those after the page position and truncates to `max_results`.
+fn finish(outcome: &mut QueryOutcome, query: &FeedQuery<'_>) {
+    outcome.posts.sort_by(answer_order);
     outcome
         .posts
-        .sort_by_key(|p| std::cmp::Reverse(p.created_at));
-    outcome.posts.truncate(max_results);
+        .retain(|p| query.window.admits(p.created_at, p.post_id));
+    outcome.posts.truncate(query.max_results);
 }
 
 /// Checks that two answers to the same query agree, allowing for the one freedom the contract
@@ -596,10 +605,11 @@ pub fn answers_agree(a: &[LightPost], b: &[LightPost], max_results: usize) -> Re
         }
         if let Some(w) = answer
             .windows(2)
-            .find(|w| w[0].created_at < w[1].created_at)
+            .find(|w| answer_order(&w[0], &w[1]).is_ge())
         {
             return Err(format!(
-                "{name} answer is not newest first: {} (at {}) before {} (at {})",
+                "{name} answer is not in the answer order (newest first, larger id first): \
+                 {} (at {}) before {} (at {})",
                 w[0].post_id, w[0].created_at, w[1].post_id, w[1].created_at
             ));
         }
@@ -733,6 +743,8 @@ mod tests {
             viewer_id,
             authors,
             exclude,
+            seen: None,
+            window: thunder_engine::AnswerWindow::ALL,
             max_results: 1200,
             max_originals_per_author: 50,
             max_secondary_per_author: 30,
@@ -1173,10 +1185,11 @@ mod tests {
         assert_eq!(s.record(5), None);
         // Evicted records are gone: the same id can be stored again.
         assert_eq!(s.insert_posts(&[original(1, 7, NOW)]).inserted, 1);
-        assert_eq!(all_ids(&s, &[7]), [1, 4, 3]);
-        // Equal timestamps: the earlier insert is the older entry.
+        // Equal timestamps are answered by descending id.
+        assert_eq!(all_ids(&s, &[7]), [4, 1, 3]);
+        // Equal timestamps: the earlier insert is the older entry (3 is evicted, not 6).
         s.insert_posts(&[original(6, 7, NOW - 1)]);
-        assert_eq!(all_ids(&s, &[7]), [1, 4, 6]);
+        assert_eq!(all_ids(&s, &[7]), [4, 1, 6]);
     }
 
     #[test]
@@ -1361,22 +1374,25 @@ mod tests {
     // ---- answers_agree ----
 
     #[test]
-    fn answers_agree_accepts_any_tie_order_and_any_tie_cut() {
+    fn answers_agree_accepts_any_tie_cut_but_only_the_answer_order() {
         let a = [
             original(1, 7, 10),
-            original(2, 7, 9),
-            original(3, 7, 9),
             original(4, 7, 9),
+            original(3, 7, 9),
+            original(2, 7, 9),
         ];
+        assert_eq!(answers_agree(&a, &a, 4), Ok(()));
+        assert_eq!(answers_agree(&a, &a, 10), Ok(()));
+        // Ties are ordered by descending post id; any other order is refused.
         let b = [
             original(1, 7, 10),
-            original(4, 7, 9),
-            original(3, 7, 9),
             original(2, 7, 9),
+            original(3, 7, 9),
+            original(4, 7, 9),
         ];
-        assert_eq!(answers_agree(&a, &b, 4), Ok(()));
-        assert_eq!(answers_agree(&a, &b, 10), Ok(()));
-        // Cut at 3 inside the tie at 9: any two of {2, 3, 4}.
+        assert!(answers_agree(&a, &b, 10).is_err());
+        // Cut at 3 inside the tie at 9: any two of {2, 3, 4} (per-author cuts among equal
+        // timestamps follow insertion order).
         let c = [original(1, 7, 10), original(4, 7, 9), original(2, 7, 9)];
         assert_eq!(answers_agree(&a[..3], &c, 3), Ok(()));
         assert_eq!(answers_agree(&[], &[], 0), Ok(()));

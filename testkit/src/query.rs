@@ -1,7 +1,7 @@
 //! An owned "newest posts of these authors" request, for tests that generate queries and keep
 //! them ([`FeedQuery`] borrows its id lists).
 
-use thunder_engine::{FeedQuery, QueryOutcome, Store};
+use thunder_engine::{AnswerWindow, FeedQuery, QueryOutcome, SeenFilter, Store};
 
 /// A [`FeedQuery`] that owns its lists, plus which question it asks (feed or videos).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,6 +14,10 @@ pub struct OwnedQuery {
     pub authors: Vec<i64>,
     /// Post ids never to return.
     pub exclude: Vec<i64>,
+    /// Post ids the viewer has seen, as a filter.
+    pub seen: Option<SeenFilter>,
+    /// Time bounds and page position.
+    pub window: AnswerWindow,
     /// Most posts in the answer.
     pub max_results: usize,
     /// Per-author originals limit.
@@ -31,6 +35,8 @@ impl OwnedQuery {
             viewer_id,
             authors,
             exclude: Vec::new(),
+            seen: None,
+            window: AnswerWindow::ALL,
             max_results: defaults.max_results,
             max_originals_per_author: defaults.max_originals_per_author,
             max_secondary_per_author: defaults.max_secondary_per_author,
@@ -43,6 +49,8 @@ impl OwnedQuery {
             viewer_id: self.viewer_id,
             authors: &self.authors,
             exclude: &self.exclude,
+            seen: self.seen.as_ref(),
+            window: self.window,
             max_results: self.max_results,
             max_originals_per_author: self.max_originals_per_author,
             max_secondary_per_author: self.max_secondary_per_author,

@@ -263,6 +263,7 @@ async fn request_loop(
             debug: false,
             is_video_request: is_video,
             per_author_limits: None,
+            ..Default::default()
         };
         let t = Instant::now();
         let outcome = client.get_in_network_posts(request).await;

@@ -5,8 +5,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use thunder_client::{ClientConfig, ShardError, ThunderClient};
+use thunder_engine::SeenFilter;
+use thunder_engine::seen::DEFAULT_BITS_PER_ID;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_proto::{GetInNetworkPostsRequest, LightPost, PerAuthorLimits};
+use thunder_proto::{
+    GetInNetworkPostsRequest, LightPost, PerAuthorLimits, SeenFilter as WireSeenFilter,
+    SeenFilterFormat,
+};
 use tonic::codec::CompressionEncoding;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -28,6 +33,30 @@ pub struct QueryArgs {
     /// Most posts to return (0: server default).
     #[arg(long, default_value_t = 0)]
     max_results: u32,
+    /// Post ids already seen, comma-separated: sent as a seen filter (not as a list).
+    #[arg(long, value_delimiter = ',')]
+    seen_ids: Vec<i64>,
+    /// Bits per seen id in the filter (10: about 1% false positives).
+    #[arg(long, default_value_t = DEFAULT_BITS_PER_ID)]
+    seen_bits_per_id: f64,
+    /// Seed of the seen filter's hash.
+    #[arg(long, default_value_t = 0)]
+    seen_seed: u64,
+    /// Only posts created at or after this time (unix seconds).
+    #[arg(long)]
+    min_created_at: Option<i64>,
+    /// Only posts created at or before this time (unix seconds).
+    #[arg(long)]
+    max_created_at: Option<i64>,
+    /// Posts per page (sets max_results); with --pages, follows next_cursor.
+    #[arg(long)]
+    page_size: Option<u32>,
+    /// How many pages to fetch and print (stops early when the answer is complete).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pages: u32,
+    /// Start after this cursor (hex, as printed as next_cursor).
+    #[arg(long)]
+    cursor: Option<String>,
     /// Video posts only.
     #[arg(long)]
     video: bool,
@@ -124,44 +153,131 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
         max_posts_per_author: args.max_per_author,
         max_replies_reposts_per_author: args.max_replies_per_author,
     });
-    let request = GetInNetworkPostsRequest {
+    let seen_filter = (!args.seen_ids.is_empty()).then(|| {
+        let mut filter =
+            SeenFilter::for_ids(args.seen_ids.len(), args.seen_bits_per_id, args.seen_seed);
+        args.seen_ids.iter().for_each(|&id| filter.insert(id));
+        WireSeenFilter {
+            format: SeenFilterFormat::SplitBlockXxh64.into(),
+            seed: filter.seed(),
+            num_blocks: filter.num_blocks(),
+            bits: filter.to_bytes(),
+        }
+    });
+    let mut request = GetInNetworkPostsRequest {
         user_id: args.user,
         following_user_ids: args.follow,
-        max_results: args.max_results,
+        max_results: args.page_size.unwrap_or(args.max_results),
         exclude_tweet_ids: args.exclude,
         algorithm: args.algorithm,
         debug: args.debug,
         is_video_request: args.video,
         per_author_limits,
+        seen_filter,
+        cursor: match &args.cursor {
+            Some(hex) => from_hex(hex).context("--cursor is not hex")?,
+            None => Vec::new(),
+        },
+        min_created_at: args.min_created_at,
+        max_created_at: args.max_created_at,
     };
-    let (posts, shard_errors) = match (client, &shards) {
+    let view = PageView {
+        json: args.json,
+        numbered: args.pages > 1,
+    };
+    let mut pages = Vec::new();
+    let mut shard_errors = Vec::new();
+    match (client, &shards) {
         (Some(mut client), _) => {
-            let posts = client
-                .get_in_network_posts(request)
-                .await
-                .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
-                .into_inner()
-                .posts;
-            (posts, Vec::new())
+            for page in 1..=args.pages {
+                let response = client
+                    .get_in_network_posts(request.clone())
+                    .await
+                    .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
+                    .into_inner();
+                show_page(
+                    view,
+                    &mut pages,
+                    page,
+                    &response.posts,
+                    &response.next_cursor,
+                );
+                if response.next_cursor.is_empty() {
+                    break;
+                }
+                request.cursor = response.next_cursor;
+            }
         }
-        (None, Some(spec)) => ask_shards(spec, request, timeout).await?,
+        (None, Some(spec)) => {
+            // A cursor belongs to the server that issued it, not to a set of shards.
+            anyhow::ensure!(
+                args.pages <= 1 && request.cursor.is_empty(),
+                "--pages and --cursor need --addr: cursors do not span shards"
+            );
+            let (posts, errors) = ask_shards(spec, request, timeout).await?;
+            shard_errors = errors;
+            show_page(view, &mut pages, 1, &posts, &[]);
+        }
         (None, None) => anyhow::bail!("neither --addr nor --shards"),
-    };
-    let response = thunder_proto::GetInNetworkPostsResponse { posts };
+    }
     if args.json {
-        let posts: Vec<serde_json::Value> = response.posts.iter().map(post_json).collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "posts": posts }))?
-        );
-    } else {
-        print_table(&response.posts);
+        let out = match <[_; 1]>::try_from(pages) {
+            Ok([one]) => one,
+            Err(pages) => serde_json::json!({ "pages": pages }),
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
     }
     if !shard_errors.is_empty() {
         let errors: Vec<String> = shard_errors.iter().map(ToString::to_string).collect();
         anyhow::bail!("incomplete answer: {}", errors.join("; "));
     }
     Ok(())
+}
+
+/// How pages are shown: as JSON (kept, printed at the end) or tables, numbered or not.
+#[derive(Clone, Copy)]
+struct PageView {
+    json: bool,
+    numbered: bool,
+}
+
+/// Prints one page (or keeps it for the JSON output).
+fn show_page(
+    view: PageView,
+    pages: &mut Vec<serde_json::Value>,
+    page: u32,
+    posts: &[LightPost],
+    next_cursor: &[u8],
+) {
+    let next_cursor = to_hex(next_cursor);
+    if view.json {
+        let posts: Vec<serde_json::Value> = posts.iter().map(post_json).collect();
+        pages.push(serde_json::json!({ "posts": posts, "next_cursor": next_cursor }));
+    } else {
+        if view.numbered {
+            println!("page {page}");
+        }
+        print_table(posts);
+        if !next_cursor.is_empty() {
+            println!("next_cursor {next_cursor}");
+        }
+    }
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(hex: &str) -> anyhow::Result<Vec<u8>> {
+    anyhow::ensure!(hex.len().is_multiple_of(2), "odd number of hex digits");
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(|| anyhow::anyhow!("not a hex digit pair at {i}"))
+        })
+        .collect()
 }
 
 fn post_json(post: &LightPost) -> serde_json::Value {
