@@ -41,6 +41,17 @@ type FactMap<V> = hashbrown::HashMap<i64, V, foldhash::fast::RandomState>;
 const ORIGINAL: u64 = 1 << 32;
 const VIDEO_SHAPE: u64 = 1 << 33;
 const HAS_PARENT: u64 = 1 << 34;
+/// Every bit a packed fact may use.
+const PACKED_BITS: u64 = HAS_PARENT | VIDEO_SHAPE | ORIGINAL | u32::MAX as u64;
+
+/// Checks a fact read from a snapshot: only known bits, a parent id exactly when the packed
+/// word says so, and never on an original (the shapes `insert_fact` writes).
+pub(crate) fn fact_record_is_valid(&(_, packed, parent): &FactRecord) -> bool {
+    let has_parent = packed & HAS_PARENT != 0;
+    packed & !PACKED_BITS == 0
+        && has_parent == (parent != 0)
+        && !(has_parent && packed & ORIGINAL != 0)
+}
 
 /// What the query rules need to know about a post that may be stored elsewhere.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,10 +99,38 @@ pub struct DirectoryStats {
     pub table_bytes: usize,
 }
 
+/// Which shard of an author-sharded fleet a store is: shard `index` of `count`. Recorded in
+/// snapshots, so a shard never loads another shard's (or a full store's) snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ShardId {
+    /// This shard, `0 ..count`.
+    pub index: u32,
+    /// Number of shards, at least 1.
+    pub count: u32,
+}
+
+impl std::fmt::Display for ShardId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// One fact as a snapshot stores it: `post_id`, the packed word (`created_at` and flags) and
+/// the parent id (0 unless the packed word says it has one).
+pub(crate) type FactRecord = (i64, u64, i64);
+
 /// The facts of the posts a shard does not own, and which authors it owns.
 pub(crate) struct Directory {
     owns: Box<dyn Fn(i64) -> bool + Send + Sync>,
-    tables: Box<[RwLock<FactTable>]>,
+    /// Behind one thin pointer, so a store's `Option<Directory>` stays three words.
+    shared: Box<Shared>,
+}
+
+/// The identity and the fact tables of a shard.
+struct Shared {
+    /// The shard's identity, when it was given (needed to write snapshots).
+    id: Option<ShardId>,
+    tables: [RwLock<FactTable>; FACT_SHARDS],
 }
 
 impl std::fmt::Debug for Directory {
@@ -119,12 +158,13 @@ fn table_bytes(capacity: usize, entry_bytes: usize) -> usize {
 }
 
 impl Directory {
-    pub(crate) fn new(owns: Box<dyn Fn(i64) -> bool + Send + Sync>) -> Self {
+    pub(crate) fn new(owns: Box<dyn Fn(i64) -> bool + Send + Sync>, id: Option<ShardId>) -> Self {
         Self {
             owns,
-            tables: (0..FACT_SHARDS)
-                .map(|_| RwLock::new(FactTable::default()))
-                .collect(),
+            shared: Box::new(Shared {
+                id,
+                tables: std::array::from_fn(|_| RwLock::new(FactTable::default())),
+            }),
         }
     }
 
@@ -133,7 +173,7 @@ impl Directory {
     }
 
     fn get(&self, post_id: i64) -> Option<Fact> {
-        let table = self.tables[table_index(post_id)]
+        let table = self.shared.tables[table_index(post_id)]
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         let packed = *table.facts.get(&post_id)?;
@@ -152,7 +192,7 @@ impl Directory {
 
     pub(crate) fn stats(&self) -> DirectoryStats {
         let mut stats = DirectoryStats::default();
-        for table in self.tables.iter() {
+        for table in self.shared.tables.iter() {
             let table = table.read().unwrap_or_else(PoisonError::into_inner);
             stats.facts += table.facts.len();
             stats.parent_ids += table.parents.len();
@@ -172,8 +212,88 @@ impl PostStore {
         mut self,
         owns: impl Fn(i64) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.directory = Some(Directory::new(Box::new(owns)));
+        self.directory = Some(Directory::new(Box::new(owns), None));
         self
+    }
+
+    /// [`with_fact_directory`](Self::with_fact_directory) for shard `id` of a fleet: the same
+    /// store, which also knows which shard it is, so it can write snapshots (their header
+    /// records `id`) and refuses to load any snapshot not written by the same shard. `owns`
+    /// must be the ownership rule of shard `id`.
+    pub fn with_author_shard(
+        mut self,
+        id: ShardId,
+        owns: impl Fn(i64) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.directory = Some(Directory::new(Box::new(owns), Some(id)));
+        self
+    }
+
+    /// The shard this store is, if it was built with
+    /// [`with_author_shard`](Self::with_author_shard); `None` for a full store.
+    pub fn shard_id(&self) -> Option<ShardId> {
+        self.directory.as_ref().and_then(|d| d.shared.id)
+    }
+
+    /// The unexpired facts of fact table `table` (of [`FACT_SHARDS`]) at `now`, appended to
+    /// `out`. Holds that table's read lock while it copies (no reader waits; a writer of that
+    /// table waits for the copy).
+    pub(crate) fn copy_facts(&self, table: usize, now: i64, out: &mut Vec<FactRecord>) {
+        let Some(directory) = self.directory.as_ref() else {
+            return;
+        };
+        let table = directory.shared.tables[table]
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        out.reserve(table.facts.len());
+        for (&post_id, &packed) in &table.facts {
+            if self.expired(packed as u32, now) {
+                continue;
+            }
+            let parent = if packed & HAS_PARENT != 0 {
+                table.parents.get(&post_id).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            out.push((post_id, packed, parent));
+        }
+    }
+
+    /// Restores facts read from a snapshot into this shard's directory, by the rules of
+    /// [`insert_fact`](Self::insert_fact): an expired fact is skipped, a live tombstone drops
+    /// it (raising the basis), the first fact of an id wins. Restore tombstones first. The
+    /// number restored.
+    pub(crate) fn restore_facts(&self, facts: &[FactRecord], g: &Guards<'_>) -> usize {
+        let Some(directory) = self.directory.as_ref() else {
+            return 0;
+        };
+        let mut by_table: Vec<Vec<FactRecord>> = vec![Vec::new(); FACT_SHARDS];
+        for &fact in facts {
+            if !self.expired(fact.1 as u32, g.now) {
+                by_table[table_index(fact.0)].push(fact);
+            }
+        }
+        let mut restored = 0;
+        for (table, facts) in directory.shared.tables.iter().zip(by_table) {
+            let mut table = table.write().unwrap_or_else(PoisonError::into_inner);
+            table.facts.reserve(facts.len());
+            for (post_id, packed, parent) in facts {
+                let created_at = i64::from(packed as u32);
+                if let Some(basis) = self.live_tombstone(post_id, g) {
+                    self.tombstone_dropped_create(post_id, basis, created_at, g);
+                    continue;
+                }
+                if table.facts.contains_key(&post_id) {
+                    continue;
+                }
+                if packed & HAS_PARENT != 0 {
+                    table.parents.insert(post_id, parent);
+                }
+                table.facts.insert(post_id, packed);
+                restored += 1;
+            }
+        }
+        restored
     }
 
     /// Sizes of the fact directory; `None` for a full (unsharded) store.
@@ -201,7 +321,7 @@ impl PostStore {
         let directory = self.directory.as_ref()?;
         let post_id = post.post_id;
         let record = CompactPost::from_light(post);
-        let mut table = directory.tables[table_index(post_id)]
+        let mut table = directory.shared.tables[table_index(post_id)]
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         // Under the write lock: a delete writes its tombstone before taking this lock.
@@ -235,7 +355,7 @@ impl PostStore {
             return;
         };
         let removed = {
-            let mut table = directory.tables[table_index(post_id)]
+            let mut table = directory.shared.tables[table_index(post_id)]
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
             table.parents.remove(&post_id);
@@ -255,6 +375,7 @@ impl PostStore {
         };
         let fraction = crate::config::TRIM_FRACTION;
         for table in directory
+            .shared
             .tables
             .iter()
             .skip(shard % fraction)

@@ -73,7 +73,7 @@ mod timeline;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::Store;
-pub use directory::{DirectoryStats, FACT_SHARDS};
+pub use directory::{DirectoryStats, FACT_SHARDS, ShardId};
 pub use page::{AnswerWindow, PagePosition};
 pub use post::{DeleteEvent, EventBatch, LightPost, PostEvent};
 pub use query::{FeedQuery, QueryOutcome};

@@ -10,23 +10,29 @@
 //! deletes are idempotent by post id (a duplicate create is dropped, a delete re-tombstones;
 //! see `BEHAVIOUR.md`, Convergence).
 //!
-//! # Format (version 1, little-endian)
+//! # Format (version 2, little-endian)
 //! - Header: magic `THUNDSNP`, format version (`u32`), body length (`u32`), body, CRC32C of
 //!   everything before it (`u32`). The body: record-layout hash (`u32`, CRC32C of
 //!   [`RECORD_LAYOUT`]), retention (`i64` secs), creation time (`i64` unix secs, the store's
 //!   clock), source (`u16` length + UTF-8, e.g. the Kafka topic), then the offsets (`u32` count,
-//!   then `i32` partition + `i64` next offset each).
-//! - Chunks: kind (`u8`: 1 tombstones, 2 posts, 0xEE end), 3 zero bytes, record count (`u32`),
-//!   payload length (`u32`), CRC32C of those 12 bytes and the payload (`u32`), payload.
-//!   Tombstones first (16 bytes each: `post_id`, basis secs), then posts (64 bytes each, one
-//!   chunk per arena chunk of 32768 slots, at most 2 MiB), then one end chunk whose payload
-//!   counts the tombstones, posts and chunks before it. A file without its end chunk is
-//!   truncated.
+//!   then `i32` partition + `i64` next offset each), then the author shard (`u8` 0 for a full
+//!   store, 1 for a shard, then `u32` index and `u32` count, both 0 for a full store).
+//! - Chunks: kind (`u8`: 1 tombstones, 2 posts, 3 facts, 0xEE end), 3 zero bytes, record
+//!   count (`u32`), payload length (`u32`), CRC32C of those 12 bytes and the payload (`u32`),
+//!   payload. Tombstones first (16 bytes each: `post_id`, basis secs), then, on an author
+//!   shard, the fact directory (24 bytes each: `post_id`, the packed `created_at` and flags,
+//!   parent id; see `directory.rs`), then posts (64 bytes each, one chunk per arena chunk of
+//!   32768 slots, at most 2 MiB), then one end chunk whose payload counts the tombstones,
+//!   posts, chunks and facts before it. A file without its end chunk is truncated.
+//!
+//! A shard's snapshot holds its own authors' posts and its facts of the others'; it loads only
+//! into a store of the same shard ([`PostStore::with_author_shard`]), and a full store's only
+//! into a full store.
 //!
 //! # Loading
 //! [`PostStore::load_snapshot`] reads and verifies the whole stream *before* it touches the
 //! store, so a corrupt or truncated file leaves the store empty and nothing partial is ever
-//! served. Then it restores the live tombstones and inserts the unexpired posts through the
+//! served. Then it restores the live tombstones and the facts, and inserts the unexpired posts through the
 //! ordinary insert path (so every index, timeline and pending repost is rebuilt by the same
 //! rules), on several threads split by author, each in `created_at` order so timelines are
 //! appended to rather than rebuilt.
@@ -35,25 +41,31 @@ use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
 use crate::arena::CompactPost;
+use crate::directory::{FACT_SHARDS, FactRecord, ShardId, fact_record_is_valid};
 use crate::store::{InsertReport, PostStore};
 
 /// The first eight bytes of every snapshot.
 pub const MAGIC: [u8; 8] = *b"THUNDSNP";
 /// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The record layouts of this format version; its CRC32C is the header's layout hash, so a
 /// build whose records differ refuses the file instead of misreading it.
 pub const RECORD_LAYOUT: &str = "post(64): post_id i64, author_id i64, in_reply_to_post_id i64, \
      in_reply_to_user_id i64, source_post_id i64, source_user_id i64, conversation_id i64, \
      created_at u32, flags u8 (1 retweet, 2 reply, 4 video), 3 zero bytes; \
-     tombstone(16): post_id i64, basis_secs i64; little-endian";
+     tombstone(16): post_id i64, basis_secs i64; \
+     fact(24): post_id i64, packed u64 (created_at u32, 1<<32 original, 1<<33 video source, \
+     1<<34 has parent), parent_post_id i64; little-endian";
 
 const POST_BYTES: usize = 64;
 const TOMBSTONE_BYTES: usize = 16;
+const FACT_BYTES: usize = 24;
 const CHUNK_HEADER_BYTES: usize = 16;
-const END_PAYLOAD_BYTES: usize = 24;
+const END_PAYLOAD_BYTES: usize = 32;
 /// Tombstones per chunk.
 const TOMBSTONES_PER_CHUNK: usize = 1 << 16;
+/// Facts per chunk (1.5 MiB).
+const FACTS_PER_CHUNK: usize = 1 << 16;
 /// Largest record count a chunk may claim; bounds what a corrupt length can make us allocate.
 const MAX_CHUNK_RECORDS: u32 = 1 << 20;
 /// Largest header body a file may claim.
@@ -61,6 +73,7 @@ const MAX_HEADER_BODY: u32 = 1 << 20;
 
 const KIND_TOMBSTONES: u8 = 1;
 const KIND_POSTS: u8 = 2;
+const KIND_FACTS: u8 = 3;
 const KIND_END: u8 = 0xEE;
 
 const FLAG_RETWEET: u8 = 1;
@@ -104,6 +117,8 @@ pub struct SnapshotHeader {
     pub created_at_secs: i64,
     /// The source and offsets the writer recorded.
     pub meta: SnapshotMeta,
+    /// The author shard the writing store was; `None` for a full store.
+    pub shard: Option<ShardId>,
 }
 
 /// What a snapshot holds, as counted by its writer or verified by a reader.
@@ -113,6 +128,8 @@ pub struct SnapshotCounts {
     pub posts: u64,
     /// Tombstones.
     pub tombstones: u64,
+    /// Fact directory entries (author shards only).
+    pub facts: u64,
     /// Data chunks (the end chunk not counted).
     pub chunks: u64,
     /// Bytes of the whole stream.
@@ -146,6 +163,10 @@ pub struct LoadReport {
     pub tombstones_loaded: u64,
     /// Tombstones skipped because they expired since the snapshot.
     pub tombstones_expired: u64,
+    /// Facts restored into the fact directory (author shards).
+    pub facts_loaded: u64,
+    /// Facts skipped: expired since the snapshot (or dropped by a tombstone).
+    pub facts_skipped: u64,
     /// The insert report of the posts handed to the store.
     pub inserts: InsertReport,
     /// Time spent reading and verifying the stream.
@@ -248,6 +269,13 @@ fn encode_header(header: &SnapshotHeader) -> Result<Vec<u8>, SnapshotError> {
         body.extend_from_slice(&offset.partition.to_le_bytes());
         body.extend_from_slice(&offset.next_offset.to_le_bytes());
     }
+    let (sharded, shard) = match header.shard {
+        None => (0u8, ShardId { index: 0, count: 0 }),
+        Some(shard) => (1, shard),
+    };
+    body.push(sharded);
+    body.extend_from_slice(&shard.index.to_le_bytes());
+    body.extend_from_slice(&shard.count.to_le_bytes());
     let body_len = u32::try_from(body.len())
         .ok()
         .filter(|&len| len <= MAX_HEADER_BODY)
@@ -319,12 +347,27 @@ pub fn read_header(input: &mut impl Read) -> Result<(SnapshotHeader, u64), Snaps
             next_offset: cursor.i64()?,
         });
     }
+    let sharded = cursor.take::<1>()?[0];
+    let (index, count) = (cursor.u32()?, cursor.u32()?);
+    let shard = match (sharded, index, count) {
+        (0, 0, 0) => None,
+        (1, index, count) if index < count => Some(ShardId { index, count }),
+        _ => {
+            return Err(SnapshotError::Corrupt(format!(
+                "bad author shard in the header ({sharded}, {index}/{count})"
+            )));
+        }
+    };
+    if !cursor.0.is_empty() {
+        return Err(SnapshotError::Corrupt("header body too long".into()));
+    }
     let header = SnapshotHeader {
         format_version,
         layout_hash: layout,
         retention_secs,
         created_at_secs,
         meta: SnapshotMeta { source, offsets },
+        shard,
     };
     Ok((header, 20 + u64::from(body_len)))
 }
@@ -405,6 +448,7 @@ fn decode_post(bytes: &[u8]) -> Result<CompactPost, SnapshotError> {
 /// One verified chunk.
 enum Chunk {
     Tombstones(Vec<(i64, i64)>),
+    Facts(Vec<FactRecord>),
     Posts(Vec<CompactPost>),
     End,
 }
@@ -462,6 +506,7 @@ impl<R: Read> SnapshotReader<R> {
         let record_bytes = match kind {
             KIND_TOMBSTONES => TOMBSTONE_BYTES,
             KIND_POSTS => POST_BYTES,
+            KIND_FACTS => FACT_BYTES,
             KIND_END => END_PAYLOAD_BYTES,
             other => {
                 return Err(SnapshotError::Corrupt(format!(
@@ -508,21 +553,38 @@ impl<R: Read> SnapshotReader<R> {
                     .collect::<Result<_, _>>()?;
                 Ok(Chunk::Posts(posts))
             }
+            KIND_FACTS => {
+                self.counts.chunks += 1;
+                self.counts.facts += u64::from(count);
+                let facts: Vec<FactRecord> = payload
+                    .chunks_exact(FACT_BYTES)
+                    .map(|f| (le_i64(f, 0), le_i64(f, 8) as u64, le_i64(f, 16)))
+                    .collect();
+                if let Some(bad) = facts.iter().find(|f| !fact_record_is_valid(f)) {
+                    return Err(SnapshotError::Corrupt(format!(
+                        "chunk {index}: fact of post {} with bad flags {:#x}",
+                        bad.0, bad.1
+                    )));
+                }
+                Ok(Chunk::Facts(facts))
+            }
             _ => {
                 let claimed = [
                     le_i64(&payload, 0),
                     le_i64(&payload, 8),
                     le_i64(&payload, 16),
+                    le_i64(&payload, 24),
                 ];
                 let seen = [
                     self.counts.tombstones,
                     self.counts.posts,
                     self.counts.chunks,
+                    self.counts.facts,
                 ]
                 .map(|n| n as i64);
                 if claimed != seen {
                     return Err(SnapshotError::Corrupt(format!(
-                        "end chunk counts {claimed:?} (tombstones, posts, chunks), the file holds {seen:?}"
+                        "end chunk counts {claimed:?} (tombstones, posts, chunks, facts), the file holds {seen:?}"
                     )));
                 }
                 let mut extra = [0u8; 1];
@@ -556,12 +618,18 @@ impl PostStore {
     ) -> Result<SnapshotSummary, SnapshotError> {
         let started = Instant::now();
         let now = self.now_secs();
+        if self.directory.is_some() && self.shard_id().is_none() {
+            return Err(SnapshotError::Incompatible(
+                "an author shard built without its shard id (with_author_shard) cannot be snapshotted".into(),
+            ));
+        }
         let header = SnapshotHeader {
             format_version: FORMAT_VERSION,
             layout_hash: layout_hash(),
             retention_secs: self.retention_secs(),
             created_at_secs: now,
             meta: meta.clone(),
+            shard: self.shard_id(),
         };
         let encoded = encode_header(&header)?;
         let mut writer = ChunkWriter {
@@ -584,6 +652,21 @@ impl PostStore {
             writer.write(KIND_TOMBSTONES, chunk.len())?;
             writer.counts.tombstones += chunk.len() as u64;
         }
+        // The fact directory, one table at a time (each copied under its read lock).
+        let mut facts = Vec::new();
+        for table in 0..FACT_SHARDS {
+            facts.clear();
+            self.copy_facts(table, now, &mut facts);
+            for chunk in facts.chunks(FACTS_PER_CHUNK) {
+                for &(post_id, packed, parent) in chunk {
+                    writer.buf.extend_from_slice(&post_id.to_le_bytes());
+                    writer.buf.extend_from_slice(&packed.to_le_bytes());
+                    writer.buf.extend_from_slice(&parent.to_le_bytes());
+                }
+                writer.write(KIND_FACTS, chunk.len())?;
+                writer.counts.facts += chunk.len() as u64;
+            }
+        }
         let mut posts = Vec::with_capacity(1 << 15);
         for index in 0..self.arena.scan_chunks() {
             posts.clear();
@@ -599,7 +682,7 @@ impl PostStore {
             }
         }
         let counts = writer.counts;
-        for n in [counts.tombstones, counts.posts, counts.chunks] {
+        for n in [counts.tombstones, counts.posts, counts.chunks, counts.facts] {
             writer.buf.extend_from_slice(&n.to_le_bytes());
         }
         writer.write(KIND_END, 0)?;
@@ -614,7 +697,9 @@ impl PostStore {
     /// Loads a snapshot into this store, which should be empty, on `threads` threads (at least
     /// one). Reads and verifies the whole stream first: on any error the store is untouched.
     /// Refuses a snapshot written with a shorter retention than this store's (it would lack
-    /// posts this store keeps). Expired posts and tombstones are skipped.
+    /// posts this store keeps), and one written by another author shard, or by a shard when
+    /// this is a full store or the other way round (its posts and facts would be the wrong
+    /// ones). Expired posts, facts and tombstones are skipped.
     pub fn load_snapshot(
         &self,
         input: impl Read,
@@ -629,11 +714,14 @@ impl PostStore {
                 self.retention_secs()
             )));
         }
+        check_shard(reader.header.shard, self)?;
         let mut tombstones = Vec::new();
+        let mut facts = Vec::new();
         let mut posts = Vec::new();
         loop {
             match reader.next_chunk()? {
                 Chunk::Tombstones(chunk) => tombstones.extend(chunk),
+                Chunk::Facts(chunk) => facts.extend(chunk),
                 Chunk::Posts(chunk) => posts.extend(chunk),
                 Chunk::End => break,
             }
@@ -651,6 +739,7 @@ impl PostStore {
         for &(post_id, basis) in &tombstones {
             tombstones_loaded += u64::from(self.restore_tombstone(post_id, basis, &g));
         }
+        let facts_loaded = self.restore_facts(&facts, &g) as u64;
         drop(g);
         let now = self.now_secs();
         let total_posts = posts.len() as u64;
@@ -679,6 +768,8 @@ impl PostStore {
             posts_skipped: total_posts - inserts.inserted as u64,
             tombstones_loaded,
             tombstones_expired: tombstones.len() as u64 - tombstones_loaded,
+            facts_loaded,
+            facts_skipped: facts.len() as u64 - facts_loaded,
             inserts,
             read_duration,
             build_duration: building.elapsed(),
@@ -712,6 +803,28 @@ impl PostStore {
         }
         report
     }
+}
+
+/// Refuses a snapshot written by another shard (or by a shard for a full store, or the other
+/// way round) than `store` is.
+pub fn check_shard(written_by: Option<ShardId>, store: &PostStore) -> Result<(), SnapshotError> {
+    let shown = |shard: Option<ShardId>| match shard {
+        Some(shard) => format!("author shard {shard}"),
+        None => "a full store".to_owned(),
+    };
+    let this = store.shard_id();
+    if written_by != this || (this.is_none() && store.directory.is_some()) {
+        return Err(SnapshotError::Incompatible(format!(
+            "written by {}, this store is {}",
+            shown(written_by),
+            if this.is_none() && store.directory.is_some() {
+                "an author shard without a shard id".to_owned()
+            } else {
+                shown(this)
+            }
+        )));
+    }
+    Ok(())
 }
 
 fn add_report(total: &mut InsertReport, r: InsertReport) {

@@ -11,7 +11,10 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use thunder_engine::{DeleteEvent, FeedQuery, LightPost, ManualClock, PostEvent, PostStore};
+use thunder_engine::snapshot::{SnapshotError, SnapshotMeta};
+use thunder_engine::{
+    DeleteEvent, FeedQuery, LightPost, ManualClock, PostEvent, PostStore, ShardId, Store,
+};
 
 const RETENTION_SECS: i64 = 100_000;
 const NOW: i64 = 1_700_000_000;
@@ -124,33 +127,18 @@ fn check(shard_count: i64, seed: u64) {
     );
     let mut compared_posts = 0;
     for round in 0..400 {
-        let follows: Vec<i64> = (0..authors).filter(|_| rng.random_bool(0.4)).collect();
-        let exclude: Vec<i64> = (0..20)
-            .map(|_| 10_000 + rng.random_range(0..6000))
-            .collect();
-        let query = FeedQuery {
-            viewer_id: rng.random_range(0..authors),
-            authors: &follows,
-            exclude: if round % 2 == 0 { &exclude } else { &[] },
-            max_results: rng.random_range(0..300),
-            max_originals_per_author: rng.random_range(0..60),
-            max_secondary_per_author: rng.random_range(0..40),
-            deadline: None,
-            seen: None,
-            window: thunder_engine::AnswerWindow::ALL,
-        };
-        let video = round % 3 == 0;
-        let ask = |s: &PostStore| {
-            if video {
-                s.get_videos_by_users(&query).posts
-            } else {
-                s.get_all_posts_by_users(&query).posts
-            }
-        };
-        let expected = ask(&full);
-        let merged = newest_first_merge(shards.iter().map(ask).collect(), query.max_results);
+        let question = Question::random(&mut rng, authors, round);
+        let expected = question.ask(&full);
+        let merged = newest_first_merge(
+            shards.iter().map(|s| question.ask(s)).collect(),
+            question.max_results,
+        );
         compared_posts += expected.len();
-        assert_eq!(merged, expected, "seed {seed} round {round} video {video}");
+        assert_eq!(
+            merged, expected,
+            "seed {seed} round {round} video {}",
+            question.video
+        );
         if round == 0 {
             for shard in &shards {
                 shard.trim_all();
@@ -259,4 +247,220 @@ fn a_fact_racing_its_delete_is_never_left_live() {
             visible_parents.len()
         );
     }
+}
+
+/// The same random question asked of several stores.
+struct Question {
+    viewer_id: i64,
+    follows: Vec<i64>,
+    exclude: Vec<i64>,
+    max_results: usize,
+    max_originals_per_author: usize,
+    max_secondary_per_author: usize,
+    video: bool,
+}
+
+impl Question {
+    fn random(rng: &mut SmallRng, authors: i64, round: usize) -> Self {
+        Self {
+            viewer_id: rng.random_range(0..authors),
+            follows: (0..authors).filter(|_| rng.random_bool(0.4)).collect(),
+            exclude: if round.is_multiple_of(2) {
+                (0..20)
+                    .map(|_| 10_000 + rng.random_range(0..6000))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            max_results: rng.random_range(0..300),
+            max_originals_per_author: rng.random_range(0..60),
+            max_secondary_per_author: rng.random_range(0..40),
+            video: round.is_multiple_of(3),
+        }
+    }
+
+    fn ask(&self, store: &PostStore) -> Vec<LightPost> {
+        let query = FeedQuery {
+            viewer_id: self.viewer_id,
+            authors: &self.follows,
+            exclude: &self.exclude,
+            max_results: self.max_results,
+            max_originals_per_author: self.max_originals_per_author,
+            max_secondary_per_author: self.max_secondary_per_author,
+            deadline: None,
+            seen: None,
+            window: thunder_engine::AnswerWindow::ALL,
+        };
+        if self.video {
+            store.get_videos_by_users(&query).posts
+        } else {
+            store.get_all_posts_by_users(&query).posts
+        }
+    }
+}
+
+fn shard_store(clock: &Arc<ManualClock>, id: ShardId) -> PostStore {
+    let (index, count) = (i64::from(id.index), i64::from(id.count));
+    PostStore::with_clock(RETENTION_SECS, clock.clone())
+        .with_author_shard(id, move |author| author.rem_euclid(count) == index)
+}
+
+fn snapshot_of(store: &PostStore) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    store
+        .write_snapshot(&SnapshotMeta::default(), &mut bytes)
+        .expect("a shard with an id writes a snapshot");
+    bytes
+}
+
+/// Every question: each loaded shard answers exactly like the shard it was written from, and
+/// the loaded shards' merged answers equal the full store's.
+fn assert_loaded_shards_agree(
+    rng: &mut SmallRng,
+    full: &PostStore,
+    shards: &[PostStore],
+    loaded: &[PostStore],
+    when: &str,
+) {
+    let mut compared_posts = 0;
+    for round in 0..300 {
+        let question = Question::random(rng, 60, round);
+        for (i, (shard, restored)) in shards.iter().zip(loaded).enumerate() {
+            assert_eq!(
+                question.ask(restored),
+                question.ask(shard),
+                "{when}: shard {i} round {round}"
+            );
+        }
+        let expected = question.ask(full);
+        let merged = newest_first_merge(
+            loaded.iter().map(|s| question.ask(s)).collect(),
+            question.max_results,
+        );
+        compared_posts += expected.len();
+        assert_eq!(merged, expected, "{when}: merged round {round}");
+    }
+    assert!(
+        compared_posts > 1000,
+        "{when}: {compared_posts} posts compared"
+    );
+}
+
+/// Author shards -> snapshot -> load into fresh shards of the same ids: the loaded shards
+/// answer exactly like the shards they came from (the facts of other shards' posts included:
+/// reply visibility and repost video eligibility read them), also after time passes and more
+/// events (creates of posts deleted before the snapshot, deletes of restored facts) arrive.
+#[test]
+fn shard_snapshots_load_into_the_same_shard_and_answer_alike() {
+    for (shard_count, seed) in [(2u32, 40u64), (3, 41), (2, 42)] {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let events = generate(&mut rng, 60, 6000);
+        let (first, rest) = events.split_at(4500);
+        let clock = Arc::new(ManualClock::new(NOW));
+        let full = PostStore::with_clock(RETENTION_SECS, clock.clone());
+        let ids: Vec<ShardId> = (0..shard_count)
+            .map(|index| ShardId {
+                index,
+                count: shard_count,
+            })
+            .collect();
+        let shards: Vec<PostStore> = ids.iter().map(|&id| shard_store(&clock, id)).collect();
+        apply(&full, first, &mut rng);
+        for shard in &shards {
+            apply(shard, first, &mut rng);
+        }
+        let snapshots: Vec<Vec<u8>> = shards.iter().map(snapshot_of).collect();
+        clock.advance(2_000);
+        let loaded: Vec<PostStore> = ids
+            .iter()
+            .zip(&snapshots)
+            .zip(&shards)
+            .map(|((&id, bytes), shard)| {
+                let store = shard_store(&clock, id);
+                let report = store.load_snapshot(bytes.as_slice(), 2).expect("load");
+                assert_eq!(report.header.shard, Some(id));
+                let facts = shard.directory_stats().expect("a shard").facts as u64;
+                assert!(report.counts.facts > 0, "shard {id} wrote no facts");
+                assert_eq!(report.counts.facts, facts, "shard {id}: every fact written");
+                assert_eq!(
+                    store.directory_stats().expect("a shard").facts,
+                    shard.directory_stats().expect("a shard").facts - report.facts_skipped as usize,
+                    "shard {id}: facts restored"
+                );
+                store
+            })
+            .collect();
+        assert_loaded_shards_agree(&mut rng, &full, &shards, &loaded, "after loading");
+        apply(&full, rest, &mut rng);
+        for shard in shards.iter().chain(&loaded) {
+            apply(shard, rest, &mut rng);
+        }
+        clock.advance(5_000);
+        assert_loaded_shards_agree(&mut rng, &full, &shards, &loaded, "after more events");
+    }
+}
+
+/// A snapshot loads only into a store of the same shard: another shard, another shard count,
+/// a full store, or a shard without an id refuse it and load nothing; a full store's snapshot
+/// is refused by a shard; a shard without an id cannot write one.
+#[test]
+fn a_snapshot_of_another_shard_is_refused() {
+    let clock = Arc::new(ManualClock::new(NOW));
+    let posts: Vec<LightPost> = (0..200)
+        .map(|i| LightPost::original(i, i % 17, NOW - i))
+        .collect();
+    let shard = shard_store(&clock, ShardId { index: 0, count: 2 });
+    shard.insert_posts(&posts);
+    let bytes = snapshot_of(&shard);
+    let full = PostStore::with_clock(RETENTION_SECS, clock.clone());
+    full.insert_posts(&posts);
+    let full_bytes = snapshot_of(&full);
+
+    let unnamed =
+        || PostStore::with_clock(RETENTION_SECS, clock.clone()).with_fact_directory(|a| a % 2 == 0);
+    let targets = [
+        (
+            "shard 1/2",
+            shard_store(&clock, ShardId { index: 1, count: 2 }),
+        ),
+        (
+            "shard 0/3",
+            shard_store(&clock, ShardId { index: 0, count: 3 }),
+        ),
+        (
+            "a full store",
+            PostStore::with_clock(RETENTION_SECS, clock.clone()),
+        ),
+        ("a shard without an id", unnamed()),
+    ];
+    for (name, target) in &targets {
+        let error = target
+            .load_snapshot(bytes.as_slice(), 2)
+            .expect_err(&format!("{name} must refuse shard 0/2's snapshot"));
+        assert!(
+            matches!(&error, SnapshotError::Incompatible(m) if m.contains("0/2")),
+            "{name}: {error}"
+        );
+        assert_eq!(target.stored_posts(), 0, "{name}: posts loaded");
+    }
+    let error = shard_store(&clock, ShardId { index: 0, count: 2 })
+        .load_snapshot(full_bytes.as_slice(), 2)
+        .expect_err("a shard refuses a full store's snapshot");
+    assert!(
+        matches!(&error, SnapshotError::Incompatible(m) if m.contains("a full store")),
+        "{error}"
+    );
+    let error = unnamed()
+        .write_snapshot(&SnapshotMeta::default(), &mut Vec::new())
+        .expect_err("a shard without an id cannot write a snapshot");
+    assert!(matches!(error, SnapshotError::Incompatible(_)), "{error}");
+
+    let same = shard_store(&clock, ShardId { index: 0, count: 2 });
+    let report = same.load_snapshot(bytes.as_slice(), 2).expect("same shard");
+    assert_eq!(same.stored_posts(), shard.stored_posts());
+    assert_eq!(report.facts_loaded, report.counts.facts);
+    assert_eq!(
+        same.directory_stats().map(|s| s.facts),
+        shard.directory_stats().map(|s| s.facts)
+    );
 }

@@ -375,11 +375,11 @@ fn incompatible_snapshots_are_refused() {
     let bytes = snapshot_bytes(&store);
 
     let mut other_version = bytes.clone();
-    other_version[8] = 2;
-    let error = assert_refused(&other_version, &clock, "version 2");
+    other_version[8] = 1;
+    let error = assert_refused(&other_version, &clock, "version 1");
     assert!(matches!(
         error,
-        SnapshotError::UnsupportedVersion { found: 2 }
+        SnapshotError::UnsupportedVersion { found: 1 }
     ));
 
     // A header with another layout hash and a valid checksum.

@@ -9,7 +9,7 @@
 //! with the whole following list and merges the answers newest first gets the full answer
 //! (`thunder-client` does that).
 
-use thunder_engine::PostStore;
+use thunder_engine::{PostStore, ShardId};
 use thunder_proto::shard::ShardSpec;
 
 /// The store of a full replica (`shard` is `None`) or of one author shard.
@@ -19,7 +19,11 @@ pub fn new_store(retention_secs: i64, shard: Option<ShardSpec>) -> PostStore {
         None => store,
         Some(spec) => {
             tracing::info!(shard = %spec, "author shard: storing the authors of shard {spec} and the facts of the others");
-            store.with_fact_directory(move |author_id| spec.owns(author_id))
+            let id = ShardId {
+                index: spec.index,
+                count: spec.count,
+            };
+            store.with_author_shard(id, move |author_id| spec.owns(author_id))
         }
     }
 }

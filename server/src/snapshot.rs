@@ -10,8 +10,8 @@
 //!
 //! At start-up ([`restorer`], run by the Kafka supervisor once the topic's watermarks are
 //! known) the newest snapshot that is valid, compatible, not older than
-//! `--snapshot-max-age-secs` and written for this topic is loaded; the others are reported and
-//! skipped. Loading verifies the whole file before it touches the store, so a bad file falls
+//! `--snapshot-max-age-secs` and written for this topic and this `--shard` (or none) is
+//! loaded; the others are reported and skipped. Loading verifies the whole file before it touches the store, so a bad file falls
 //! back to the previous snapshot, or to a full replay, and partial data is never served. If the
 //! retained log no longer reaches the recorded offsets, nothing is loaded and the topic is
 //! replayed in full (with a warning).
@@ -26,8 +26,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use thunder_engine::PostStore;
 use thunder_engine::snapshot::{
-    Paced, PartitionOffset, SnapshotMeta, SnapshotSummary, lower_current_thread_priority,
-    read_header,
+    Paced, PartitionOffset, SnapshotMeta, SnapshotSummary, check_shard,
+    lower_current_thread_priority, read_header,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -386,6 +386,10 @@ fn restore(
             tracing::error!(path = %shown, written_for = %header.meta.source, topic, "snapshot skipped: written for another topic");
             continue;
         }
+        if let Err(error) = check_shard(header.shard, store) {
+            tracing::error!(path = %shown, %error, "snapshot skipped: written for another author shard (--shard)");
+            continue;
+        }
         let age_secs = store.now_secs().saturating_sub(header.created_at_secs);
         if age_secs > max_age_secs {
             tracing::warn!(path = %shown, age_secs, max_age_secs, "snapshot skipped: too old");
@@ -415,6 +419,7 @@ fn restore(
                     posts = report.posts_loaded,
                     posts_skipped = report.posts_skipped,
                     tombstones = report.tombstones_loaded,
+                    facts = report.facts_loaded,
                     age_secs,
                     took_secs = took.as_secs_f64(),
                     read_secs = report.read_duration.as_secs_f64(),
@@ -493,9 +498,14 @@ mod tests {
 
     /// Writes a snapshot of `posts` posts recorded at offset `offset` as `snapshot-<millis>`.
     fn write(dir: &Path, millis: u64, posts: i64, offset: i64, clock: &Arc<ManualClock>) {
-        let source = store(clock);
+        write_from(dir, millis, &store(clock), (posts, 3), offset);
+    }
+
+    /// [`write`] from `source`, after inserting `posts.0` posts of `posts.1` authors into it.
+    fn write_from(dir: &Path, millis: u64, source: &PostStore, posts: (i64, i64), offset: i64) {
+        let (posts, authors) = posts;
         let batch: Vec<LightPost> = (0..posts)
-            .map(|i| LightPost::original(i, i % 3, NOW - i))
+            .map(|i| LightPost::original(i, i % authors, NOW - i))
             .collect();
         source.insert_posts(&batch);
         let meta = SnapshotMeta {
@@ -559,6 +569,49 @@ mod tests {
             );
             assert_eq!(target.stats().posts, 0, "{name}");
         }
+    }
+
+    /// A shard restores only a snapshot its own `--shard` wrote: its posts and its facts of
+    /// the other shards' posts come back; another shard, or a full replica, skips it.
+    #[test]
+    fn restore_skips_a_snapshot_of_another_shard() {
+        use thunder_proto::shard::ShardSpec;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let clock = Arc::new(ManualClock::new(NOW));
+        let on_clock = |shard: Option<ShardSpec>| {
+            let store = PostStore::with_clock(1000, Arc::clone(&clock) as _);
+            Arc::new(match shard {
+                None => store,
+                Some(spec) => store.with_author_shard(
+                    thunder_engine::ShardId {
+                        index: spec.index,
+                        count: spec.count,
+                    },
+                    move |author| spec.owns(author),
+                ),
+            })
+        };
+        let spec = ShardSpec { index: 0, count: 2 };
+        let source = on_clock(Some(spec));
+        write_from(dir.path(), 1000, &source, (50, 50), 9);
+
+        for other in [Some(ShardSpec { index: 1, count: 2 }), None] {
+            let target = on_clock(other);
+            assert_eq!(
+                restore(dir.path(), &target, "t", 1000, &topic(0)),
+                None,
+                "{other:?}"
+            );
+            assert_eq!(target.stats().posts, 0, "{other:?}");
+        }
+        let target = on_clock(Some(spec));
+        let offsets = restore(dir.path(), &target, "t", 1000, &topic(0)).expect("loaded");
+        assert_eq!(offsets[0].next_offset, 9);
+        assert_eq!(target.stats().posts, source.stats().posts);
+        assert!(target.stats().posts > 0 && target.stats().posts < 50);
+        let facts = |store: &PostStore| store.directory_stats().map(|s| s.facts);
+        assert_eq!(facts(&target), facts(&source));
+        assert!(facts(&target) > Some(0));
     }
 
     #[test]

@@ -207,3 +207,106 @@ fn restart_from_a_snapshot_after_kill_9_answers_like_a_full_replay() {
     let (ok, report) = inspect(&after[0]);
     assert!(ok, "{report}");
 }
+
+/// Every viewer's answers (normal and video) from one server.
+async fn answers_of(
+    server: &ServerProcess,
+    viewers: &[(i64, Vec<i64>)],
+) -> Vec<Vec<thunder_engine::LightPost>> {
+    let mut client = InNetworkPostsServiceClient::connect(format!("http://{}", server.grpc))
+        .await
+        .expect("connect");
+    let mut answers = Vec::new();
+    for (viewer, following) in viewers {
+        for video in [false, true] {
+            answers.push(ask(&mut client, *viewer, following, video).await);
+        }
+    }
+    answers
+}
+
+/// An author shard (`--shard 0/2`) restarted after SIGKILL from the snapshot it wrote answers
+/// exactly as it did before (its authors' posts and its facts of the other shard's posts, which
+/// decide reply visibility and repost video eligibility, are restored); a server of another
+/// shard (`--shard 1/2`) pointed at the same directory skips that snapshot and replays.
+#[test]
+fn a_shard_restarts_from_its_own_snapshot_and_answers_like_before() {
+    let now = now_secs();
+    let broker = Broker::start();
+    let topic = "shard_snapshots";
+    create_topic(&broker.bootstrap(), topic, 2);
+    let (config, events) = order_free_backlog(3000, now);
+    let total = events.len() as u64;
+    let producer = producer(&broker.bootstrap(), topic);
+    for event in &events {
+        send(&producer, event);
+    }
+    flush(&producer, total);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dir_arg = dir.path().to_str().expect("utf-8 temp dir").to_owned();
+    let flags = |shard: &'static str| {
+        [
+            "--snapshot-dir",
+            dir_arg.as_str(),
+            "--snapshot-interval-secs",
+            "0",
+            "--shard",
+            shard,
+        ]
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let viewers = viewers_for(&config, 30, &events);
+
+    let first = start_server(&broker, topic, RETENTION_SECS, &flags("0/2"));
+    let before = runtime.block_on(async {
+        wait_serving(first.grpc).await;
+        let taken = common::http_request(first.admin, "POST", "/admin/snapshot").await;
+        assert_eq!(taken.status, 200, "{}", taken.text());
+        answers_of(&first, &viewers).await
+    });
+    drop(first); // SIGKILL: no snapshot at shutdown.
+    let files = snapshots_in(dir.path());
+    assert_eq!(files.len(), 1, "{files:?}");
+    let (ok, report) = inspect(&files[0]);
+    assert!(ok, "{report}");
+    assert!(report.contains("author shard:    0/2"), "{report}");
+
+    let other = start_server(&broker, topic, RETENTION_SECS, &flags("1/2"));
+    runtime.block_on(async {
+        wait_serving(other.grpc).await;
+        let metrics = metrics_of(&other).await;
+        assert_eq!(metric(&metrics, "snapshot_loaded_posts"), 0.0);
+        assert_eq!(
+            metric(&metrics, "kafka_messages_consumed_total"),
+            total as f64,
+            "shard 1/2 must replay the topic, not load shard 0/2's snapshot"
+        );
+    });
+    drop(other);
+
+    let restarted = start_server(&broker, topic, RETENTION_SECS, &flags("0/2"));
+    runtime.block_on(async {
+        wait_serving(restarted.grpc).await;
+        let metrics = metrics_of(&restarted).await;
+        assert!(metric(&metrics, "snapshot_loaded_posts") > 0.0);
+        assert!(
+            metric(&metrics, "kafka_messages_consumed_total") < total as f64,
+            "the restarted shard replayed the topic"
+        );
+        let after = answers_of(&restarted, &viewers).await;
+        let mut compared = 0;
+        for (i, (got, want)) in after.iter().zip(&before).enumerate() {
+            let max_results = if i % 2 == 1 {
+                MAX_VIDEOS_TO_RETURN
+            } else {
+                MAX_POSTS_TO_RETURN
+            };
+            if let Err(diff) = answers_agree(got, want, max_results) {
+                panic!("answer {i}: restarted shard vs before: {diff}");
+            }
+            compared += usize::from(!want.is_empty());
+        }
+        assert!(compared >= 20, "only {compared} non-empty answers compared");
+    });
+}

@@ -43,6 +43,10 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<()> {
     println!("source:          {}", header.meta.source);
     println!("created at:      {} (unix secs)", header.created_at_secs);
     println!("retention:       {} s", header.retention_secs);
+    match header.shard {
+        Some(shard) => println!("author shard:    {shard}"),
+        None => println!("author shard:    none (a full store)"),
+    }
     println!("offsets:");
     for offset in &header.meta.offsets {
         println!(
@@ -54,6 +58,7 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<()> {
         Ok((_, counts)) => {
             println!("posts:           {}", counts.posts);
             println!("tombstones:      {}", counts.tombstones);
+            println!("facts:           {}", counts.facts);
             println!("chunks:          {}", counts.chunks);
             println!("checksums:       OK ({} bytes verified)", counts.bytes);
             Ok(())
