@@ -401,6 +401,20 @@ impl TagIndex {
         self.current(guard).bytes()
     }
 
+    /// Grows the table at once to hold about `capacity` keys below the growth load, so that
+    /// many inserts (a snapshot load) never stop to rehash. Nothing if it is that large already.
+    pub fn reserve(&self, capacity: usize, guard: &Guard) {
+        let buckets = (capacity * 100 / MAX_LOAD_PERCENT).div_ceil(BUCKET_WORDS);
+        let _growing = self
+            .grow_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seen = self.current(guard);
+        if seen.buckets.len() < buckets {
+            self.replace(seen, buckets, guard);
+        }
+    }
+
     /// Replaces `seen` by a table 1.5x larger, unless it was replaced already. `wait`: wait
     /// for a concurrent grower rather than leave the growth to it.
     fn grow(&self, seen: &Table, wait: bool, guard: &Guard) {
@@ -415,6 +429,16 @@ impl TagIndex {
                 Err(_) => return,
             }
         };
+        self.replace(
+            seen,
+            seen.buckets.len() + seen.buckets.len().div_ceil(2),
+            guard,
+        );
+    }
+
+    /// Under the grow lock: replaces `seen` by a table of `buckets` buckets holding the same
+    /// words, unless it was replaced already.
+    fn replace(&self, seen: &Table, buckets: usize, guard: &Guard) {
         let _frozen: Vec<_> = self
             .stripes
             .iter()
@@ -424,7 +448,7 @@ impl TagIndex {
         if !std::ptr::eq(old, seen) {
             return;
         }
-        let new = Table::with_buckets(old.buckets.len() + old.buckets.len().div_ceil(2));
+        let new = Table::with_buckets(buckets);
         for bucket in old.buckets.iter() {
             for w in &bucket.words {
                 // Relaxed: every writer is locked out, and their writes happen before our
@@ -525,6 +549,31 @@ mod tests {
             );
         }
         assert_eq!(index.get(index.hash(20_001), &guard, holds(20_001)), None);
+    }
+
+    #[test]
+    fn reserve_sizes_the_table_once_and_keeps_every_key() {
+        let index = TagIndex::with_capacity(1);
+        let guard = crossbeam_epoch::pin();
+        for key in 0..100 {
+            insert(&index, key, &guard).expect("new key");
+        }
+        index.reserve(20_000, &guard);
+        let reserved = index.bytes(&guard);
+        assert!(reserved >= 20_000 * 8, "{reserved} bytes");
+        for key in 100..20_000 {
+            assert_eq!(insert(&index, key, &guard), Ok(key as u32));
+        }
+        assert_eq!(index.bytes(&guard), reserved, "it grew after reserving");
+        for key in 0..20_000 {
+            assert_eq!(
+                index.get(index.hash(key), &guard, holds(key)),
+                Some(key as u32)
+            );
+        }
+        // Reserving less than it holds changes nothing.
+        index.reserve(10, &guard);
+        assert_eq!(index.bytes(&guard), reserved);
     }
 
     #[test]
@@ -689,6 +738,23 @@ mod loom_tests {
             insert(&index, 7).unwrap();
             assert!(found(&index, 7));
             assert_eq!(reader.join().unwrap(), (true, true));
+            for key in 1..=7 {
+                assert!(found(&index, key), "key {key}");
+            }
+        });
+    }
+
+    /// An insert racing a reserve: both the old keys and the new one are found after.
+    #[test]
+    fn loom_insert_racing_reserve() {
+        loom::model(|| {
+            let index = six_keys();
+            let reserver = {
+                let index = Arc::clone(&index);
+                thread::spawn(move || index.reserve(40, guard()))
+            };
+            insert(&index, 7).unwrap();
+            reserver.join().unwrap();
             for key in 1..=7 {
                 assert!(found(&index, key), "key {key}");
             }

@@ -745,6 +745,9 @@ impl PostStore {
         let total_posts = posts.len() as u64;
         posts.retain(|p| !self.expired(p.created_at, now));
         let order = by_created_at(&posts);
+        // Size the post index once for every post, rather than grow it ~20 times on the way
+        // (each growth stops both loading threads to rehash).
+        self.posts.reserve(posts.len(), &crossbeam_epoch::pin());
         let threads = threads.max(1);
         let inserts = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
