@@ -828,6 +828,24 @@ mod loom_tests {
         });
     }
 
+    /// The same on a full ring of 3 (not a power of two): the appends wrap through
+    /// `seq % capacity` into the cells of the evicted entries.
+    #[test]
+    fn loom_ring_of_odd_capacity_recycles_cells_under_a_reader() {
+        loom::model(|| {
+            let ring = Arc::new(Published::new(Ring::new(3, 0, &[1, 2, 3])));
+            let reader = {
+                let ring = Arc::clone(&ring);
+                thread::spawn(move || read_newest_first(&ring.snapshot().1))
+            };
+            for n in [4, 5] {
+                let (_, snap) = ring.snapshot();
+                assert_eq!(snap.append(entry(n), true), Some(entry(n - 3)));
+            }
+            check(&reader.join().unwrap(), |seq| seq as i64 + 1);
+        });
+    }
+
     /// Pops two entries, appends into the cell of a popped one (no eviction), then pops
     /// everything, while a reader walks the ring.
     #[test]
