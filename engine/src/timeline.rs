@@ -3,7 +3,8 @@
 //! One writer (the author's writer, serialised by the author's lock) and any number of readers. A
 //! buffer is a crossbeam-epoch `[Cell]` whose first element is the [`RingHeader`] (the ring's
 //! `head` and `tail` sequence numbers, in a cell's 16 bytes) and whose other cells are the ring
-//! (capacity a power of two, recorded in the pointer's tag). Appends write the next cell and then
+//! (any capacity: entry `seq` lives in cell `1 + seq % capacity`, and rings grow by a quarter,
+//! see [`grown`]). Appends write the next cell and then
 //! publish `head`; evicting the oldest entry advances `tail`. Everything else (inserting out of
 //! order, removing a deleted post, growing, shrinking) builds a new buffer and swaps it in,
 //! retiring the old one through the epoch: a reader therefore always scans one consistent buffer
@@ -29,15 +30,22 @@ pub(crate) struct TinyPost {
 }
 
 /// One 16-byte cell: `post_id`, then `created_at << 32 | slot`.
-#[repr(C, align(16))]
+///
+/// 8-byte aligned, not 16: crossbeam puts the slice length (8 bytes) before the first element,
+/// and with 8-byte elements a buffer of `n` cells is a `24 + 16n` byte request, which glibc's
+/// 8-byte chunk header rounds to exactly `32 + 16n`; 16-byte alignment padded the length to 16
+/// and cost 16 more bytes per buffer. A cell may then straddle two cache lines (one in four);
+/// readers walk cells in order and an insert prefetches the newest cell's `created_at` word,
+/// the one it compares, so that costs little.
+#[repr(C, align(8))]
 pub(crate) struct Cell {
     post_id: AtomicU64,
     packed: AtomicU64,
 }
 
 /// The first element of every buffer, in place of cell 0: the ring's bounds as sequence
-/// numbers. Entry `seq` lives in cell `1 + (seq & mask)`; `tail <= seq < head` are held.
-#[repr(C, align(16))]
+/// numbers. Entry `seq` lives in cell `1 + seq % capacity`; `tail <= seq < head` are held.
+#[repr(C, align(8))]
 struct RingHeader {
     /// One past the newest entry; stored (Release) after the newest entry's cell is written.
     head: AtomicU64,
@@ -66,6 +74,11 @@ impl Cell {
         self.packed.store(pack(entry), Ordering::Relaxed);
     }
 
+    /// The `created_at` half alone (the word an in-order insert compares).
+    fn created_at(&self) -> u32 {
+        (self.packed.load(Ordering::Relaxed) >> 32) as u32
+    }
+
     fn load(&self) -> TinyPost {
         let packed = self.packed.load(Ordering::Relaxed);
         TinyPost {
@@ -80,9 +93,7 @@ fn pack(entry: TinyPost) -> u64 {
     (u64::from(entry.created_at) << 32) | u64::from(entry.slot)
 }
 
-/// Smallest ring allocated.
-const MIN_CAPACITY: usize = 4;
-/// Largest ring capacity the pointer tag can describe (4 tag bits from 16-byte alignment).
+/// Largest ring capacity (and so the largest per-timeline cap the store accepts).
 pub(crate) const MAX_CAPACITY: usize = 1 << 14;
 
 /// A ring buffer: element 0 is a [`RingHeader`] (written by `fill`), the rest are cells.
@@ -118,7 +129,7 @@ impl std::fmt::Debug for Timeline {
 #[derive(Clone, Copy)]
 pub(crate) struct Snapshot<'g> {
     cells: &'g Buffer,
-    mask: u64,
+    capacity: u64,
     /// One past the newest entry.
     pub head: u64,
     /// The oldest entry when the snapshot was taken.
@@ -126,9 +137,9 @@ pub(crate) struct Snapshot<'g> {
 }
 
 impl<'g> Snapshot<'g> {
-    /// Reads the bounds of `cells`, a buffer initialised by `fill` with capacity `mask + 1`.
+    /// Reads the bounds of `cells`, a buffer initialised by `fill`.
     #[inline]
-    fn load(cells: &'g Buffer, mask: u64) -> Self {
+    fn load(cells: &'g Buffer) -> Self {
         let header = header_of(cells);
         // Acquire pairs with the Release store of `head` in `append`: the cells below it are
         // written.
@@ -138,7 +149,7 @@ impl<'g> Snapshot<'g> {
         let tail = header.tail.load(Ordering::Acquire);
         Self {
             cells,
-            mask,
+            capacity: (cells.len() - 1) as u64,
             head,
             tail,
         }
@@ -156,8 +167,8 @@ impl<'g> Snapshot<'g> {
 
     fn cell(&self, seq: u64) -> &'g Cell {
         // SAFETY: `fill` initialises every element after the header as a `Cell`;
-        // `1 + (seq & mask)` is between 1 and the buffer length `mask + 2` (exclusive).
-        unsafe { self.cells[1 + (seq & self.mask) as usize].assume_init_ref() }
+        // `1 + seq % capacity` is between 1 and the buffer length `capacity + 1` (exclusive).
+        unsafe { self.cells[1 + (seq % self.capacity) as usize].assume_init_ref() }
     }
 
     /// The entry at `seq` (`tail <= seq < head`), or `None` if the writer has since evicted it
@@ -202,34 +213,30 @@ impl<'g> Snapshot<'g> {
     }
 }
 
-fn capacity_of(tag: usize) -> usize {
-    1 << tag
-}
-
-fn tag_of(capacity: usize) -> usize {
-    capacity.trailing_zeros() as usize
-}
-
-/// Builds a buffer holding `entries` (oldest first) with sequence numbers starting at `tail`.
+/// Builds a buffer holding the `len` `entries` (oldest first) with sequence numbers starting
+/// at `tail`.
 fn build(
     capacity: usize,
     tail: u64,
-    entries: impl ExactSizeIterator<Item = TinyPost>,
+    len: usize,
+    entries: impl Iterator<Item = TinyPost>,
 ) -> Owned<Buffer> {
-    debug_assert!(capacity.is_power_of_two() && (MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity));
+    debug_assert!((1..=MAX_CAPACITY).contains(&capacity));
     let mut buffer = Owned::<Buffer>::init(capacity + 1);
-    fill(&mut buffer, tail, entries);
-    buffer.with_tag(tag_of(capacity))
+    fill(&mut buffer, tail, len, entries);
+    buffer
 }
 
-/// Initialises `buffer` (a power of two plus one elements) as a ring holding `entries` (oldest
-/// first) with sequence numbers starting at `tail`. The buffer is not shared yet.
-fn fill(buffer: &mut Buffer, tail: u64, entries: impl ExactSizeIterator<Item = TinyPost>) {
+/// Initialises `buffer` (capacity plus one elements) as a ring holding the `len` `entries`
+/// (oldest first) with sequence numbers starting at `tail`; the other cells are zeroed. Every
+/// cell is written once, in address order. The buffer is not shared yet.
+fn fill(buffer: &mut Buffer, tail: u64, len: usize, mut entries: impl Iterator<Item = TinyPost>) {
     let capacity = buffer.len() - 1;
-    debug_assert!(capacity.is_power_of_two());
-    debug_assert!(entries.len() <= capacity);
-    let head = tail + entries.len() as u64;
-    let mask = (capacity - 1) as u64;
+    assert!(
+        capacity > 0 && len <= capacity,
+        "{len} entries in a ring of {capacity}"
+    );
+    let head = tail + len as u64;
     let header = RingHeader {
         head: AtomicU64::new(head),
         tail: AtomicU64::new(tail),
@@ -238,21 +245,37 @@ fn fill(buffer: &mut Buffer, tail: u64, entries: impl ExactSizeIterator<Item = T
     // the `Cell` the element is typed as (asserted above), and `header_of` reads it back as a
     // `RingHeader`.
     unsafe { buffer[0].as_mut_ptr().cast::<RingHeader>().write(header) };
-    for cell in buffer[1..].iter_mut() {
-        cell.write(Cell::new(TinyPost {
+    // Cell `1 + (start + i) % capacity` gets the entry of sequence number `tail + i`.
+    let start = (tail % capacity as u64) as usize;
+    let (wrapped, first) = buffer[1..].split_at_mut(start);
+    for (i, cell) in first.iter_mut().chain(wrapped).enumerate() {
+        let entry = (i < len).then(|| entries.next()).flatten();
+        cell.write(Cell::new(entry.unwrap_or(TinyPost {
             post_id: 0,
             created_at: 0,
             slot: 0,
-        }));
-    }
-    for (seq, entry) in (tail..).zip(entries) {
-        // SAFETY: every cell was initialised by the loop above.
-        unsafe { buffer[1 + (seq & mask) as usize].assume_init_ref() }.store(entry);
+        })));
     }
 }
 
-fn capacity_for(len: usize) -> usize {
-    len.next_power_of_two().clamp(MIN_CAPACITY, MAX_CAPACITY)
+/// The capacity a ring holding `len` entries is (re)built with: a quarter more (at least one
+/// more) than `len`, at most `cap` (the timeline's entry cap) but never below `len`.
+///
+/// Rings grow by a quarter rather than doubling: most timelines hold a handful of entries
+/// and the big ones sit at the cap, so power-of-two capacities left a third of the ring
+/// memory empty. Small rings therefore grow one entry at a time (each a rebuild); they are
+/// small, so those rebuilds are cheap.
+fn grown(len: usize, cap: usize) -> usize {
+    (len + (len / 4).max(1))
+        .min(cap)
+        .clamp(len.max(1), MAX_CAPACITY)
+}
+
+/// The capacity to shrink a ring of `capacity` holding `len` entries to, if it uses under
+/// half of it (so a ring that shrinks is not grown again by the next few appends).
+fn shrunk(len: usize, capacity: usize) -> Option<usize> {
+    let fit = grown(len, MAX_CAPACITY);
+    (fit * 2 <= capacity).then_some(fit)
 }
 
 impl Timeline {
@@ -272,10 +295,7 @@ impl Timeline {
         // retired through the epoch, and the last one is freed only when the owning author is
         // reclaimed, which waits for every reader holding it.
         let cells = unsafe { shared.as_ref() }?;
-        Some(Snapshot::load(
-            cells,
-            (capacity_of(shared.tag()) - 1) as u64,
-        ))
+        Some(Snapshot::load(cells))
     }
 
     /// Address of the buffer's first line (header and oldest cells), for prefetching.
@@ -286,13 +306,14 @@ impl Timeline {
         unsafe { shared.as_ref() }.map_or(std::ptr::null(), |cells| cells.as_ptr().cast())
     }
 
-    /// Address of the newest entry's cell (where an in-order insert compares and appends),
-    /// for prefetching; null if there is no buffer. Reads the header: prefetch that first
-    /// ([`Timeline::buffer_ptr`]).
+    /// Address of the newest entry's `created_at` word (what an in-order insert compares;
+    /// it appends next to it), for prefetching; null if there is no buffer. The word, not the
+    /// cell: an 8-byte aligned cell may straddle two lines. Reads the header: prefetch that
+    /// first ([`Timeline::buffer_ptr`]).
     #[inline]
     pub fn newest_cell_ptr(&self, guard: &Guard) -> *const u8 {
         self.snapshot(guard).map_or(std::ptr::null(), |snap| {
-            (snap.cell(snap.head.wrapping_sub(1)) as *const Cell).cast()
+            (&snap.cell(snap.head.wrapping_sub(1)).packed as *const AtomicU64).cast()
         })
     }
 
@@ -302,14 +323,12 @@ impl Timeline {
         self.snapshot(guard).map_or(0, |s| s.len())
     }
 
-    /// Bytes of buffer this timeline holds.
+    /// Bytes of buffer this timeline holds: its cells, header and crossbeam's length word
+    /// (not the allocator's own 8-byte chunk header).
     pub fn buffer_bytes(&self, guard: &Guard) -> usize {
         let shared = self.buffer.load(Ordering::Relaxed, guard);
-        if shared.is_null() {
-            0
-        } else {
-            (capacity_of(shared.tag()) + 1) * 16 + 16
-        }
+        // SAFETY: the buffer stays allocated while `guard` is pinned (see `snapshot`).
+        unsafe { shared.as_ref() }.map_or(0, |cells| size_of::<usize>() + size_of_val(cells))
     }
 
     fn entries<'g>(snap: &Snapshot<'g>) -> impl ExactSizeIterator<Item = TinyPost> + 'g {
@@ -336,14 +355,13 @@ impl Timeline {
     /// Writer only (the caller holds the author's lock).
     fn insert_unsummarised(&self, entry: TinyPost, cap: usize, guard: &Guard) -> Option<TinyPost> {
         let Some(snap) = self.snapshot(guard) else {
-            self.replace(build(MIN_CAPACITY, 0, std::iter::once(entry)), guard);
+            self.replace(build(grown(0, cap), 0, 1, std::iter::once(entry)), guard);
             return None;
         };
         let len = snap.len();
         let full = len >= cap;
-        let newest = (len > 0).then(|| snap.cell(snap.head - 1).load());
-        let in_order = newest.is_none_or(|n| n.created_at <= entry.created_at);
-        let capacity = (snap.mask + 1) as usize;
+        let in_order = len == 0 || snap.cell(snap.head - 1).created_at() <= entry.created_at;
+        let capacity = snap.capacity as usize;
         if full {
             let oldest = snap.cell(snap.tail).load();
             if entry.created_at < oldest.created_at {
@@ -355,16 +373,36 @@ impl Timeline {
             return snap.append(entry, full);
         }
         // Slow path: rebuild with the entry at its place (and the oldest dropped if full).
-        let skip = usize::from(full);
+        // Copied straight from the old buffer (no intermediate vector): the entries kept
+        // (`from..head`), with `entry` before the first one newer than it.
         let evicted = full.then(|| snap.cell(snap.tail).load());
-        let mut merged: Vec<TinyPost> = Self::entries(&snap).skip(skip).collect();
-        let at = merged.partition_point(|e| e.created_at <= entry.created_at);
-        merged.insert(at, entry);
-        let capacity = capacity_for(merged.len()).max(capacity);
-        self.replace(
-            build(capacity, snap.tail + skip as u64, merged.into_iter()),
-            guard,
-        );
+        let from = snap.tail + u64::from(full);
+        let at = if in_order {
+            snap.head
+        } else {
+            let (mut lo, mut hi) = (from, snap.head);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if snap.cell(mid).load().created_at <= entry.created_at {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        let len = (snap.head - from) as usize + 1;
+        let capacity = if len > capacity {
+            grown(len, cap)
+        } else {
+            capacity
+        };
+        let copy = |seq: u64| snap.cell(seq).load();
+        let entries = (from..at)
+            .map(copy)
+            .chain(std::iter::once(entry))
+            .chain((at..snap.head).map(copy));
+        self.replace(build(capacity, from, len, entries), guard);
         evicted
     }
 
@@ -387,19 +425,17 @@ impl Timeline {
             snap.set_tail(snap.tail + 1);
             return true;
         }
-        let capacity = (snap.mask + 1) as usize;
         let rest = all.len() - 1;
-        let capacity = if rest * 4 <= capacity {
-            capacity_for(rest * 2)
-        } else {
-            capacity
-        };
+        let capacity = shrunk(rest, snap.capacity as usize).unwrap_or(snap.capacity as usize);
         let kept = all[..at]
             .iter()
             .chain(&all[at + 1..])
             .copied()
             .collect::<Vec<_>>();
-        self.replace(build(capacity, snap.tail, kept.into_iter()), guard);
+        self.replace(
+            build(capacity, snap.tail, kept.len(), kept.into_iter()),
+            guard,
+        );
         true
     }
 
@@ -428,24 +464,19 @@ impl Timeline {
         popped
     }
 
-    /// Rebuilds into a smaller buffer when the entries use under a quarter of it; drops the
+    /// Rebuilds into a smaller buffer when the entries use under half of it; drops the
     /// buffer altogether when empty. Returns true if the timeline is now empty. Writer only.
     fn shrink_unsummarised(&self, guard: &Guard) -> bool {
         let Some(snap) = self.snapshot(guard) else {
             return true;
         };
         let len = snap.len();
-        let capacity = (snap.mask + 1) as usize;
         if len == 0 {
             // Keep the (small) buffer; the owner is dropped when all its timelines are empty.
             return true;
         }
-        if capacity > MIN_CAPACITY && len * 4 <= capacity {
-            let entries: Vec<TinyPost> = Self::entries(&snap).collect();
-            self.replace(
-                build(capacity_for(len * 2), snap.tail, entries.into_iter()),
-                guard,
-            );
+        if let Some(capacity) = shrunk(len, snap.capacity as usize) {
+            self.replace(build(capacity, snap.tail, len, Self::entries(&snap)), guard);
         }
         false
     }
@@ -593,7 +624,8 @@ mod tests {
         assert_eq!(all.len(), 300);
         assert_eq!(all.first(), Some(&(700, 700)));
         assert_eq!(all.last(), Some(&(999, 999)));
-        assert_eq!(t.buffer_bytes(&guard), (512 + 1) * 16 + 16);
+        // Capacity stops at the cap (300, not a power of two) and the ring wraps in it.
+        assert_eq!(t.buffer_bytes(&guard), 8 + (1 + 300) * 16);
     }
 
     #[test]
@@ -611,10 +643,49 @@ mod tests {
         assert_eq!(popped.len(), 58);
         assert_eq!(read_all(&t), vec![(60, 60), (61, 61), (62, 62), (63, 63)]);
         assert!(!t.shrink(&guard));
-        assert_eq!(t.buffer_bytes(&guard), (8 + 1) * 16 + 16);
+        assert_eq!(
+            t.buffer_bytes(&guard),
+            8 + (1 + 5) * 16,
+            "4 entries and a quarter more"
+        );
         assert_eq!(read_all(&t).len(), 4);
         t.pop_expired(|_| true, &guard);
         assert!(t.shrink(&guard));
+    }
+
+    #[test]
+    fn capacity_grows_by_a_quarter_within_the_cap() {
+        let mut capacities = vec![grown(0, 5000)];
+        while let Some(&last) = capacities.last().filter(|&&c| c < 5000) {
+            capacities.push(grown(last + 1, 5000));
+        }
+        assert_eq!(capacities[..10], [1, 3, 5, 7, 10, 13, 17, 22, 28, 36]);
+        assert_eq!(capacities.last(), Some(&5000), "never past the cap");
+        for pair in capacities.windows(2) {
+            assert!(pair[1] > pair[0] && pair[1] <= pair[0] + pair[0] / 4 + 2);
+        }
+        assert_eq!(grown(7000, 5000), 7000, "never below what it must hold");
+        assert_eq!(shrunk(4, 10), Some(5));
+        assert_eq!(shrunk(5, 10), None, "keeps rings used over half");
+    }
+
+    #[test]
+    fn out_of_order_inserts_and_evictions_wrap_a_ring_of_odd_capacity() {
+        let t = Timeline::new();
+        let guard = crossbeam_epoch::pin();
+        let mut expected = Vec::new();
+        for i in 0..200i64 {
+            // Every fifth post arrives three seconds late; the cap (7) evicts the oldest.
+            let at = if i % 5 == 4 { 10 * i - 30 } else { 10 * i } as u32;
+            t.insert(tp(i, at), 7, &guard);
+            expected.push((i, at));
+            expected.sort_by_key(|e| e.1);
+            if expected.len() > 7 {
+                expected.remove(0);
+            }
+            assert_eq!(read_all(&t), expected, "after post {i}");
+        }
+        assert_eq!(t.buffer_bytes(&guard), 8 + (1 + 7) * 16);
     }
 
     #[test]
@@ -659,21 +730,22 @@ mod loom_tests {
     /// A buffer as `Timeline` holds one, without crossbeam.
     struct Ring {
         cells: Box<Buffer>,
-        mask: u64,
     }
 
     impl Ring {
         fn new(capacity: usize, tail: u64, posts: &[i64]) -> Self {
             let mut cells = Box::<[Cell]>::new_uninit_slice(capacity + 1);
-            fill(&mut cells, tail, posts.iter().map(|&n| entry(n)));
-            Self {
-                cells,
-                mask: (capacity - 1) as u64,
-            }
+            fill(
+                &mut cells,
+                tail,
+                posts.len(),
+                posts.iter().map(|&n| entry(n)),
+            );
+            Self { cells }
         }
 
         fn snapshot(&self) -> Snapshot<'_> {
-            Snapshot::load(&self.cells, self.mask)
+            Snapshot::load(&self.cells)
         }
     }
 
@@ -752,6 +824,24 @@ mod loom_tests {
                 assert_eq!(snap.append(entry(n), true), Some(entry(n - 4)));
             }
             // Sequence `seq` holds post `seq + 1` whichever append the reader saw.
+            check(&reader.join().unwrap(), |seq| seq as i64 + 1);
+        });
+    }
+
+    /// The same on a full ring of 3 (not a power of two): the appends wrap through
+    /// `seq % capacity` into the cells of the evicted entries.
+    #[test]
+    fn loom_ring_of_odd_capacity_recycles_cells_under_a_reader() {
+        loom::model(|| {
+            let ring = Arc::new(Published::new(Ring::new(3, 0, &[1, 2, 3])));
+            let reader = {
+                let ring = Arc::clone(&ring);
+                thread::spawn(move || read_newest_first(&ring.snapshot().1))
+            };
+            for n in [4, 5] {
+                let (_, snap) = ring.snapshot();
+                assert_eq!(snap.append(entry(n), true), Some(entry(n - 3)));
+            }
             check(&reader.join().unwrap(), |seq| seq as i64 + 1);
         });
     }
