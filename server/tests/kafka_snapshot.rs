@@ -111,8 +111,13 @@ fn restart_from_a_snapshot_after_kill_9_answers_like_a_full_replay() {
     assert_eq!(sent, total);
 
     // 2. The snapshots left behind: the newest is corrupted on purpose; inspect tells.
+    // Two are kept; a SIGKILL between a new snapshot's rename and the pruning of the oldest
+    // leaves a third (the next snapshot prunes it). Newest first.
     let files = snapshots_in(dir.path());
-    assert_eq!(files.len(), 2, "two snapshots kept: {files:?}");
+    assert!(
+        (2..=3).contains(&files.len()),
+        "two snapshots kept (three if killed while pruning): {files:?}"
+    );
     let (ok, report) = inspect(&files[1]);
     assert!(ok, "{report}");
     assert!(report.contains("checksums:       OK"), "{report}");
