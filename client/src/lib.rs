@@ -420,7 +420,7 @@ impl ThunderClient {
             }
         }
         FeedAnswer {
-            posts: merge_newest_first(answers, max_results as usize, &request.following_user_ids),
+            posts: merge_newest_first(answers, max_results as usize),
             complete: errors.is_empty(),
             errors,
         }
@@ -438,15 +438,9 @@ pub fn effective_max_results(request: &GetInNetworkPostsRequest) -> u32 {
 }
 
 /// Merges the answers of author shards (each newest first) into one, newest first, cut at
-/// `max_results`, in the store's own order: among equal `created_at`, the store returns the
-/// posts of authors later in the request first (its merge breaks ties by stream, and streams
-/// follow the request order), so posts of different shards tie-break on the position of their
-/// author in `following` (first occurrence), and keep their order within one answer.
-pub fn merge_newest_first(
-    answers: Vec<Vec<LightPost>>,
-    max_results: usize,
-    following: &[u64],
-) -> Vec<LightPost> {
+/// `max_results`, in the store's own total order (`engine/BEHAVIOUR.md`): among equal
+/// `created_at`, the larger post id first.
+pub fn merge_newest_first(answers: Vec<Vec<LightPost>>, max_results: usize) -> Vec<LightPost> {
     let mut answers: Vec<_> = answers
         .into_iter()
         .filter(|a| !a.is_empty())
@@ -455,11 +449,7 @@ pub fn merge_newest_first(
     if answers.len() == 1 {
         return answers.swap_remove(0).take(max_results).collect();
     }
-    let mut position = std::collections::HashMap::with_capacity(following.len());
-    for (i, &author) in following.iter().enumerate() {
-        position.entry(author as i64).or_insert(i);
-    }
-    let rank = |post: &LightPost| (post.created_at, position.get(&post.author_id).copied());
+    let rank = |post: &LightPost| (post.created_at, post.post_id);
     let total: usize = answers.iter().map(|a| a.len()).sum();
     let mut merged = Vec::with_capacity(total.min(max_results));
     while merged.len() < max_results {
@@ -498,34 +488,18 @@ mod tests {
         let a = vec![post(1, 50), post(2, 30), post(3, 10)];
         let b = vec![post(4, 40), post(5, 30), post(6, 20)];
         let ids = |v: Vec<LightPost>| v.into_iter().map(|p| p.post_id).collect::<Vec<_>>();
-        let following = [1, 2, 3, 4, 5, 6];
+        // Posts 2 and 5 tie at 30: the larger id first, as in the store, whichever shard.
         assert_eq!(
-            ids(merge_newest_first(
-                vec![a.clone(), b.clone()],
-                100,
-                &following
-            )),
+            ids(merge_newest_first(vec![a.clone(), b.clone()], 100)),
             [1, 4, 5, 2, 6, 3]
         );
-        // Ties go to the author later in the request, as in the store.
-        let reversed = [6, 5, 4, 3, 2, 1];
         assert_eq!(
-            ids(merge_newest_first(
-                vec![a.clone(), b.clone()],
-                100,
-                &reversed
-            )),
-            [1, 4, 2, 5, 6, 3]
+            ids(merge_newest_first(vec![b.clone(), a.clone()], 100)),
+            [1, 4, 5, 2, 6, 3]
         );
-        assert_eq!(
-            ids(merge_newest_first(vec![a.clone(), b], 3, &following)),
-            [1, 4, 5]
-        );
-        assert_eq!(
-            ids(merge_newest_first(vec![vec![], a], 2, &following)),
-            [1, 2]
-        );
-        assert!(merge_newest_first(vec![], 5, &following).is_empty());
+        assert_eq!(ids(merge_newest_first(vec![a.clone(), b], 3)), [1, 4, 5]);
+        assert_eq!(ids(merge_newest_first(vec![vec![], a], 2)), [1, 2]);
+        assert!(merge_newest_first(vec![], 5).is_empty());
     }
 
     #[test]

@@ -190,7 +190,7 @@ fn two_shards_answer_like_a_full_server_and_fail_open_without_one() {
                 panic!("request {request:?}: {diff}");
             }
             if !request.is_video_request {
-                // The merge breaks ties as the store does (later-requested author first), and
+                // The merge breaks ties as the store does (the larger post id first), and
                 // one author's equal-time posts keep their partition order everywhere: the very
                 // same sequence. (A full replica inserts a repost into the videos timeline when
                 // its source arrives, a shard at once, so video ties may be ordered otherwise.)
