@@ -400,34 +400,30 @@ impl Metrics {
         self.found_reply_ratio
             .with_label_values(&labels)
             .observe(replies as f64 / posts.len() as f64);
-        // Posts per author without a per-call hash map: the author ids sorted in a reused
-        // per-thread buffer, counted in runs, observed into a local histogram folded once.
-        AUTHOR_SCRATCH.with(|scratch| {
-            let mut authors = scratch.take();
-            authors.clear();
-            authors.extend(posts.iter().map(|p| p.author_id));
-            authors.sort_unstable();
+        // Posts per author without a per-call hash map or sort: counted in a reused
+        // per-thread table, observed into a local histogram folded once.
+        AUTHOR_COUNTS.with(|counts| {
+            let mut counts = counts.borrow_mut();
+            counts.count(posts.iter().map(|p| p.author_id));
             let posts_per_author = self
                 .found_posts_per_author
                 .with_label_values(&labels)
                 .local();
-            let mut unique = 0usize;
-            for run in authors.chunk_by(|a, b| a == b) {
-                unique += 1;
-                posts_per_author.observe(run.len() as f64);
+            for n in counts.posts_per_author() {
+                posts_per_author.observe(f64::from(n));
             }
             posts_per_author.flush();
             self.found_unique_authors
                 .with_label_values(&labels)
-                .observe(unique as f64);
-            scratch.set(authors);
+                .observe(counts.authors() as f64);
         });
     }
 }
 
 thread_local! {
-    /// Author ids of one answer, for [`Metrics::record_found_posts`]; reused per thread.
-    static AUTHOR_SCRATCH: std::cell::Cell<Vec<i64>> = const { std::cell::Cell::new(Vec::new()) };
+    /// Posts per author of one answer, for [`Metrics::record_found_posts`]; reused per thread.
+    static AUTHOR_COUNTS: std::cell::RefCell<crate::author_counts::AuthorCounts> =
+        std::cell::RefCell::new(crate::author_counts::AuthorCounts::default());
 }
 
 impl KafkaMetrics {
