@@ -11,11 +11,26 @@
 #   scripts/serve-bench.sh [--scale 100] [--requests 20000] [--clients 4] [--streams 4]
 #                          [--kinds full,small,empty] [--no-build] [-- extra server flags]
 #   scripts/serve-bench.sh --overload [--timeout-ms 100]   # 8 x 64 streams with grpc-timeout
+#   scripts/serve-bench.sh --baseline DIR [--rounds 5] [other flags]
+#       side by side: alternates DIR/release's binaries (e.g. a build of main) with this build,
+#       --rounds times each (the machine is shared and noisy), then prints per kind the median
+#       server CPU per request of each and their ratio.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scale=100 requests=20000 clients=4 streams=4 kinds=full,small,empty build=1
-overload=0 timeout_ms=100 server_flags=()
+overload=0 timeout_ms=100 server_flags=() baseline="" rounds=5 passed=()
+# --baseline and --rounds are taken out here; everything else is parsed below (and passed on
+# to each run of a side-by-side comparison).
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --baseline) baseline=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        --) passed+=("$@"); break ;;
+        *) passed+=("$1"); shift ;;
+    esac
+done
+set -- ${passed[@]+"${passed[@]}"}
 while [ $# -gt 0 ]; do
     case "$1" in
         --scale) scale=$2; shift 2 ;;
@@ -42,6 +57,37 @@ fi
 target="${CARGO_TARGET_DIR:-target}/release"
 if [ "$build" = 1 ]; then
     cargo build --release --locked -p thunder-server --bins >&2
+fi
+
+if [ -n "$baseline" ]; then
+    [ -x "$baseline/release/thunder-server" ] || { echo "no $baseline/release/thunder-server" >&2; exit 2; }
+    this_dir="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)"
+    runs="$(mktemp)"
+    trap 'rm -f "$runs"' EXIT
+    for round in $(seq "$rounds"); do
+        for side in baseline this; do
+            dir=$this_dir
+            [ "$side" = baseline ] && dir=$baseline
+            CARGO_TARGET_DIR="$dir" "$PWD/scripts/serve-bench.sh" --no-build ${passed[@]+"${passed[@]}"} | tail -n +2 | sed "s/^/$side /" | tee -a "$runs" >&2
+        done
+    done
+    printf '%-6s %6s %22s %18s %7s\n' kind scale "baseline_cpu_us/req" "this_cpu_us/req" ratio
+    awk -v rounds="$rounds" '
+        function median(list,    n, v, i, j, t) {
+            n = split(list, v, " ")
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+            return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+        }
+        { key = $2 " " $3; cpu[$1, key] = cpu[$1, key] " " $7; if (!(key in seen)) { seen[key] = 1; order[++kinds] = key } }
+        END {
+            for (k = 1; k <= kinds; k++) {
+                split(order[k], ks, " ")
+                b = median(cpu["baseline", order[k]]); t = median(cpu["this", order[k]])
+                printf "%-6s %6s %22.1f %18.1f %7.2f\n", ks[1], ks[2], b, t, (b > 0 ? t / b : 0)
+            }
+            printf "(medians of %d alternating runs each)\n", rounds
+        }' "$runs"
+    exit 0
 fi
 
 work="$(mktemp -d)"
