@@ -35,7 +35,7 @@ use std::sync::Arc;
 pub(crate) type SlotId = u32;
 
 /// The [`SlotId`] bit of the small (32-byte) class.
-pub(crate) const SMALL_CLASS: u32 = 1 << 31;
+const SMALL_CLASS: u32 = 1 << 31;
 /// Slots per class: every id below the class bit.
 const CLASS_SLOTS: u32 = SMALL_CLASS;
 /// Bytes (and alignment) of one chunk: a 2 MiB huge page.
