@@ -1,9 +1,16 @@
-//! The slab arena: fixed-size, cache-line-sized [`CompactPost`] slots in 2 MiB chunks.
+//! The slab arena: [`CompactPost`] slots of two size classes in 2 MiB chunks.
 //!
-//! A slot is addressed by a [`SlotId`] (`u32`). Chunks are allocated as the store grows and are
-//! never returned to the system; freed slots go back to a lock-free free list, but only after a
-//! crossbeam-epoch grace period, so a reader that could still hold the id of a freed slot never
-//! sees it rewritten under its feet while it is pinned.
+//! A post that carries no reply or source ids (an original: about 60% of the workload) goes in
+//! a 32-byte *small* slot (`meta`, `created_at`, `post_id`, `author_id`, `conversation_id`),
+//! two to a cache line; every other post in a 64-byte *large* slot, one line. A slot is
+//! addressed by a [`SlotId`] (`u32`) whose top bit names the class ([`SMALL_CLASS`]); the other
+//! 31 bits index the slot within its class. Each class has its own chunks, bump counter and
+//! free list, so a slot is only ever reused for a post of its own class. Chunks are 2 MiB
+//! aligned and slots are naturally aligned, so no slot straddles a line. Chunks are allocated
+//! as the store grows and are never returned to the system; freed slots go back to their
+//! class's lock-free free list, but only after a crossbeam-epoch grace period, so a reader that
+//! could still hold the id of a freed slot never sees it rewritten under its feet while it is
+//! pinned.
 //!
 //! Every slot carries a `meta` word: a sequence number that changes whenever the slot is
 //! published or freed, the `LIVE` bit, which timelines hold the post, and the post's flags.
@@ -11,8 +18,10 @@
 //! same sequence, the slot must be live and hold the expected `post_id`. That makes a read
 //! correct even for a reader that reached a slot after it was freed and reused.
 //!
-//! That protocol lives in `impl Slot` (`publish`, `read`, `free_if`, `release`, `hold`), written
-//! against the `crate::sync` atomics; `loom_tests` models it.
+//! That protocol is written once, in the provided methods of [`PostSlot`] (`publish`, `read`,
+//! `free_if`, `release`, `hold`), against the `crate::sync` atomics; each class only says how
+//! its fields are stored and loaded (all `Relaxed`: the protocol's fences and `meta` orderings
+//! cover them). `loom_tests` models the protocol for both classes.
 
 use crate::post::LightPost;
 use crate::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering, fence};
@@ -21,15 +30,19 @@ use crossbeam_queue::SegQueue;
 use std::alloc::{Layout, alloc_zeroed};
 use std::sync::Arc;
 
-/// Index of a slot in the arena.
+/// Index of a slot in the arena: [`SMALL_CLASS`] set for a small slot, then the slot's index
+/// within its class.
 pub(crate) type SlotId = u32;
 
-/// log2 of the slots per chunk: 32768 slots of 64 bytes = one 2 MiB huge page.
-const CHUNK_SHIFT: u32 = 15;
-const CHUNK_SLOTS: usize = 1 << CHUNK_SHIFT;
-const CHUNK_BYTES: usize = CHUNK_SLOTS * std::mem::size_of::<Slot>();
-/// Enough chunks for every `u32` slot id but the last (kept free as a sentinel).
-const MAX_CHUNKS: usize = 1 << (32 - CHUNK_SHIFT);
+/// The [`SlotId`] bit of the small (32-byte) class.
+const SMALL_CLASS: u32 = 1 << 31;
+/// Slots per class: every id below the class bit.
+const CLASS_SLOTS: u32 = SMALL_CLASS;
+/// Bytes (and alignment) of one chunk: a 2 MiB huge page.
+const CHUNK_BYTES: usize = 2 << 20;
+/// log2 of the slots a scan unit covers (`scan_chunk`): one large chunk, half a small one, so
+/// a snapshot chunk never holds more than 32768 posts (2 MiB).
+const SCAN_UNIT_SHIFT: u32 = 15;
 
 /// `meta` bit: the slot holds a published post.
 const LIVE: u32 = 1 << 0;
@@ -45,13 +58,20 @@ const HAS_VIDEO: u32 = 1 << 5;
 const SEQ_SHIFT: u32 = 8;
 const SEQ_ONE: u32 = 1 << SEQ_SHIFT;
 
-/// A post as stored: the 11 `LightPost` fields, optional ids as 0, in one 64-byte line.
-#[repr(C, align(64))]
-struct Slot {
+/// The fields every slot class starts with (24 bytes): the protocol's `meta` word and
+/// `post_id` stamp, and the two fields every post has.
+#[repr(C)]
+struct SlotHead {
     meta: AtomicU32,
     created_at: AtomicU32,
     post_id: AtomicI64,
     author_id: AtomicI64,
+}
+
+/// A large slot: the 11 `LightPost` fields, optional ids as 0, in one 64-byte line.
+#[repr(C, align(64))]
+struct Slot {
+    head: SlotHead,
     in_reply_to_post_id: AtomicI64,
     in_reply_to_user_id: AtomicI64,
     source_post_id: AtomicI64,
@@ -59,9 +79,62 @@ struct Slot {
     conversation_id: AtomicI64,
 }
 
+/// A small slot, for a post whose reply and source ids are all 0 ([`CompactPost::fits_small`]):
+/// half a line; the flags live in `meta` as in the large class.
+#[repr(C, align(32))]
+struct SmallSlot {
+    head: SlotHead,
+    conversation_id: AtomicI64,
+}
+
+impl SlotHead {
+    /// An unused head, as a zeroed chunk holds it (the loom models cannot use zeroed memory).
+    #[cfg(all(test, thunder_loom))]
+    fn empty() -> Self {
+        Self {
+            meta: AtomicU32::new(0),
+            created_at: AtomicU32::new(0),
+            post_id: AtomicI64::new(0),
+            author_id: AtomicI64::new(0),
+        }
+    }
+
+    /// Stores `created_at`, `post_id` and `author_id` (`Relaxed`; `publish` orders them).
+    #[inline(always)]
+    fn store(&self, post: &CompactPost) {
+        self.created_at.store(post.created_at, Ordering::Relaxed);
+        self.post_id.store(post.post_id, Ordering::Relaxed);
+        self.author_id.store(post.author_id, Ordering::Relaxed);
+    }
+
+    /// The post as far as the head knows it, flags from `meta`, the other ids 0 (`Relaxed`;
+    /// `validated_fields` validates the loads).
+    #[inline(always)]
+    fn load(&self, post_id: i64, meta: u32) -> CompactPost {
+        CompactPost {
+            post_id,
+            author_id: self.author_id.load(Ordering::Relaxed),
+            created_at: self.created_at.load(Ordering::Relaxed),
+            in_reply_to_post_id: 0,
+            in_reply_to_user_id: 0,
+            source_post_id: 0,
+            source_user_id: 0,
+            conversation_id: 0,
+            is_retweet: meta & IS_RETWEET != 0,
+            is_reply: meta & IS_REPLY != 0,
+            has_video: meta & HAS_VIDEO != 0,
+        }
+    }
+}
+
 // Loom's atomics are larger; the layout only matters (and only holds) for the real ones.
 #[cfg(not(thunder_loom))]
-const _: () = assert!(std::mem::size_of::<Slot>() == 64);
+const _: () = {
+    assert!(std::mem::size_of::<Slot>() == 64);
+    assert!(std::mem::size_of::<SmallSlot>() == 32);
+    assert!(Slot::CHUNK_SLOTS * std::mem::size_of::<Slot>() == CHUNK_BYTES);
+    assert!(SmallSlot::CHUNK_SLOTS * std::mem::size_of::<SmallSlot>() == CHUNK_BYTES);
+};
 
 /// A consistent copy of one stored post (the reference's `CompactPost`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +196,14 @@ impl CompactPost {
         !self.is_reply && !self.is_retweet
     }
 
+    /// True if the post fits a small slot: its reply and source ids are all 0 (`None`).
+    pub fn fits_small(&self) -> bool {
+        self.in_reply_to_post_id == 0
+            && self.in_reply_to_user_id == 0
+            && self.source_post_id == 0
+            && self.source_user_id == 0
+    }
+
     fn flag_bits(&self) -> u32 {
         (if self.is_retweet { IS_RETWEET } else { 0 })
             | (if self.is_reply { IS_REPLY } else { 0 })
@@ -141,54 +222,47 @@ pub(crate) enum Release {
     Gone,
 }
 
-/// The slot protocol: a seqlock over one post, keyed by its `post_id` stamp. The arena only
-/// maps ids to slots and recycles them; everything a reader relies on is here (and is what the
-/// loom models in `loom_tests` exercise).
-impl Slot {
+/// One slot class. The required methods say where `meta` and `post_id` are and how the other
+/// fields are stored and loaded (plain `Relaxed` accesses); the provided methods are the slot
+/// protocol, a seqlock over one post keyed by its `post_id` stamp, the same for every class.
+/// The arena only maps ids to slots and recycles them within a class; everything a reader
+/// relies on is here (and is what the loom models in `loom_tests` exercise, for both classes).
+trait PostSlot: Sized {
+    /// log2 of the slots in one chunk.
+    const CHUNK_SHIFT: u32;
+    /// Slots in one chunk.
+    const CHUNK_SLOTS: usize = 1 << Self::CHUNK_SHIFT;
+
+    /// The slot's first 24 bytes: `meta`, `post_id` and the fields every post has.
+    fn head(&self) -> &SlotHead;
+    /// Stores the fields past the head (`Relaxed`; `publish` orders them).
+    fn store_tail(&self, post: &CompactPost);
+    /// Loads the fields past the head into `post` (`Relaxed`; the seqlock check in
+    /// `validated_fields` validates them).
+    fn load_tail(&self, post: &mut CompactPost);
+
     /// An unused slot, as a zeroed chunk holds it (the loom models cannot use zeroed memory).
     #[cfg(all(test, thunder_loom))]
-    fn empty() -> Self {
-        Self {
-            meta: AtomicU32::new(0),
-            created_at: AtomicU32::new(0),
-            post_id: AtomicI64::new(0),
-            author_id: AtomicI64::new(0),
-            in_reply_to_post_id: AtomicI64::new(0),
-            in_reply_to_user_id: AtomicI64::new(0),
-            source_post_id: AtomicI64::new(0),
-            source_user_id: AtomicI64::new(0),
-            conversation_id: AtomicI64::new(0),
-        }
-    }
+    fn empty() -> Self;
 
     /// Writes `post` into this free slot and makes it live, held by `holders`. Only the one
-    /// owner of a free slot (fresh from the bump or popped off the free list) may call this.
+    /// owner of a free slot (fresh from the bump or popped off its class's free list) may call
+    /// this, and only with a post of the slot's class.
     fn publish(&self, post: &CompactPost, holders: u32) {
-        let seq = self.meta.load(Ordering::Relaxed) & !(SEQ_ONE - 1);
-        // Release fence (seqlock write side), pairs with the Acquire fence in `read`: a reader
-        // whose field loads see any store below also sees, when it re-loads meta, the free
-        // that bumped the sequence before this reuse (it happened before this fence: in this
-        // thread, or in the one that pushed the id onto the free list), so it rejects the read.
-        // Without it a reader racing a reuse could return a mix of both posts (found by
-        // `loom_tests`). Costs nothing on x86.
+        let seq = self.head().meta.load(Ordering::Relaxed) & !(SEQ_ONE - 1);
+        // Release fence (seqlock write side), pairs with the Acquire fence in
+        // `validated_fields`: a reader whose field loads see any store below also sees, when it
+        // re-loads meta, the free that bumped the sequence before this reuse (it happened
+        // before this fence: in this thread, or in the one that pushed the id onto the free
+        // list), so it rejects the read. Without it a reader racing a reuse could return a mix
+        // of both posts (found by `loom_tests`). Costs nothing on x86.
         fence(Ordering::Release);
-        self.created_at.store(post.created_at, Ordering::Relaxed);
-        self.post_id.store(post.post_id, Ordering::Relaxed);
-        self.author_id.store(post.author_id, Ordering::Relaxed);
-        self.in_reply_to_post_id
-            .store(post.in_reply_to_post_id, Ordering::Relaxed);
-        self.in_reply_to_user_id
-            .store(post.in_reply_to_user_id, Ordering::Relaxed);
-        self.source_post_id
-            .store(post.source_post_id, Ordering::Relaxed);
-        self.source_user_id
-            .store(post.source_user_id, Ordering::Relaxed);
-        self.conversation_id
-            .store(post.conversation_id, Ordering::Relaxed);
+        self.head().store(post);
+        self.store_tail(post);
         let meta = seq.wrapping_add(SEQ_ONE) | LIVE | (holders & HOLDERS) | post.flag_bits();
         // Release pairs with the Acquire load of meta in `read` (and in the CAS loops below): a
         // reader that sees this meta sees every field written above.
-        self.meta.store(meta, Ordering::Release);
+        self.head().meta.store(meta, Ordering::Release);
     }
 
     /// A consistent copy of the post if the slot is live and holds `post_id`; `None` if it was
@@ -196,8 +270,8 @@ impl Slot {
     #[inline]
     fn read(&self, post_id: i64) -> Option<CompactPost> {
         // Acquire pairs with the Release store of meta in `publish`.
-        let before = self.meta.load(Ordering::Acquire);
-        if before & LIVE == 0 || self.post_id.load(Ordering::Relaxed) != post_id {
+        let before = self.head().meta.load(Ordering::Acquire);
+        if before & LIVE == 0 || self.head().post_id.load(Ordering::Relaxed) != post_id {
             return None;
         }
         self.validated_fields(post_id, before)
@@ -207,34 +281,24 @@ impl Slot {
     /// not know the ids in advance. The same seqlock validation as `read`.
     fn read_live(&self) -> Option<CompactPost> {
         // Acquire pairs with the Release store of meta in `publish`.
-        let before = self.meta.load(Ordering::Acquire);
+        let before = self.head().meta.load(Ordering::Acquire);
         if before & LIVE == 0 {
             return None;
         }
-        self.validated_fields(self.post_id.load(Ordering::Relaxed), before)
+        self.validated_fields(self.head().post_id.load(Ordering::Relaxed), before)
     }
 
     /// The fields read after `before` (an Acquire-loaded live meta), if meta still carries the
     /// same sequence afterwards.
     #[inline(always)]
     fn validated_fields(&self, post_id: i64, before: u32) -> Option<CompactPost> {
-        let post = CompactPost {
-            post_id,
-            author_id: self.author_id.load(Ordering::Relaxed),
-            created_at: self.created_at.load(Ordering::Relaxed),
-            in_reply_to_post_id: self.in_reply_to_post_id.load(Ordering::Relaxed),
-            in_reply_to_user_id: self.in_reply_to_user_id.load(Ordering::Relaxed),
-            source_post_id: self.source_post_id.load(Ordering::Relaxed),
-            source_user_id: self.source_user_id.load(Ordering::Relaxed),
-            conversation_id: self.conversation_id.load(Ordering::Relaxed),
-            is_retweet: before & IS_RETWEET != 0,
-            is_reply: before & IS_REPLY != 0,
-            has_video: before & HAS_VIDEO != 0,
-        };
+        let mut post = self.head().load(post_id, before);
+        self.load_tail(&mut post);
         // Seqlock check: the Acquire fence orders the field loads above before the re-load of
-        // meta; a free or reuse in between changed the sequence.
+        // meta (pairs with the Release fence in `publish`); a free or reuse in between changed
+        // the sequence.
         fence(Ordering::Acquire);
-        let after = self.meta.load(Ordering::Relaxed);
+        let after = self.head().meta.load(Ordering::Relaxed);
         (after >> SEQ_SHIFT == before >> SEQ_SHIFT).then_some(post)
     }
 
@@ -243,19 +307,24 @@ impl Slot {
     fn free_if(&self, post_id: i64, pred: impl Fn(u32) -> bool) -> bool {
         // Acquire pairs with the Release store in `publish`: the `post_id` checked below is the
         // one published with this meta (or newer).
-        let mut meta = self.meta.load(Ordering::Acquire);
+        let mut meta = self.head().meta.load(Ordering::Acquire);
         loop {
-            if meta & LIVE == 0 || self.post_id.load(Ordering::Relaxed) != post_id || !pred(meta) {
+            if meta & LIVE == 0
+                || self.head().post_id.load(Ordering::Relaxed) != post_id
+                || !pred(meta)
+            {
                 return false;
             }
             let freed = (meta & !(SEQ_ONE - 1)).wrapping_add(SEQ_ONE);
             // AcqRel: Acquire as for the load above (also on failure, for the retry); Release
             // orders this thread's earlier accesses to the slot before the free, for whoever
             // reuses it.
-            match self
-                .meta
-                .compare_exchange_weak(meta, freed, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.head().meta.compare_exchange_weak(
+                meta,
+                freed,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return true,
                 Err(now) => meta = now,
             }
@@ -265,9 +334,9 @@ impl Slot {
     /// Drops one holder's bit; frees the slot with the last one.
     fn release(&self, post_id: i64, holder: u32) -> Release {
         // Acquire: as in `free_if`.
-        let mut meta = self.meta.load(Ordering::Acquire);
+        let mut meta = self.head().meta.load(Ordering::Acquire);
         loop {
-            if meta & LIVE == 0 || self.post_id.load(Ordering::Relaxed) != post_id {
+            if meta & LIVE == 0 || self.head().post_id.load(Ordering::Relaxed) != post_id {
                 return Release::Gone;
             }
             let rest = meta & HOLDERS & !holder;
@@ -280,10 +349,12 @@ impl Slot {
                 (meta & !holder, Release::StillHeld)
             };
             // AcqRel / Acquire: see `free_if`.
-            match self
-                .meta
-                .compare_exchange_weak(meta, next, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.head().meta.compare_exchange_weak(
+                meta,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return outcome,
                 Err(now) => meta = now,
             }
@@ -293,17 +364,17 @@ impl Slot {
     /// Adds a holder bit to a live post; false if the post is gone or already held.
     fn hold(&self, post_id: i64, holder: u32) -> bool {
         // Acquire: as in `free_if`.
-        let mut meta = self.meta.load(Ordering::Acquire);
+        let mut meta = self.head().meta.load(Ordering::Acquire);
         loop {
             if meta & LIVE == 0
                 || meta & holder != 0
-                || self.post_id.load(Ordering::Relaxed) != post_id
+                || self.head().post_id.load(Ordering::Relaxed) != post_id
             {
                 return false;
             }
             // AcqRel / Acquire: see `free_if` (the CAS also orders the holder bit with the
             // Acquire meta loads of a later `release`).
-            match self.meta.compare_exchange_weak(
+            match self.head().meta.compare_exchange_weak(
                 meta,
                 meta | holder,
                 Ordering::AcqRel,
@@ -316,30 +387,102 @@ impl Slot {
     }
 }
 
-/// The arena of post slots.
-pub(crate) struct Arena {
-    chunks: Box<[AtomicPtr<Slot>]>,
-    /// Slots handed out so far by bumping; ids below this are in allocated chunks.
+impl PostSlot for Slot {
+    /// 32768 slots of 64 bytes = one 2 MiB chunk.
+    const CHUNK_SHIFT: u32 = 15;
+
+    #[inline(always)]
+    fn head(&self) -> &SlotHead {
+        &self.head
+    }
+
+    #[inline(always)]
+    fn store_tail(&self, post: &CompactPost) {
+        self.in_reply_to_post_id
+            .store(post.in_reply_to_post_id, Ordering::Relaxed);
+        self.in_reply_to_user_id
+            .store(post.in_reply_to_user_id, Ordering::Relaxed);
+        self.source_post_id
+            .store(post.source_post_id, Ordering::Relaxed);
+        self.source_user_id
+            .store(post.source_user_id, Ordering::Relaxed);
+        self.conversation_id
+            .store(post.conversation_id, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn load_tail(&self, post: &mut CompactPost) {
+        post.in_reply_to_post_id = self.in_reply_to_post_id.load(Ordering::Relaxed);
+        post.in_reply_to_user_id = self.in_reply_to_user_id.load(Ordering::Relaxed);
+        post.source_post_id = self.source_post_id.load(Ordering::Relaxed);
+        post.source_user_id = self.source_user_id.load(Ordering::Relaxed);
+        post.conversation_id = self.conversation_id.load(Ordering::Relaxed);
+    }
+
+    #[cfg(all(test, thunder_loom))]
+    fn empty() -> Self {
+        Self {
+            head: SlotHead::empty(),
+            in_reply_to_post_id: AtomicI64::new(0),
+            in_reply_to_user_id: AtomicI64::new(0),
+            source_post_id: AtomicI64::new(0),
+            source_user_id: AtomicI64::new(0),
+            conversation_id: AtomicI64::new(0),
+        }
+    }
+}
+
+impl PostSlot for SmallSlot {
+    /// 65536 slots of 32 bytes = one 2 MiB chunk.
+    const CHUNK_SHIFT: u32 = 16;
+
+    #[inline(always)]
+    fn head(&self) -> &SlotHead {
+        &self.head
+    }
+
+    /// `post` must fit the class ([`CompactPost::fits_small`]): its reply and source ids are
+    /// not stored (and load as 0).
+    #[inline(always)]
+    fn store_tail(&self, post: &CompactPost) {
+        debug_assert!(post.fits_small());
+        self.conversation_id
+            .store(post.conversation_id, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn load_tail(&self, post: &mut CompactPost) {
+        post.conversation_id = self.conversation_id.load(Ordering::Relaxed);
+    }
+
+    #[cfg(all(test, thunder_loom))]
+    fn empty() -> Self {
+        Self {
+            head: SlotHead::empty(),
+            conversation_id: AtomicI64::new(0),
+        }
+    }
+}
+
+/// The chunks, bump counter and free list of one slot class. Indexes here are class-local
+/// (a [`SlotId`] without its class bit).
+struct SlotClass<S: PostSlot> {
+    chunks: Box<[AtomicPtr<S>]>,
+    /// Slots handed out so far by bumping; indexes below this are in allocated chunks.
     bump: AtomicU32,
     /// Slots whose grace period has passed, ready for reuse.
-    free: Arc<SegQueue<SlotId>>,
+    free: Arc<SegQueue<u32>>,
     live: AtomicUsize,
     chunk_count: AtomicUsize,
 }
 
-impl std::fmt::Debug for Arena {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Arena")
-            .field("live", &self.live.load(Ordering::Relaxed))
-            .field("chunks", &self.chunk_count.load(Ordering::Relaxed))
-            .finish()
-    }
-}
+impl<S: PostSlot> SlotClass<S> {
+    /// Enough chunks for every index of the class.
+    const MAX_CHUNKS: usize = (CLASS_SLOTS as usize) >> S::CHUNK_SHIFT;
 
-impl Arena {
-    pub fn new() -> Self {
+    fn new() -> Self {
         Self {
-            chunks: (0..MAX_CHUNKS)
+            chunks: (0..Self::MAX_CHUNKS)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             bump: AtomicU32::new(0),
@@ -349,23 +492,13 @@ impl Arena {
         }
     }
 
-    /// Bytes reserved for slots (whole chunks).
-    pub fn bytes_reserved(&self) -> usize {
-        self.chunk_count.load(Ordering::Relaxed) * CHUNK_BYTES
+    fn chunk_layout() -> Option<Layout> {
+        Layout::from_size_align(S::CHUNK_SLOTS * std::mem::size_of::<S>(), CHUNK_BYTES).ok()
     }
 
-    /// Bytes of slots holding live posts.
-    pub fn bytes_used(&self) -> usize {
-        self.live.load(Ordering::Relaxed) * std::mem::size_of::<Slot>()
-    }
-
-    /// Number of live posts.
-    pub fn live(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
-    }
-
-    fn slot(&self, id: SlotId) -> Option<&Slot> {
-        let chunk = self.chunks.get((id >> CHUNK_SHIFT) as usize)?;
+    #[inline(always)]
+    fn slot(&self, index: u32) -> Option<&S> {
+        let chunk = self.chunks.get((index >> S::CHUNK_SHIFT) as usize)?;
         // Acquire pairs with the Release CAS that installed the chunk.
         let base = chunk.load(Ordering::Acquire);
         if base.is_null() {
@@ -373,29 +506,22 @@ impl Arena {
         }
         // SAFETY: `base` points to a live chunk of CHUNK_SLOTS zero-initialised slots that is
         // never freed while the arena lives, and the offset is below CHUNK_SLOTS.
-        Some(unsafe { &*base.add(id as usize & (CHUNK_SLOTS - 1)) })
+        Some(unsafe { &*base.add(index as usize & (S::CHUNK_SLOTS - 1)) })
     }
 
-    /// Address of a slot, for prefetching.
-    #[inline]
-    pub fn slot_ptr(&self, id: SlotId) -> *const u8 {
-        self.slot(id)
-            .map_or(std::ptr::null(), |s| (s as *const Slot).cast())
-    }
-
-    fn ensure_chunk(&self, index: usize) -> Option<()> {
-        let cell = self.chunks.get(index)?;
+    fn ensure_chunk(&self, chunk: usize) -> Option<()> {
+        let cell = self.chunks.get(chunk)?;
         // Acquire pairs with the Release CAS below (another writer's): its chunk is zeroed.
         if !cell.load(Ordering::Acquire).is_null() {
             return Some(());
         }
-        let layout = Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES).ok()?;
+        let layout = Self::chunk_layout()?;
         // SAFETY: the layout has non-zero size.
-        let fresh = unsafe { alloc_zeroed(layout) }.cast::<Slot>();
+        let fresh = unsafe { alloc_zeroed(layout) }.cast::<S>();
         if fresh.is_null() {
             return None;
         }
-        advise_huge_pages(fresh.cast(), CHUNK_BYTES);
+        advise_huge_pages(fresh.cast(), layout.size());
         // Release publishes the zeroed chunk to readers that Acquire-load the pointer (`slot`);
         // Acquire on failure pairs with the winner's Release, whose chunk we then use.
         match cell.compare_exchange(
@@ -413,72 +539,31 @@ impl Arena {
         Some(())
     }
 
-    /// Takes a free slot, or `None` when all `u32` ids are in use or memory ran out.
-    fn take_slot(&self) -> Option<SlotId> {
-        if let Some(id) = self.free.pop() {
-            return Some(id);
+    /// Takes a free slot, or `None` when every index of the class is in use or memory ran out.
+    fn take_slot(&self) -> Option<u32> {
+        if let Some(index) = self.free.pop() {
+            return Some(index);
         }
-        let id = self.bump.fetch_add(1, Ordering::Relaxed);
-        if id == u32::MAX {
-            self.bump.store(u32::MAX, Ordering::Relaxed);
+        let index = self.bump.fetch_add(1, Ordering::Relaxed);
+        if index >= CLASS_SLOTS {
+            // Keeps the counter from wrapping back into handed-out indexes.
+            self.bump.store(CLASS_SLOTS, Ordering::Relaxed);
             return None;
         }
-        self.ensure_chunk((id >> CHUNK_SHIFT) as usize)?;
-        Some(id)
+        self.ensure_chunk((index >> S::CHUNK_SHIFT) as usize)?;
+        Some(index)
     }
 
-    /// Stores `post` in a fresh slot held by the timelines in `holders`.
-    pub fn publish(&self, post: &CompactPost, holders: u32) -> Option<SlotId> {
-        let id = self.take_slot()?;
-        self.slot(id)?.publish(post, holders);
+    fn publish(&self, post: &CompactPost, holders: u32) -> Option<u32> {
+        let index = self.take_slot()?;
+        self.slot(index)?.publish(post, holders);
         self.live.fetch_add(1, Ordering::Relaxed);
-        Some(id)
+        Some(index)
     }
 
-    /// Returns a slot that was published but never made reachable (no map, no timeline):
-    /// nobody can hold its id, so it may be reused at once.
-    pub fn unpublish_unshared(&self, id: SlotId, post_id: i64) {
-        if self.free_if(id, post_id, |_| true) {
-            self.free.push(id);
-        }
-    }
-
-    /// Reads the post in slot `id` if it is live and is `post_id`.
-    #[inline]
-    pub fn read(&self, id: SlotId, post_id: i64) -> Option<CompactPost> {
-        self.slot(id)?.read(post_id)
-    }
-
-    /// How many chunks a scan must visit: every slot id handed out so far lies below
-    /// `scan_chunks() * CHUNK_SLOTS`.
-    pub fn scan_chunks(&self) -> usize {
-        let handed_out = self.bump.load(Ordering::Relaxed) as usize;
-        handed_out.div_ceil(CHUNK_SLOTS).min(MAX_CHUNKS)
-    }
-
-    /// Appends a consistent copy of every post live in chunk `index` to `out` (a fuzzy scan:
-    /// posts published or freed while it runs may or may not be seen, but each copy is one
-    /// whole post). Needs no epoch pin: chunks are never freed while the arena lives, and
-    /// every copy is validated seqlock-style like `read`.
-    pub fn scan_chunk(&self, index: usize, out: &mut Vec<CompactPost>) {
-        let first = index << CHUNK_SHIFT;
-        for offset in 0..CHUNK_SLOTS {
-            let Ok(id) = SlotId::try_from(first + offset) else {
-                return;
-            };
-            match self.slot(id) {
-                Some(slot) => out.extend(slot.read_live()),
-                // The chunk is not allocated (yet): nothing is live in it.
-                None => return,
-            }
-        }
-    }
-
-    /// Atomically frees the slot if it is live, holds `post_id` and `pred(meta)` holds.
-    /// Returns true for the one caller that freed it; that caller must retire the id.
-    fn free_if(&self, id: SlotId, post_id: i64, pred: impl Fn(u32) -> bool) -> bool {
+    fn free_if(&self, index: u32, post_id: i64, pred: impl Fn(u32) -> bool) -> bool {
         let freed = self
-            .slot(id)
+            .slot(index)
             .is_some_and(|slot| slot.free_if(post_id, pred));
         if freed {
             self.live.fetch_sub(1, Ordering::Relaxed);
@@ -486,14 +571,8 @@ impl Arena {
         freed
     }
 
-    /// Frees the slot of `post_id` whoever holds it (a delete). True if this call freed it.
-    pub fn free(&self, id: SlotId, post_id: i64) -> bool {
-        self.free_if(id, post_id, |_| true)
-    }
-
-    /// Drops one timeline's hold (`IN_PRIMARY` or `IN_VIDEO`); frees the slot with the last one.
-    pub fn release(&self, id: SlotId, post_id: i64, holder: u32) -> Release {
-        let Some(slot) = self.slot(id) else {
+    fn release(&self, index: u32, post_id: i64, holder: u32) -> Release {
+        let Some(slot) = self.slot(index) else {
             return Release::Gone;
         };
         let outcome = slot.release(post_id, holder);
@@ -503,31 +582,31 @@ impl Arena {
         outcome
     }
 
-    /// Adds a holder (`IN_VIDEO`) to a live post; false if the post is gone or already held.
-    pub fn hold(&self, id: SlotId, post_id: i64, holder: u32) -> bool {
-        self.slot(id).is_some_and(|slot| slot.hold(post_id, holder))
+    /// Scan units (of `1 << SCAN_UNIT_SHIFT` slots) holding every index handed out so far.
+    fn scan_units(&self) -> usize {
+        (self.bump.load(Ordering::Relaxed) as usize).div_ceil(1 << SCAN_UNIT_SHIFT)
     }
 
-    /// Hands freed slots back for reuse once every reader pinned now has unpinned.
-    pub fn retire(&self, ids: Vec<SlotId>, guard: &Guard) {
-        if !ids.is_empty() {
-            let free = Arc::clone(&self.free);
-            guard.defer(move || {
-                for id in ids {
-                    free.push(id);
-                }
-            });
+    /// Appends a validated copy of every post live in scan unit `unit` to `out`.
+    fn scan_unit(&self, unit: usize, out: &mut Vec<CompactPost>) {
+        let first = unit << SCAN_UNIT_SHIFT;
+        for offset in 0..1 << SCAN_UNIT_SHIFT {
+            let index = match u32::try_from(first + offset) {
+                Ok(index) if index < CLASS_SLOTS => index,
+                _ => return,
+            };
+            match self.slot(index) {
+                Some(slot) => out.extend(slot.read_live()),
+                // The chunk is not allocated (yet): nothing is live in it.
+                None => return,
+            }
         }
-        // Deferred work (these slots, and timeline buffers replaced during the batch) sits in
-        // a thread-local bag until flushed; every write call flushes so garbage is collected
-        // at the rate it is made instead of piling up behind the thread's bag.
-        guard.flush();
     }
 }
 
-impl Drop for Arena {
+impl<S: PostSlot> Drop for SlotClass<S> {
     fn drop(&mut self) {
-        let Ok(layout) = Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES) else {
+        let Some(layout) = Self::chunk_layout() else {
             return;
         };
         for chunk in self.chunks.iter() {
@@ -538,6 +617,175 @@ impl Drop for Arena {
                 unsafe { std::alloc::dealloc(ptr.cast(), layout) };
             }
         }
+    }
+}
+
+/// Runs `$body` with `$class` bound to the class of slot id `$id` and `$index` to its index
+/// within the class (each arm is compiled for its own slot type).
+macro_rules! with_class {
+    ($arena:expr, $id:expr, |$class:ident, $index:ident| $body:expr) => {{
+        let id: SlotId = $id;
+        if id & SMALL_CLASS != 0 {
+            let $class = &$arena.small;
+            let $index = id & !SMALL_CLASS;
+            $body
+        } else {
+            let $class = &$arena.large;
+            let $index = id;
+            $body
+        }
+    }};
+}
+
+/// The arena of post slots: a large and a small class.
+pub(crate) struct Arena {
+    large: SlotClass<Slot>,
+    small: SlotClass<SmallSlot>,
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena")
+            .field("large_live", &self.large.live.load(Ordering::Relaxed))
+            .field("small_live", &self.small.live.load(Ordering::Relaxed))
+            .field(
+                "large_chunks",
+                &self.large.chunk_count.load(Ordering::Relaxed),
+            )
+            .field(
+                "small_chunks",
+                &self.small.chunk_count.load(Ordering::Relaxed),
+            )
+            .finish()
+    }
+}
+
+impl Arena {
+    pub fn new() -> Self {
+        Self {
+            large: SlotClass::new(),
+            small: SlotClass::new(),
+        }
+    }
+
+    /// Bytes reserved for slots (whole chunks of both classes).
+    pub fn bytes_reserved(&self) -> usize {
+        (self.large.chunk_count.load(Ordering::Relaxed)
+            + self.small.chunk_count.load(Ordering::Relaxed))
+            * CHUNK_BYTES
+    }
+
+    /// Bytes of slots holding live posts.
+    pub fn bytes_used(&self) -> usize {
+        self.large.live.load(Ordering::Relaxed) * std::mem::size_of::<Slot>()
+            + self.small.live.load(Ordering::Relaxed) * std::mem::size_of::<SmallSlot>()
+    }
+
+    /// Number of live posts.
+    pub fn live(&self) -> usize {
+        self.large.live.load(Ordering::Relaxed) + self.small.live.load(Ordering::Relaxed)
+    }
+
+    /// Address of a slot, for prefetching: the one line that holds it (no slot straddles two).
+    #[inline]
+    pub fn slot_ptr(&self, id: SlotId) -> *const u8 {
+        with_class!(self, id, |class, index| class
+            .slot(index)
+            .map_or(std::ptr::null(), |s| std::ptr::from_ref(s).cast()))
+    }
+
+    /// Stores `post` in a fresh slot of its class, held by the timelines in `holders`.
+    pub fn publish(&self, post: &CompactPost, holders: u32) -> Option<SlotId> {
+        if post.fits_small() {
+            self.small
+                .publish(post, holders)
+                .map(|index| index | SMALL_CLASS)
+        } else {
+            self.large.publish(post, holders)
+        }
+    }
+
+    /// Returns a slot that was published but never made reachable (no map, no timeline):
+    /// nobody can hold its id, so it may be reused at once.
+    pub fn unpublish_unshared(&self, id: SlotId, post_id: i64) {
+        with_class!(
+            self,
+            id,
+            |class, index| if class.free_if(index, post_id, |_| true) {
+                class.free.push(index);
+            }
+        )
+    }
+
+    /// Reads the post in slot `id` if it is live and is `post_id`.
+    #[inline]
+    pub fn read(&self, id: SlotId, post_id: i64) -> Option<CompactPost> {
+        with_class!(self, id, |class, index| class.slot(index)?.read(post_id))
+    }
+
+    /// How many scan units a scan must visit (`scan_chunk(0..scan_chunks())`): every slot id
+    /// handed out so far lies in one of them. Even units are large-class chunks, odd units
+    /// halves of small-class chunks, 32768 slots each.
+    pub fn scan_chunks(&self) -> usize {
+        2 * self.large.scan_units().max(self.small.scan_units())
+    }
+
+    /// Appends a consistent copy of every post live in scan unit `index` (at most 32768
+    /// posts, all of one class) to `out` (a fuzzy scan: posts published or freed while it runs
+    /// may or may not be seen, but each copy is one whole post). Needs no epoch pin: chunks
+    /// are never freed while the arena lives, and every copy is validated seqlock-style like
+    /// `read`.
+    pub fn scan_chunk(&self, index: usize, out: &mut Vec<CompactPost>) {
+        if index.is_multiple_of(2) {
+            self.large.scan_unit(index / 2, out);
+        } else {
+            self.small.scan_unit(index / 2, out);
+        }
+    }
+
+    /// Frees the slot of `post_id` whoever holds it (a delete). True if this call freed it;
+    /// that caller must retire the id.
+    pub fn free(&self, id: SlotId, post_id: i64) -> bool {
+        with_class!(self, id, |class, index| class.free_if(
+            index,
+            post_id,
+            |_| true
+        ))
+    }
+
+    /// Drops one timeline's hold (`IN_PRIMARY` or `IN_VIDEO`); frees the slot with the last one.
+    pub fn release(&self, id: SlotId, post_id: i64, holder: u32) -> Release {
+        with_class!(self, id, |class, index| class
+            .release(index, post_id, holder))
+    }
+
+    /// Adds a holder (`IN_VIDEO`) to a live post; false if the post is gone or already held.
+    pub fn hold(&self, id: SlotId, post_id: i64, holder: u32) -> bool {
+        with_class!(self, id, |class, index| class
+            .slot(index)
+            .is_some_and(|slot| slot.hold(post_id, holder)))
+    }
+
+    /// Hands freed slots back to their class's free list once every reader pinned now has
+    /// unpinned.
+    pub fn retire(&self, ids: Vec<SlotId>, guard: &Guard) {
+        if !ids.is_empty() {
+            let large = Arc::clone(&self.large.free);
+            let small = Arc::clone(&self.small.free);
+            guard.defer(move || {
+                for id in ids {
+                    if id & SMALL_CLASS != 0 {
+                        small.push(id & !SMALL_CLASS);
+                    } else {
+                        large.push(id);
+                    }
+                }
+            });
+        }
+        // Deferred work (these slots, and timeline buffers replaced during the batch) sits in
+        // a thread-local bag until flushed; every write call flushes so garbage is collected
+        // at the rate it is made instead of piling up behind the thread's bag.
+        guard.flush();
     }
 }
 
@@ -602,7 +850,7 @@ mod tests {
         let arena = Arena::new();
         let id = arena.publish(&post(1), IN_PRIMARY).unwrap();
         assert!(arena.free(id, 1));
-        arena.free.push(id); // grace period over
+        arena.large.free.push(id); // grace period over
         let again = arena.publish(&post(2), IN_PRIMARY).unwrap();
         assert_eq!(again, id, "the free list hands the slot out again");
         assert!(arena.read(id, 1).is_none());
@@ -620,17 +868,17 @@ mod tests {
             crossbeam_epoch::pin().flush();
         }
         assert!(
-            arena.free.is_empty(),
+            arena.large.free.is_empty(),
             "slot reused while a reader was pinned"
         );
         drop(reader);
         for _ in 0..1024 {
-            if !arena.free.is_empty() {
+            if !arena.large.free.is_empty() {
                 break;
             }
             crossbeam_epoch::pin().flush();
         }
-        assert_eq!(arena.free.pop(), Some(id));
+        assert_eq!(arena.large.free.pop(), Some(id));
     }
 
     #[test]
@@ -640,14 +888,167 @@ mod tests {
             .map(|n| arena.publish(&post(n), IN_PRIMARY).unwrap())
             .collect();
         assert!(arena.free(ids[1], 2));
-        assert_eq!(arena.scan_chunks(), 1);
+        // One large unit (0) and its small partner (1), empty.
+        assert_eq!(arena.scan_chunks(), 2);
         let mut seen = Vec::new();
         arena.scan_chunk(0, &mut seen);
         let seen: Vec<i64> = seen.iter().map(|p| p.post_id).collect();
         assert_eq!(seen, vec![1, 3, 4, 5]);
-        let mut beyond = Vec::new();
-        arena.scan_chunk(1, &mut beyond);
-        assert!(beyond.is_empty());
+        for unit in 1..4 {
+            let mut beyond = Vec::new();
+            arena.scan_chunk(unit, &mut beyond);
+            assert!(beyond.is_empty(), "unit {unit}");
+        }
+    }
+
+    /// An original: no reply or source ids, so it fits a small slot.
+    fn original(id: i64) -> CompactPost {
+        CompactPost::from_light(&LightPost {
+            post_id: id,
+            author_id: 7 + id,
+            created_at: 100 + id,
+            conversation_id: Some(id),
+            has_video: id % 2 == 0,
+            ..LightPost::default()
+        })
+    }
+
+    #[test]
+    fn publish_picks_the_class_from_the_post() {
+        let arena = Arena::new();
+        let small = arena.publish(&original(1), IN_PRIMARY).unwrap();
+        let large = arena.publish(&post(2), IN_PRIMARY).unwrap();
+        assert_ne!(small & SMALL_CLASS, 0, "an original goes in a small slot");
+        assert_eq!(large & SMALL_CLASS, 0, "a reply goes in a large slot");
+        // Each id names its own class's slot: the same index in the other class is not it.
+        assert_eq!(small & !SMALL_CLASS, 0);
+        assert_eq!(large, 0);
+        assert_eq!(arena.read(small, 1), Some(original(1)));
+        assert_eq!(arena.read(large, 2), Some(post(2)));
+        assert_eq!(arena.read(small & !SMALL_CLASS, 1), None);
+        assert_eq!(arena.read(large | SMALL_CLASS, 2), None);
+        assert_eq!(arena.live(), 2);
+        assert_eq!(arena.bytes_used(), 64 + 32);
+        assert_eq!(arena.bytes_reserved(), 2 * CHUNK_BYTES);
+        // A post with any of the four ids set needs the large class, whatever its flags.
+        for field in 0..4 {
+            let mut p = original(3);
+            *[
+                &mut p.in_reply_to_post_id,
+                &mut p.in_reply_to_user_id,
+                &mut p.source_post_id,
+                &mut p.source_user_id,
+            ][field] = 9;
+            let id = arena.publish(&p, IN_PRIMARY).unwrap();
+            assert_eq!(id & SMALL_CLASS, 0, "field {field}");
+            assert_eq!(arena.read(id, 3), Some(p));
+        }
+    }
+
+    #[test]
+    fn small_slots_round_trip_every_field_and_flag() {
+        let arena = Arena::new();
+        let mut flagged = original(5);
+        flagged.is_reply = true; // a reply flag without a parent id still fits
+        flagged.is_retweet = true;
+        flagged.conversation_id = 0;
+        for p in [original(1), original(2), flagged] {
+            let id = arena.publish(&p, IN_PRIMARY).unwrap();
+            assert_ne!(id & SMALL_CLASS, 0);
+            let read = arena.read(id, p.post_id).unwrap();
+            assert_eq!(read, p);
+            assert_eq!(read.to_light(), p.to_light());
+            assert!(arena.read(id, p.post_id + 1).is_none());
+        }
+    }
+
+    #[test]
+    fn small_slots_pack_two_per_line_without_straddling() {
+        let arena = Arena::new();
+        let ids: Vec<SlotId> = (1..=4)
+            .map(|n| arena.publish(&original(n), IN_PRIMARY).unwrap())
+            .collect();
+        let addr = |id: SlotId| arena.slot_ptr(id) as usize;
+        for &id in &ids {
+            assert_eq!(addr(id) % 32, 0);
+            assert_eq!(addr(id) / 64, (addr(id) + 31) / 64, "slot straddles a line");
+        }
+        assert_eq!(addr(ids[1]) - addr(ids[0]), 32);
+        assert_eq!(
+            addr(ids[0]) / 64,
+            addr(ids[1]) / 64,
+            "two small slots share a line"
+        );
+        assert_ne!(addr(ids[1]) / 64, addr(ids[2]) / 64);
+        let large = arena.publish(&post(9), IN_PRIMARY).unwrap();
+        assert_eq!(addr(large) % 64, 0);
+        assert!(
+            arena.slot_ptr(SMALL_CLASS | 70_000).is_null(),
+            "chunk not allocated"
+        );
+    }
+
+    #[test]
+    fn small_slots_free_release_hold_and_reuse_within_their_class() {
+        let arena = Arena::new();
+        let id = arena.publish(&original(1), IN_PRIMARY).unwrap();
+        assert!(arena.hold(id, 1, IN_VIDEO));
+        assert!(!arena.hold(id, 1, IN_VIDEO));
+        assert_eq!(arena.release(id, 1, IN_VIDEO), Release::StillHeld);
+        assert_eq!(arena.release(id, 1, IN_PRIMARY), Release::Freed);
+        assert_eq!(arena.read(id, 1), None);
+        assert_eq!(arena.live(), 0);
+        arena.retire(vec![id], &crossbeam_epoch::pin());
+        for _ in 0..1024 {
+            if !arena.small.free.is_empty() {
+                break;
+            }
+            crossbeam_epoch::pin().flush();
+        }
+        assert!(arena.large.free.is_empty(), "retired to the wrong class");
+        // The large class does not take the small slot; the small class does.
+        assert_eq!(arena.publish(&post(2), IN_PRIMARY), Some(0));
+        assert_eq!(arena.publish(&original(3), IN_PRIMARY), Some(id));
+        assert_eq!(arena.read(id, 1), None, "the old post must not validate");
+        assert_eq!(arena.read(id, 3), Some(original(3)));
+        // A delete, and an unshared slot handed straight back.
+        assert!(arena.free(id, 3));
+        assert!(!arena.free(id, 3));
+        let again = arena.publish(&original(4), IN_PRIMARY).unwrap();
+        arena.unpublish_unshared(again, 4);
+        assert_eq!(arena.small.free.pop(), Some(again & !SMALL_CLASS));
+        assert_eq!(arena.live(), 1);
+    }
+
+    #[test]
+    fn scan_visits_both_classes_in_units_of_32768() {
+        let arena = Arena::new();
+        let unit = 1usize << SCAN_UNIT_SHIFT;
+        // Enough originals to spill into the second half of the first small chunk.
+        let originals = unit + 3;
+        for n in 0..originals {
+            arena.publish(&original(n as i64 + 1), IN_PRIMARY).unwrap();
+        }
+        let reply_ids: Vec<SlotId> = (0..5)
+            .map(|n| arena.publish(&post(1_000_000 + n), IN_PRIMARY).unwrap())
+            .collect();
+        assert!(arena.free(reply_ids[0], 1_000_000));
+        assert_eq!(arena.scan_chunks(), 4);
+        let mut per_unit = Vec::new();
+        let mut all = Vec::new();
+        for index in 0..arena.scan_chunks() {
+            let mut out = Vec::new();
+            arena.scan_chunk(index, &mut out);
+            assert!(out.len() <= unit);
+            per_unit.push(out.len());
+            all.extend(out);
+        }
+        assert_eq!(per_unit, vec![4, unit, 0, 3]);
+        assert_eq!(all.len(), originals + 4);
+        assert!(all.iter().all(|p| match p.post_id {
+            id if id >= 1_000_000 => *p == post(id),
+            id => *p == original(id),
+        }));
     }
 
     #[test]
@@ -661,67 +1062,72 @@ mod tests {
     }
 }
 
-/// Loom models of the slot protocol: `RUSTFLAGS="--cfg thunder_loom" cargo test --lib loom` (see
-/// `crate::sync`). The epoch grace period in front of slot reuse is left out on purpose: a
-/// read must validate on its own, even when it races the reuse of its slot.
+/// Loom models of the slot protocol, for both slot classes: `RUSTFLAGS="--cfg thunder_loom"
+/// cargo test --lib loom` (see `crate::sync`). The epoch grace period in front of slot reuse
+/// is left out on purpose: a read must validate on its own, even when it races the reuse of
+/// its slot. A slot is only ever reused within its class (the class is part of its id), so
+/// each model runs on one slot of one class.
 #[cfg(all(test, thunder_loom))]
 mod loom_tests {
     use super::*;
     use loom::sync::Arc;
     use loom::thread;
 
-    /// Post `n`: every field and flag differs between posts 1 and 2, so a mix shows.
-    fn post(n: i64) -> CompactPost {
-        CompactPost {
+    /// Post `n` for a slot of class `S`: every stored field and flag differs between posts 1
+    /// and 2, so a mix shows; for the small class the reply and source ids are 0 (not stored).
+    fn post<S: PostSlot>(n: i64) -> CompactPost {
+        let large = S::CHUNK_SHIFT == Slot::CHUNK_SHIFT;
+        let id = |base: i64| if large { base + n } else { 0 };
+        let post = CompactPost {
             post_id: n,
             author_id: 10 + n,
             created_at: 100 + n as u32,
-            in_reply_to_post_id: 20 + n,
-            in_reply_to_user_id: 30 + n,
-            source_post_id: 40 + n,
-            source_user_id: 50 + n,
+            in_reply_to_post_id: id(20),
+            in_reply_to_user_id: id(30),
+            source_post_id: id(40),
+            source_user_id: id(50),
             conversation_id: 60 + n,
             is_retweet: n == 1,
             is_reply: n == 2,
             has_video: n == 1,
-        }
+        };
+        assert_eq!(post.fits_small(), !large);
+        post
     }
 
     /// A read of post 1 is either all of post 1 or `None`; a read of post 2 all of post 2 or
     /// `None`.
-    fn check(read: Option<CompactPost>, n: i64) {
+    fn check<S: PostSlot>(read: Option<CompactPost>, n: i64) {
         assert!(
-            read.is_none() || read == Some(post(n)),
+            read.is_none() || read == Some(post::<S>(n)),
             "read {n} returned {read:?}"
         );
     }
 
     /// A reader of post 1 races the delete of post 1 and the reuse of its slot for post 2
     /// by the same writer.
-    #[test]
-    fn loom_read_racing_free_and_reuse() {
+    fn read_racing_free_and_reuse<S: PostSlot + Send + Sync + 'static>() {
         loom::model(|| {
-            let slot = Arc::new(Slot::empty());
-            slot.publish(&post(1), IN_PRIMARY);
+            let slot = Arc::new(S::empty());
+            slot.publish(&post::<S>(1), IN_PRIMARY);
             let reader = {
                 let slot = Arc::clone(&slot);
                 thread::spawn(move || (slot.read(1), slot.read(2)))
             };
             assert!(slot.free_if(1, |_| true));
-            slot.publish(&post(2), IN_PRIMARY);
+            slot.publish(&post::<S>(2), IN_PRIMARY);
             let (old, new) = reader.join().unwrap();
-            check(old, 1);
-            check(new, 2);
+            check::<S>(old, 1);
+            check::<S>(new, 2);
         });
     }
 
     /// As above, but the last holder's release frees the slot and another thread reuses it
     /// (it got the id through the free list, modelled by spawning it after the free).
-    #[test]
-    fn loom_read_racing_release_and_reuse_elsewhere() {
+    fn read_racing_release_and_reuse_elsewhere<S: PostSlot + Send + Sync + 'static>() {
         loom::model(|| {
-            let slot = Arc::new(Slot::empty());
-            slot.publish(&post(1), IN_PRIMARY | IN_VIDEO);
+            let slot = Arc::new(S::empty());
+            slot.publish(&post::<S>(1), IN_PRIMARY | IN_VIDEO);
             let reader = {
                 let slot = Arc::clone(&slot);
                 thread::spawn(move || slot.read(1))
@@ -730,20 +1136,19 @@ mod loom_tests {
             assert_eq!(slot.release(1, IN_PRIMARY), Release::Freed);
             let reuser = {
                 let slot = Arc::clone(&slot);
-                thread::spawn(move || slot.publish(&post(2), IN_PRIMARY))
+                thread::spawn(move || slot.publish(&post::<S>(2), IN_PRIMARY))
             };
-            check(reader.join().unwrap(), 1);
+            check::<S>(reader.join().unwrap(), 1);
             reuser.join().unwrap();
-            assert_eq!(slot.read(2), Some(post(2)));
+            assert_eq!(slot.read(2), Some(post::<S>(2)));
         });
     }
 
     /// A delete racing the last timeline releases: exactly one of them frees the slot.
-    #[test]
-    fn loom_delete_racing_release_frees_once() {
+    fn delete_racing_release_frees_once<S: PostSlot + Send + Sync + 'static>() {
         loom::model(|| {
-            let slot = Arc::new(Slot::empty());
-            slot.publish(&post(1), IN_PRIMARY | IN_VIDEO);
+            let slot = Arc::new(S::empty());
+            slot.publish(&post::<S>(1), IN_PRIMARY | IN_VIDEO);
             let deleter = {
                 let slot = Arc::clone(&slot);
                 thread::spawn(move || slot.free_if(1, |_| true))
@@ -755,5 +1160,63 @@ mod loom_tests {
             assert_eq!(frees, 1, "deleted {deleted}, released {released:?}");
             assert_eq!(slot.read(1), None);
         });
+    }
+
+    /// A scan (`read_live`, which does not know the id) racing a free and reuse returns one
+    /// whole post or nothing; a `hold` racing the free either lands on the live post or
+    /// reports it gone.
+    fn scan_and_hold_racing_free_and_reuse<S: PostSlot + Send + Sync + 'static>() {
+        loom::model(|| {
+            let slot = Arc::new(S::empty());
+            slot.publish(&post::<S>(1), IN_PRIMARY);
+            let scanner = {
+                let slot = Arc::clone(&slot);
+                thread::spawn(move || slot.read_live())
+            };
+            let holder = {
+                let slot = Arc::clone(&slot);
+                thread::spawn(move || slot.hold(1, IN_VIDEO))
+            };
+            assert!(slot.free_if(1, |_| true));
+            slot.publish(&post::<S>(2), IN_PRIMARY);
+            let seen = scanner.join().unwrap();
+            assert!(
+                seen.is_none() || seen == Some(post::<S>(1)) || seen == Some(post::<S>(2)),
+                "scan returned {seen:?}"
+            );
+            holder.join().unwrap();
+            // Whatever the hold did, it was to post 1, which is gone: post 2 is held by its
+            // primary timeline alone, so one release frees it.
+            assert_eq!(slot.release(2, IN_PRIMARY), Release::Freed);
+        });
+    }
+
+    /// One `#[test]` per model and class: `$large` runs `$model` on a large slot, `$small` on
+    /// a small one.
+    macro_rules! on_both_classes {
+        ($($model:ident => $large:ident, $small:ident;)*) => {$(
+            #[test]
+            fn $large() {
+                $model::<Slot>();
+            }
+
+            #[test]
+            fn $small() {
+                $model::<SmallSlot>();
+            }
+        )*};
+    }
+
+    on_both_classes! {
+        read_racing_free_and_reuse =>
+            loom_read_racing_free_and_reuse, loom_small_read_racing_free_and_reuse;
+        read_racing_release_and_reuse_elsewhere =>
+            loom_read_racing_release_and_reuse_elsewhere,
+            loom_small_read_racing_release_and_reuse_elsewhere;
+        delete_racing_release_frees_once =>
+            loom_delete_racing_release_frees_once, loom_small_delete_racing_release_frees_once;
+        scan_and_hold_racing_free_and_reuse =>
+            loom_scan_and_hold_racing_free_and_reuse,
+            loom_small_scan_and_hold_racing_free_and_reuse;
     }
 }

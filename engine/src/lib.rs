@@ -20,11 +20,12 @@
 //! to hand memory back; queries never depend on it.
 //!
 //! # Layout
-//! - Post records ([`LightPost`] packed into a 64-byte `CompactPost`) live in slots of a slab
-//!   arena allocated in 2 MiB chunks (huge pages where the kernel allows). A freed slot is
-//!   retired through crossbeam-epoch and reused only after every reader pinned at the time has
-//!   gone; each slot carries a sequence number and its post id, and every read is validated
-//!   against both, so a reader can never return a different post than the one it looked up.
+//! - Post records ([`LightPost`] packed into a `CompactPost`) live in slots of a slab arena
+//!   (32 bytes for a post without reply or source ids, 64 for the rest) allocated in 2 MiB
+//!   chunks (huge pages where the kernel allows). A freed slot is retired through
+//!   crossbeam-epoch and reused only after every reader pinned at the time has gone; each slot
+//!   carries a sequence number and its post id, and every read is validated against both, so
+//!   a reader can never return a different post than the one it looked up.
 //! - `post_id -> slot` is a key-less tag index (`index.rs`: inline `tag | slot` words, verified
 //!   against the record); `author -> timelines` is the same index over one-line author records
 //!   (`authors.rs`). Tombstones and reposts awaiting their source are papaya maps.

@@ -426,3 +426,57 @@ fn expired_posts_and_tombstones_are_skipped_on_load() {
     // A post expired since the snapshot never reaches the store, not even for a moment.
     assert_eq!(report.inserts.too_old, 0);
 }
+
+/// Originals (kept in the arena's small record class, their conversation id in its spare
+/// word) and replies and reposts (the large class) come back from a snapshot field for field:
+/// the file's post records have one 64-byte layout whatever the class, so the layout hash
+/// did not need to change with the two-class arena.
+#[test]
+fn both_record_classes_round_trip_through_a_snapshot() {
+    let clock = Arc::new(ManualClock::new(START_SECS));
+    let store = PostStore::with_config(config(&clock));
+    let posts: Vec<LightPost> = (1..=100)
+        .map(|i: i64| {
+            let mut post = LightPost::original(i, i % 5, START_SECS - 200 + i);
+            match i % 4 {
+                0 => {
+                    post.is_reply = true;
+                    post.in_reply_to_post_id = Some(i - 1);
+                    post.in_reply_to_user_id = Some((i - 1) % 5);
+                    post.conversation_id = Some(i - 1);
+                }
+                1 => {
+                    post.is_retweet = true;
+                    post.source_post_id = Some(i - 2);
+                    post.source_user_id = Some((i - 2) % 5);
+                }
+                _ => {
+                    post.conversation_id = Some(i);
+                    post.has_video = i % 3 == 0;
+                }
+            }
+            post
+        })
+        .collect();
+    assert_eq!(store.insert_posts(&posts).inserted, 100);
+    let bytes = snapshot_bytes(&store);
+    let loaded = PostStore::with_config(config(&clock));
+    let report = loaded.load_snapshot(bytes.as_slice(), 2).expect("load");
+    assert_eq!(report.posts_loaded, 100);
+
+    let inserted: std::collections::HashMap<i64, LightPost> =
+        posts.iter().map(|p| (p.post_id, p.normalised())).collect();
+    for videos in [false, true] {
+        let query = OwnedQuery::new(videos, -1, (0..5).collect());
+        let (before, after) = (query.ask(&store), query.ask(&loaded));
+        assert_eq!(before.posts, after.posts, "videos {videos}");
+        for post in &after.posts {
+            assert_eq!(Some(post), inserted.get(&post.post_id), "videos {videos}");
+        }
+    }
+    let feed = OwnedQuery::new(false, -1, (0..5).collect()).ask(&loaded);
+    let count = |kind: fn(&LightPost) -> bool| feed.posts.iter().filter(|p| kind(p)).count();
+    assert_eq!(count(|p| p.conversation_id == Some(p.post_id)), 50);
+    assert!(count(|p| p.is_reply && p.in_reply_to_post_id.is_some()) > 0);
+    assert!(count(|p| p.is_retweet && p.source_post_id.is_some()) > 0);
+}
