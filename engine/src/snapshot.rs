@@ -41,6 +41,7 @@ use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
 use crate::arena::CompactPost;
+pub use crate::bulk::BulkRefusal;
 use crate::directory::{FACT_SHARDS, FactRecord, ShardId, fact_record_is_valid};
 use crate::store::{InsertReport, PostStore};
 
@@ -169,6 +170,8 @@ pub struct LoadReport {
     pub facts_skipped: u64,
     /// The insert report of the posts handed to the store.
     pub inserts: InsertReport,
+    /// `None` when the store was built in bulk, else why the per-post insert path rebuilt it.
+    pub per_post_reason: Option<BulkRefusal>,
     /// Time spent reading and verifying the stream.
     pub read_duration: Duration,
     /// Time spent rebuilding the store from it.
@@ -715,6 +718,8 @@ impl PostStore {
             )));
         }
         check_shard(reader.header.shard, self)?;
+        // Only a store nothing was ever put in can be built in bulk.
+        let fresh = self.is_fresh();
         let mut tombstones = Vec::new();
         let mut facts = Vec::new();
         let mut posts = Vec::new();
@@ -749,21 +754,15 @@ impl PostStore {
         // (each growth stops both loading threads to rehash).
         self.posts.reserve(posts.len(), &crossbeam_epoch::pin());
         let threads = threads.max(1);
-        let inserts = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|worker| {
-                    let (posts, order) = (&posts, &order);
-                    scope.spawn(move || self.load_share(posts, order, worker, threads))
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_default())
-                .fold(InsertReport::default(), |mut total, r| {
-                    add_report(&mut total, r);
-                    total
-                })
-        });
+        let bulk = if fresh {
+            self.bulk_load(&posts, &order, threads)
+        } else {
+            Err(BulkRefusal::StoreNotEmpty)
+        };
+        let (inserts, per_post_reason) = match bulk {
+            Ok(inserts) => (inserts, None),
+            Err(reason) => (self.load_per_post(&posts, &order, threads), Some(reason)),
+        };
         Ok(LoadReport {
             header: reader.header,
             counts: reader.counts,
@@ -774,8 +773,26 @@ impl PostStore {
             facts_loaded,
             facts_skipped: facts.len() as u64 - facts_loaded,
             inserts,
+            per_post_reason,
             read_duration,
             build_duration: building.elapsed(),
+        })
+    }
+
+    /// Inserts `posts` through the ordinary insert path on `threads` threads, split by author,
+    /// each in `order`.
+    fn load_per_post(&self, posts: &[CompactPost], order: &[u32], threads: usize) -> InsertReport {
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|worker| scope.spawn(move || self.load_share(posts, order, worker, threads)))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_default())
+                .fold(InsertReport::default(), |mut total, r| {
+                    add_report(&mut total, r);
+                    total
+                })
         })
     }
 
