@@ -38,12 +38,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId};
+use crate::query::prefetch;
 use crate::store::{DropReason, Guards, InsertReport, Kind, PendingRepost, PostStore};
 use crate::timeline::TinyPost;
 
 /// Why the bulk build left the load to the per-post path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BulkRefusal {
+    /// The caller asked for the per-post path.
+    PerPostRequested,
     /// The store already held posts, authors, tombstones, pending reposts or facts.
     StoreNotEmpty,
     /// A post id appears more than once.
@@ -58,6 +61,7 @@ impl BulkRefusal {
     /// A short reason for logs.
     pub fn as_str(self) -> &'static str {
         match self {
+            BulkRefusal::PerPostRequested => "the per-post path was asked for",
             BulkRefusal::StoreNotEmpty => "the store was not empty",
             BulkRefusal::DuplicatePostId => "a post id appears twice",
             BulkRefusal::VideosOverCap => "an author could exceed the videos cap",
@@ -66,26 +70,46 @@ impl BulkRefusal {
     }
 }
 
-/// A post's fate after phase 1.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Not stored: tombstoned, or no arena slot.
-    Dropped,
-    /// Inserted but evicted from its primary timeline and never a video entry: not published.
-    Evicted,
-    /// Published and indexed; `slots` holds its slot.
-    Stored,
+/// What the build keeps of a published post, in its author's share.
+#[derive(Clone, Copy)]
+struct Published {
+    post_id: i64,
+    author_id: i64,
+    source_post_id: i64,
+    created_at: u32,
+    /// The post's place in the load order.
+    rank: u32,
+    slot: SlotId,
+    /// `Kind::primary_of` as an index (0 originals, 1 secondary).
+    primary: u8,
+    /// `has_own_video` / `is_video_repost` of the record.
+    own_video: bool,
+    video_repost: bool,
 }
 
-/// One thread's share of the posts: the authors whose hash falls to it.
-struct Share {
-    /// `author hash << 32 | rank`, grouped by author and in rank order within an author.
-    keys: Vec<u64>,
-    slots: Vec<SlotId>,
-    states: Vec<State>,
+impl Published {
+    fn entry(&self) -> TinyPost {
+        TinyPost {
+            post_id: self.post_id,
+            created_at: self.created_at,
+            slot: self.slot,
+        }
+    }
+}
+
+/// Phase 1 of one range of ranks: the posts it published, per share, and its drops.
+struct Publishing {
+    shares: Vec<Vec<Published>>,
     report: InsertReport,
-    /// Ranks of published slots beyond the rank table.
     overflow_ranks: Vec<(SlotId, u32)>,
+    refused: Option<BulkRefusal>,
+}
+
+/// One thread's share of the authors, grouped.
+struct Share {
+    posts: Vec<Published>,
+    /// `author hash << 32 | index in posts`: grouped by author, in rank order within one.
+    keys: Vec<u64>,
     refused: Option<BulkRefusal>,
 }
 
@@ -93,7 +117,7 @@ struct Share {
 #[derive(Default)]
 struct Built {
     pending: Vec<(i64, u32, PendingRepost)>,
-    /// Records evicted from their primary timeline that may hold no other.
+    /// Records evicted from their primary timeline (freed unless a video entry holds them).
     release: Vec<(i64, SlotId)>,
     entries: [isize; 3],
 }
@@ -135,6 +159,40 @@ fn sort_by_author_hash(keys: &mut Vec<u64>) {
     }
 }
 
+/// The index into a share's posts a key names.
+fn at(key: u64) -> usize {
+    key as u32 as usize
+}
+
+/// Calls `f` on each author's keys in `keys` (sorted by author hash): one run per author,
+/// in rank order. Sorts runs of one hash shared by several authors by author id first.
+fn for_each_author(
+    posts: &[Published],
+    keys: &mut [u64],
+    mut f: impl FnMut(&[u64]) -> Result<(), BulkRefusal>,
+) -> Result<(), BulkRefusal> {
+    let mut start = 0;
+    while start < keys.len() {
+        let hash = keys[start] >> 32;
+        let end = start + keys[start..].partition_point(|k| k >> 32 == hash);
+        let group = &mut keys[start..end];
+        let first = posts[at(group[0])].author_id;
+        if group.iter().any(|&k| posts[at(k)].author_id != first) {
+            // Stable: each author's posts stay in rank order.
+            group.sort_by_key(|&k| posts[at(k)].author_id);
+        }
+        let mut from = 0;
+        while from < group.len() {
+            let author_id = posts[at(group[from])].author_id;
+            let to = from + group[from..].partition_point(|&k| posts[at(k)].author_id == author_id);
+            f(&group[from..to])?;
+            from = to;
+        }
+        start = end;
+    }
+    Ok(())
+}
+
 /// Ranks of published slots: a dense table for slot ids below the post count (a fresh arena
 /// hands those out), a map for the rest.
 struct Ranks {
@@ -150,6 +208,19 @@ impl Ranks {
             None => self.sparse.get(&slot).copied(),
         }
     }
+}
+
+/// How many posts ahead the loops prefetch.
+const LOOKAHEAD: usize = 8;
+
+fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, T>>) -> Vec<T> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+        .collect()
 }
 
 impl PostStore {
@@ -177,214 +248,107 @@ impl PostStore {
         if self.directory.is_some() && posts.iter().any(|p| self.is_foreign_author(p.author_id)) {
             return Err(BulkRefusal::ForeignAuthor);
         }
-        // Group by author: each thread turns a range of ranks into keys for every share, then
-        // each share's keys (ascending rank) are sorted stably by author hash.
-        let per_thread = order.len().div_ceil(workers).max(1);
-        let parts: Vec<Vec<Vec<u64>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = order
-                .chunks(per_thread)
-                .enumerate()
-                .map(|(t, ranks)| {
-                    scope.spawn(move || {
-                        let mut out = vec![Vec::with_capacity(ranks.len() / workers + 16); workers];
-                        let first = t * per_thread;
-                        for (offset, &index) in ranks.iter().enumerate() {
-                            let hash = author_hash(posts[index as usize].author_id);
-                            let rank = (first + offset) as u64;
-                            out[hash as usize % workers].push(u64::from(hash) << 32 | rank);
-                        }
-                        out
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
-        });
-        let ranks = Ranks {
+        let mut ranks = Ranks {
             dense: (0..posts.len()).map(|_| AtomicU32::new(0)).collect(),
             sparse: HashMap::new(),
         };
         let refused = AtomicBool::new(false);
-        let mut shares: Vec<Share> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..workers)
-                .map(|w| {
-                    let parts = &parts;
+        // Phase 1, in load order (so records land in the arena in time order, as a replay
+        // puts them): each thread publishes and indexes a range of ranks.
+        let per_thread = order.len().div_ceil(workers).max(1);
+        let publishing: Vec<Publishing> = std::thread::scope(|scope| {
+            let handles = order
+                .chunks(per_thread)
+                .enumerate()
+                .map(|(t, chunk)| {
                     let (ranks, refused) = (&ranks, &refused);
+                    let first = (t * per_thread) as u32;
                     scope.spawn(move || {
-                        let mut keys = Vec::with_capacity(parts.iter().map(|p| p[w].len()).sum());
-                        for part in parts {
-                            keys.extend_from_slice(&part[w]);
-                        }
-                        sort_by_author_hash(&mut keys);
-                        self.publish_share(posts, order, keys, ranks, refused)
+                        self.publish_ranks(posts, chunk, first, workers, ranks, refused)
                     })
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
-        });
-        drop(parts);
-        let refusal = shares.iter().find_map(|s| s.refused);
-        if let Some(refusal) = refusal {
-            self.unpublish(posts, order, &shares);
-            return Err(refusal);
-        }
-        let mut ranks = ranks;
-        for share in &mut shares {
-            ranks.sparse.extend(share.overflow_ranks.drain(..));
-        }
-        let built: Vec<Built> = std::thread::scope(|scope| {
-            let handles: Vec<_> = shares
-                .iter()
-                .map(|share| {
-                    let ranks = &ranks;
-                    scope.spawn(move || self.build_share(posts, order, share, ranks))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
+            join_all(handles)
         });
         let mut report = InsertReport::default();
-        for share in &shares {
-            report.inserted += share.report.inserted;
-            report.tombstoned += share.report.tombstoned;
+        let mut refusal = None;
+        let mut parts: Vec<Vec<Vec<Published>>> = vec![Vec::new(); workers];
+        for publishing in publishing {
+            report.inserted += publishing.report.inserted;
+            report.tombstoned += publishing.report.tombstoned;
+            refusal = refusal.or(publishing.refused);
+            ranks.sparse.extend(publishing.overflow_ranks);
+            for (w, part) in publishing.shares.into_iter().enumerate() {
+                parts[w].push(part);
+            }
         }
+        // Group each share by author, and check no author can exceed the videos cap.
+        let mut shares: Vec<Share> = std::thread::scope(|scope| {
+            let handles = parts
+                .into_iter()
+                .map(|parts| scope.spawn(move || self.group_share(parts)))
+                .collect();
+            join_all(handles)
+        });
+        if let Some(refusal) = refusal.or_else(|| shares.iter().find_map(|s| s.refused)) {
+            self.unpublish(&shares);
+            return Err(refusal);
+        }
+        let built: Vec<Built> = std::thread::scope(|scope| {
+            let handles = shares
+                .iter_mut()
+                .map(|share| {
+                    let ranks = &ranks;
+                    scope.spawn(move || self.build_share(share, ranks))
+                })
+                .collect();
+            join_all(handles)
+        });
         self.finish(built);
         Ok(report)
     }
 
-    /// Phase 1 for one share: drops tombstoned posts, decides which posts their primary
-    /// timeline keeps, publishes and indexes every record that ends up held. Stops at the
-    /// first reason to refuse (or when another share refused).
-    fn publish_share(
+    /// Phase 1 for the posts `chunk` names (ranks from `first` on): drops tombstoned posts,
+    /// publishes and indexes the others, sorted into the share of their author.
+    fn publish_ranks(
         &self,
         posts: &[CompactPost],
-        order: &[u32],
-        mut keys: Vec<u64>,
+        chunk: &[u32],
+        first: u32,
+        workers: usize,
         ranks: &Ranks,
         refused: &AtomicBool,
-    ) -> Share {
+    ) -> Publishing {
         let g = self.guards();
-        let post_of = |key: u64| &posts[order[key as u32 as usize] as usize];
-        let mut share = Share {
-            slots: vec![0; keys.len()],
-            states: vec![State::Dropped; keys.len()],
-            keys: Vec::new(),
+        let mut out = Publishing {
+            shares: vec![Vec::with_capacity(chunk.len() / workers + 16); workers],
             report: InsertReport::default(),
             overflow_ranks: Vec::new(),
             refused: None,
         };
-        let mut start = 0;
-        while start < keys.len() {
+        for (offset, &index) in chunk.iter().enumerate() {
+            if let Some(&ahead) = chunk.get(offset + LOOKAHEAD) {
+                let hashed = self.posts.hash(posts[ahead as usize].post_id);
+                prefetch(self.posts.bucket_ptr(hashed, &g.epoch));
+            }
             // Relaxed: a hint to stop early; the join orders the outcome.
-            if refused.load(Ordering::Relaxed) {
+            if offset % 4096 == 0 && refused.load(Ordering::Relaxed) {
                 break;
             }
-            let hash = keys[start] >> 32;
-            let end = start + keys[start..].partition_point(|k| k >> 32 == hash);
-            let group = &mut keys[start..end];
-            // Different authors with one hash: keep each author's posts together, in rank order.
-            if group
-                .iter()
-                .any(|&k| post_of(k).author_id != post_of(group[0]).author_id)
-            {
-                group.sort_by_key(|&k| post_of(k).author_id);
-            }
-            let mut from = start;
-            while from < end {
-                let author_id = post_of(keys[from]).author_id;
-                let to =
-                    from + keys[from..end].partition_point(|&k| post_of(k).author_id == author_id);
-                if let Err(refusal) =
-                    self.publish_author(&keys[from..to], from, posts, order, ranks, &g, &mut share)
-                {
-                    share.refused = Some(refusal);
-                    refused.store(true, Ordering::Relaxed);
-                    share.keys = keys;
-                    return share;
-                }
-                from = to;
-            }
-            start = end;
-        }
-        share.keys = keys;
-        share
-    }
-
-    /// Phase 1 for one author's posts `keys` (at `base` in the share).
-    #[allow(clippy::too_many_arguments)]
-    fn publish_author(
-        &self,
-        keys: &[u64],
-        base: usize,
-        posts: &[CompactPost],
-        order: &[u32],
-        ranks: &Ranks,
-        g: &Guards<'_>,
-        share: &mut Share,
-    ) -> Result<(), BulkRefusal> {
-        let post_of = |key: u64| &posts[order[key as u32 as usize] as usize];
-        let mut primary_len = [0usize; 2];
-        let mut video_bound = 0;
-        for (j, &key) in keys.iter().enumerate() {
-            let post = post_of(key);
-            if let Some(basis) = self.live_tombstone(post.post_id, g) {
-                self.tombstone_dropped_create(post.post_id, basis, i64::from(post.created_at), g);
-                share.report.count_drop(DropReason::Tombstoned);
+            let post = &posts[index as usize];
+            let post_id = post.post_id;
+            if let Some(basis) = self.live_tombstone(post_id, &g) {
+                self.tombstone_dropped_create(post_id, basis, i64::from(post.created_at), &g);
+                out.report.count_drop(DropReason::Tombstoned);
                 continue;
             }
-            share.states[base + j] = State::Evicted;
-            primary_len[Kind::primary_of(post) as usize] += 1;
-            video_bound += usize::from(has_own_video(post) || is_video_repost(post));
-        }
-        if video_bound > self.cap {
-            return Err(BulkRefusal::VideosOverCap);
-        }
-        let mut seen = [0usize; 2];
-        for (j, &key) in keys.iter().enumerate() {
-            let at = base + j;
-            if share.states[at] == State::Dropped {
-                continue;
-            }
-            let post = post_of(key);
-            let kind = Kind::primary_of(post) as usize;
-            let in_primary = seen[kind] + self.cap >= primary_len[kind];
-            seen[kind] += 1;
-            share.report.inserted += 1;
-            let (own_video, video_repost) = (has_own_video(post), is_video_repost(post));
-            if !(in_primary || own_video || video_repost) {
-                continue;
-            }
-            // An evicted repost keeps its primary hold until phase 2 has decided whether it
-            // is a video entry (and so whether it stays stored).
-            let holders = if in_primary || video_repost {
-                IN_PRIMARY
-            } else {
-                0
-            } | if own_video { IN_VIDEO } else { 0 };
+            let own_video = has_own_video(post);
+            let holders = IN_PRIMARY | if own_video { IN_VIDEO } else { 0 };
             let Some(slot) = self.arena.publish(post, holders) else {
                 // No slot (every id in use or memory exhausted): neither stored nor counted,
                 // as in the per-post path.
-                share.report.inserted -= 1;
-                share.states[at] = State::Dropped;
                 continue;
             };
-            let post_id = post.post_id;
             let is_stored = |s: SlotId| self.arena.read(s, post_id).is_some();
             if self
                 .posts
@@ -392,66 +356,98 @@ impl PostStore {
                 .is_err()
             {
                 self.arena.unpublish_unshared(slot, post_id);
-                share.states[at] = State::Dropped;
-                return Err(BulkRefusal::DuplicatePostId);
+                out.refused = Some(BulkRefusal::DuplicatePostId);
+                refused.store(true, Ordering::Relaxed);
+                break;
             }
-            share.states[at] = State::Stored;
-            share.slots[at] = slot;
-            let rank = key as u32;
+            out.report.inserted += 1;
+            let rank = first + offset as u32;
             match ranks.dense.get(slot as usize) {
                 // Relaxed: read after this thread is joined.
                 Some(cell) => cell.store(rank + 1, Ordering::Relaxed),
-                None => share.overflow_ranks.push((slot, rank)),
+                None => out.overflow_ranks.push((slot, rank)),
             }
+            out.shares[author_hash(post.author_id) as usize % workers].push(Published {
+                post_id,
+                author_id: post.author_id,
+                source_post_id: post.source_post_id,
+                created_at: post.created_at,
+                rank,
+                slot,
+                primary: Kind::primary_of(post) as u8,
+                own_video,
+                video_repost: is_video_repost(post),
+            });
         }
-        Ok(())
+        out
+    }
+
+    /// Groups one share's posts (`parts` in rank order) by author and checks that no author
+    /// could hold more than `cap` video entries.
+    fn group_share(&self, parts: Vec<Vec<Published>>) -> Share {
+        let mut posts = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+        for part in parts {
+            posts.extend_from_slice(&part);
+        }
+        let mut keys: Vec<u64> = posts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| u64::from(author_hash(p.author_id)) << 32 | i as u64)
+            .collect();
+        sort_by_author_hash(&mut keys);
+        let refused = for_each_author(&posts, &mut keys, |author| {
+            let videos = author
+                .iter()
+                .filter(|&&k| posts[at(k)].own_video || posts[at(k)].video_repost)
+                .count();
+            if videos > self.cap {
+                return Err(BulkRefusal::VideosOverCap);
+            }
+            Ok(())
+        })
+        .err();
+        Share {
+            posts,
+            keys,
+            refused,
+        }
     }
 
     /// Undoes phase 1 after a refusal: every published record leaves the index and the arena.
-    fn unpublish(&self, posts: &[CompactPost], order: &[u32], shares: &[Share]) {
+    fn unpublish(&self, shares: &[Share]) {
         let epoch = crossbeam_epoch::pin();
         let mut retired = Vec::new();
-        for share in shares {
-            for ((&key, &state), &slot) in share.keys.iter().zip(&share.states).zip(&share.slots) {
-                if state != State::Stored {
-                    continue;
-                }
-                let post_id = posts[order[key as u32 as usize] as usize].post_id;
-                self.posts
-                    .remove_exact(self.posts.hash(post_id), slot, &epoch);
-                if self.arena.free(slot, post_id) {
-                    retired.push(slot);
-                }
+        for post in shares.iter().flat_map(|s| &s.posts) {
+            self.posts
+                .remove_exact(self.posts.hash(post.post_id), post.slot, &epoch);
+            if self.arena.free(post.slot, post.post_id) {
+                retired.push(post.slot);
             }
         }
         self.arena.retire(retired, &epoch);
     }
 
     /// Phase 2 for one share: each author's timelines, built whole.
-    fn build_share(
-        &self,
-        posts: &[CompactPost],
-        order: &[u32],
-        share: &Share,
-        ranks: &Ranks,
-    ) -> Built {
+    fn build_share(&self, share: &mut Share, ranks: &Ranks) -> Built {
         let g = self.guards();
-        let post_of = |key: u64| &posts[order[key as u32 as usize] as usize];
         let mut built = Built::default();
         let mut scratch = AuthorScratch::default();
+        let posts = &share.posts;
+        let keys = &share.keys;
         let mut from = 0;
-        while from < share.keys.len() {
-            let author_id = post_of(share.keys[from]).author_id;
+        while from < keys.len() {
+            let author_id = posts[at(keys[from])].author_id;
+            let hash = keys[from] >> 32;
             let to = from
-                + share.keys[from..].partition_point(|&k| {
-                    k >> 32 == share.keys[from] >> 32 && post_of(k).author_id == author_id
-                });
+                + keys[from..]
+                    .partition_point(|&k| k >> 32 == hash && posts[at(k)].author_id == author_id);
+            if let Some(&ahead) = keys.get(to + LOOKAHEAD) {
+                prefetch((&posts[at(ahead)] as *const Published).cast());
+            }
             self.build_author(
                 author_id,
-                from..to,
+                &keys[from..to],
                 posts,
-                order,
-                share,
                 ranks,
                 &g,
                 &mut scratch,
@@ -462,21 +458,18 @@ impl PostStore {
         built
     }
 
-    /// Phase 2 for one author (`range` of the share).
+    /// Phase 2 for one author (`keys` into `posts`, in rank order).
     #[allow(clippy::too_many_arguments)]
     fn build_author(
         &self,
         author_id: i64,
-        range: std::ops::Range<usize>,
-        posts: &[CompactPost],
-        order: &[u32],
-        share: &Share,
+        keys: &[u64],
+        posts: &[Published],
         ranks: &Ranks,
         g: &Guards<'_>,
         scratch: &mut AuthorScratch,
         built: &mut Built,
     ) {
-        let post_of = |key: u64| &posts[order[key as u32 as usize] as usize];
         let cap = self.cap;
         let AuthorScratch {
             kind_ranks,
@@ -490,47 +483,31 @@ impl PostStore {
             list.clear();
         }
         videos.clear();
-        for at in range.clone() {
-            if share.states[at] != State::Dropped {
-                let key = share.keys[at];
-                kind_ranks[Kind::primary_of(post_of(key)) as usize].push(key as u32);
-            }
+        for &key in keys {
+            let post = &posts[at(key)];
+            kind_ranks[usize::from(post.primary)].push(post.rank);
         }
         let mut seen = [0usize; 2];
-        for at in range {
-            let state = share.states[at];
-            if state == State::Dropped {
-                continue;
-            }
-            let key = share.keys[at];
-            let (post, rank) = (post_of(key), key as u32);
-            let kind = Kind::primary_of(post) as usize;
+        for &key in keys {
+            let post = &posts[at(key)];
+            let kind = usize::from(post.primary);
             let index = seen[kind];
             seen[kind] += 1;
             // The rank of the insert that evicts this post from its primary timeline, if any.
             let evicted_at = kind_ranks[kind].get(index + cap).copied();
-            if state != State::Stored {
-                continue;
+            let entry = post.entry();
+            match evicted_at {
+                None => timelines[kind].push(entry),
+                Some(_) => built.release.push((entry.post_id, entry.slot)),
             }
-            let entry = TinyPost {
-                post_id: post.post_id,
-                created_at: post.created_at,
-                slot: share.slots[at],
-            };
-            if evicted_at.is_none() {
-                timelines[kind].push(entry);
-            }
-            if has_own_video(post) {
-                videos.push((entry.created_at, rank, 0, entry));
-            } else if is_video_repost(post) {
-                let video_at = self.repost_video_rank(post, rank, evicted_at, ranks, g, built);
-                if let Some((inserted_at, after)) = video_at {
-                    if self.arena.hold(entry.slot, entry.post_id, IN_VIDEO) {
-                        videos.push((entry.created_at, inserted_at, after, entry));
-                    }
-                }
-                if evicted_at.is_some() {
-                    built.release.push((entry.post_id, entry.slot));
+            if post.own_video {
+                videos.push((entry.created_at, post.rank, 0, entry));
+            } else if post.video_repost {
+                let video_at = self.repost_video_rank(post, evicted_at, ranks, g, built);
+                if let Some((inserted_at, after)) = video_at
+                    && self.arena.hold(entry.slot, entry.post_id, IN_VIDEO)
+                {
+                    videos.push((entry.created_at, inserted_at, after, entry));
                 }
             }
         }
@@ -539,9 +516,6 @@ impl PostStore {
             videos.sort_unstable_by_key(|v| (v.0, v.1, v.2));
         }
         timelines[Kind::Videos as usize].extend(videos.iter().map(|v| v.3));
-        if timelines.iter().all(Vec::is_empty) {
-            return;
-        }
         let Some(author) = self.authors.get_or_create(author_id, &g.epoch) else {
             // Every author number in use: the per-post path indexes nothing either.
             return;
@@ -556,19 +530,18 @@ impl PostStore {
         }
     }
 
-    /// Whether (and when) the per-post path puts the video repost `post` of rank `rank` into
-    /// its author's videos timeline: `(rank of that insert, tie-break)` among entries of equal
+    /// Whether (and when) the per-post path puts the video repost `post` into its author's
+    /// videos timeline: `(rank of that insert, tie-break)` among entries of equal
     /// `created_at`, or `None`. Records in `built.pending` a repost that waits for its source.
     fn repost_video_rank(
         &self,
-        post: &CompactPost,
-        rank: u32,
+        post: &Published,
         evicted_at: Option<u32>,
         ranks: &Ranks,
         g: &Guards<'_>,
         built: &mut Built,
     ) -> Option<(u32, u32)> {
-        let source_id = post.source_post_id;
+        let (source_id, rank) = (post.source_post_id, post.rank);
         let source = self
             .posts
             .get(self.posts.hash(source_id), &g.epoch, |slot| {
@@ -635,7 +608,7 @@ impl PostStore {
 /// Per-thread buffers reused from one author to the next.
 #[derive(Default)]
 struct AuthorScratch {
-    /// Ranks of the author's stored-or-evicted posts, per primary timeline, in rank order.
+    /// Ranks of the author's posts, per primary timeline, in rank order.
     kind_ranks: [Vec<u32>; 2],
     timelines: [Vec<TinyPost>; 3],
     /// `(created_at, rank of the insert, tie-break, entry)`.

@@ -703,10 +703,25 @@ impl PostStore {
     /// posts this store keeps), and one written by another author shard, or by a shard when
     /// this is a full store or the other way round (its posts and facts would be the wrong
     /// ones). Expired posts, facts and tombstones are skipped.
+    ///
+    /// A store nothing was ever put in is built in bulk (`bulk.rs`), with the result the
+    /// per-post insert path would give; any other store, or a snapshot the bulk build
+    /// refuses, goes through the per-post path ([`LoadReport::per_post_reason`] says why).
     pub fn load_snapshot(
         &self,
         input: impl Read,
         threads: usize,
+    ) -> Result<LoadReport, SnapshotError> {
+        self.load_snapshot_with(input, threads, true)
+    }
+
+    /// [`load_snapshot`](Self::load_snapshot), with `allow_bulk = false` rebuilding through
+    /// the per-post insert path even into a fresh store (to compare the two).
+    pub fn load_snapshot_with(
+        &self,
+        input: impl Read,
+        threads: usize,
+        allow_bulk: bool,
     ) -> Result<LoadReport, SnapshotError> {
         let started = Instant::now();
         let mut reader = SnapshotReader::new(input)?;
@@ -754,7 +769,9 @@ impl PostStore {
         // (each growth stops both loading threads to rehash).
         self.posts.reserve(posts.len(), &crossbeam_epoch::pin());
         let threads = threads.max(1);
-        let bulk = if fresh {
+        let bulk = if !allow_bulk {
+            Err(BulkRefusal::PerPostRequested)
+        } else if fresh {
             self.bulk_load(&posts, &order, threads)
         } else {
             Err(BulkRefusal::StoreNotEmpty)
