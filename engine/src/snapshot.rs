@@ -881,7 +881,7 @@ fn author_share(author_id: i64, workers: usize) -> usize {
 
 /// Indices of `posts` in ascending `created_at` (stable): a counting sort when the time span
 /// is small (it is at most the retention), a comparison sort otherwise.
-fn by_created_at(posts: &[CompactPost]) -> Vec<u32> {
+pub(crate) fn by_created_at(posts: &[CompactPost]) -> Vec<u32> {
     let Some(min) = posts.iter().map(|p| p.created_at).min() else {
         return Vec::new();
     };
