@@ -99,7 +99,8 @@ impl Published {
 
 /// Phase 1 of one range of ranks: the posts it published, per share, and its drops.
 struct Publishing {
-    shares: Vec<Vec<Published>>,
+    /// `author hash << 32 | rank` of each published post, per share.
+    shares: Vec<Vec<u64>>,
     report: InsertReport,
     overflow_ranks: Vec<(SlotId, u32)>,
     refused: Option<BulkRefusal>,
@@ -107,9 +108,8 @@ struct Publishing {
 
 /// One thread's share of the authors, grouped.
 struct Share {
+    /// Grouped by author (each author's posts contiguous), in rank order within an author.
     posts: Vec<Published>,
-    /// `author hash << 32 | index in posts`: grouped by author, in rank order within one.
-    keys: Vec<u64>,
     refused: Option<BulkRefusal>,
 }
 
@@ -159,38 +159,9 @@ fn sort_by_author_hash(keys: &mut Vec<u64>) {
     }
 }
 
-/// The index into a share's posts a key names.
-fn at(key: u64) -> usize {
-    key as u32 as usize
-}
-
-/// Calls `f` on each author's keys in `keys` (sorted by author hash): one run per author,
-/// in rank order. Sorts runs of one hash shared by several authors by author id first.
-fn for_each_author(
-    posts: &[Published],
-    keys: &mut [u64],
-    mut f: impl FnMut(&[u64]) -> Result<(), BulkRefusal>,
-) -> Result<(), BulkRefusal> {
-    let mut start = 0;
-    while start < keys.len() {
-        let hash = keys[start] >> 32;
-        let end = start + keys[start..].partition_point(|k| k >> 32 == hash);
-        let group = &mut keys[start..end];
-        let first = posts[at(group[0])].author_id;
-        if group.iter().any(|&k| posts[at(k)].author_id != first) {
-            // Stable: each author's posts stay in rank order.
-            group.sort_by_key(|&k| posts[at(k)].author_id);
-        }
-        let mut from = 0;
-        while from < group.len() {
-            let author_id = posts[at(group[from])].author_id;
-            let to = from + group[from..].partition_point(|&k| posts[at(k)].author_id == author_id);
-            f(&group[from..to])?;
-            from = to;
-        }
-        start = end;
-    }
-    Ok(())
+/// The share's posts of one author each, in order (see [`Share::posts`]).
+fn authors(posts: &[Published]) -> impl Iterator<Item = &[Published]> {
+    posts.chunk_by(|a, b| a.author_id == b.author_id)
 }
 
 /// Ranks of published slots: a dense table for slot ids below the post count (a fresh arena
@@ -210,8 +181,10 @@ impl Ranks {
     }
 }
 
-/// How many posts ahead the loops prefetch.
+/// How many posts ahead phase 1 prefetches index buckets.
 const LOOKAHEAD: usize = 8;
+/// How many posts ahead phase 2 prefetches the index buckets of repost sources.
+const SOURCE_LOOKAHEAD: usize = 32;
 
 fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, T>>) -> Vec<T> {
     handles
@@ -256,15 +229,18 @@ impl PostStore {
         // Phase 1, in load order (so records land in the arena in time order, as a replay
         // puts them): each thread publishes and indexes a range of ranks.
         let per_thread = order.len().div_ceil(workers).max(1);
+        // The slot of each published post, by rank.
+        let mut slots: Vec<SlotId> = vec![0; order.len()];
         let publishing: Vec<Publishing> = std::thread::scope(|scope| {
             let handles = order
                 .chunks(per_thread)
+                .zip(slots.chunks_mut(per_thread))
                 .enumerate()
-                .map(|(t, chunk)| {
+                .map(|(t, (chunk, slots))| {
                     let (ranks, refused) = (&ranks, &refused);
                     let first = (t * per_thread) as u32;
                     scope.spawn(move || {
-                        self.publish_ranks(posts, chunk, first, workers, ranks, refused)
+                        self.publish_ranks(posts, chunk, slots, first, workers, ranks, refused)
                     })
                 })
                 .collect();
@@ -272,7 +248,7 @@ impl PostStore {
         });
         let mut report = InsertReport::default();
         let mut refusal = None;
-        let mut parts: Vec<Vec<Vec<Published>>> = vec![Vec::new(); workers];
+        let mut parts: Vec<Vec<Vec<u64>>> = vec![Vec::new(); workers];
         for publishing in publishing {
             report.inserted += publishing.report.inserted;
             report.tombstoned += publishing.report.tombstoned;
@@ -283,10 +259,13 @@ impl PostStore {
             }
         }
         // Group each share by author, and check no author can exceed the videos cap.
-        let mut shares: Vec<Share> = std::thread::scope(|scope| {
+        let shares: Vec<Share> = std::thread::scope(|scope| {
             let handles = parts
                 .into_iter()
-                .map(|parts| scope.spawn(move || self.group_share(parts)))
+                .map(|parts| {
+                    let slots = &slots;
+                    scope.spawn(move || self.group_share(posts, order, slots, parts))
+                })
                 .collect();
             join_all(handles)
         });
@@ -296,7 +275,7 @@ impl PostStore {
         }
         let built: Vec<Built> = std::thread::scope(|scope| {
             let handles = shares
-                .iter_mut()
+                .iter()
                 .map(|share| {
                     let ranks = &ranks;
                     scope.spawn(move || self.build_share(share, ranks))
@@ -310,10 +289,12 @@ impl PostStore {
 
     /// Phase 1 for the posts `chunk` names (ranks from `first` on): drops tombstoned posts,
     /// publishes and indexes the others, sorted into the share of their author.
+    #[allow(clippy::too_many_arguments)]
     fn publish_ranks(
         &self,
         posts: &[CompactPost],
         chunk: &[u32],
+        slots: &mut [SlotId],
         first: u32,
         workers: usize,
         ranks: &Ranks,
@@ -367,50 +348,62 @@ impl PostStore {
                 Some(cell) => cell.store(rank + 1, Ordering::Relaxed),
                 None => out.overflow_ranks.push((slot, rank)),
             }
-            out.shares[author_hash(post.author_id) as usize % workers].push(Published {
-                post_id,
-                author_id: post.author_id,
-                source_post_id: post.source_post_id,
-                created_at: post.created_at,
-                rank,
-                slot,
-                primary: Kind::primary_of(post) as u8,
-                own_video,
-                video_repost: is_video_repost(post),
-            });
+            slots[offset] = slot;
+            let hash = author_hash(post.author_id);
+            out.shares[hash as usize % workers].push(u64::from(hash) << 32 | u64::from(rank));
         }
         out
     }
 
-    /// Groups one share's posts (`parts` in rank order) by author and checks that no author
-    /// could hold more than `cap` video entries.
-    fn group_share(&self, parts: Vec<Vec<Published>>) -> Share {
-        let mut posts = Vec::with_capacity(parts.iter().map(Vec::len).sum());
-        for part in parts {
-            posts.extend_from_slice(&part);
-        }
-        let mut keys: Vec<u64> = posts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| u64::from(author_hash(p.author_id)) << 32 | i as u64)
-            .collect();
+    /// Groups one share's posts (`parts`: keys in rank order) by author and checks that no
+    /// author could hold more than `cap` video entries.
+    fn group_share(
+        &self,
+        posts: &[CompactPost],
+        order: &[u32],
+        slots: &[SlotId],
+        parts: Vec<Vec<u64>>,
+    ) -> Share {
+        let mut keys = parts.concat();
+        drop(parts);
         sort_by_author_hash(&mut keys);
-        let refused = for_each_author(&posts, &mut keys, |author| {
-            let videos = author
-                .iter()
-                .filter(|&&k| posts[at(k)].own_video || posts[at(k)].video_repost)
-                .count();
-            if videos > self.cap {
-                return Err(BulkRefusal::VideosOverCap);
+        // One gather into author order, so that everything after reads the posts in order.
+        let mut posts: Vec<Published> = keys
+            .iter()
+            .map(|&key| {
+                let rank = key as u32;
+                let post = &posts[order[rank as usize] as usize];
+                Published {
+                    post_id: post.post_id,
+                    author_id: post.author_id,
+                    source_post_id: post.source_post_id,
+                    created_at: post.created_at,
+                    rank,
+                    slot: slots[rank as usize],
+                    primary: Kind::primary_of(post) as u8,
+                    own_video: has_own_video(post),
+                    video_repost: is_video_repost(post),
+                }
+            })
+            .collect();
+        drop(keys);
+        // Authors sharing a hash: each author's posts together (stable: in rank order).
+        for group in posts.chunk_by_mut(|a, b| author_hash(a.author_id) == author_hash(b.author_id))
+        {
+            if group.iter().any(|p| p.author_id != group[0].author_id) {
+                group.sort_by_key(|p| p.author_id);
             }
-            Ok(())
-        })
-        .err();
-        Share {
-            posts,
-            keys,
-            refused,
         }
+        let refused = authors(&posts)
+            .any(|author| {
+                author
+                    .iter()
+                    .filter(|p| p.own_video || p.video_repost)
+                    .count()
+                    > self.cap
+            })
+            .then_some(BulkRefusal::VideosOverCap);
+        Share { posts, refused }
     }
 
     /// Undoes phase 1 after a refusal: every published record leaves the index and the arena.
@@ -428,42 +421,30 @@ impl PostStore {
     }
 
     /// Phase 2 for one share: each author's timelines, built whole.
-    fn build_share(&self, share: &mut Share, ranks: &Ranks) -> Built {
+    fn build_share(&self, share: &Share, ranks: &Ranks) -> Built {
         let g = self.guards();
         let mut built = Built::default();
         let mut scratch = AuthorScratch::default();
-        let posts = &share.posts;
-        let keys = &share.keys;
-        let mut from = 0;
-        while from < keys.len() {
-            let author_id = posts[at(keys[from])].author_id;
-            let hash = keys[from] >> 32;
-            let to = from
-                + keys[from..]
-                    .partition_point(|&k| k >> 32 == hash && posts[at(k)].author_id == author_id);
-            if let Some(&ahead) = keys.get(to + LOOKAHEAD) {
-                prefetch((&posts[at(ahead)] as *const Published).cast());
+        let (mut done, mut prefetched) = (0, 0);
+        for author in authors(&share.posts) {
+            // The index buckets of the sources the next few dozen posts look up.
+            let until = (done + author.len() + SOURCE_LOOKAHEAD).min(share.posts.len());
+            for post in &share.posts[prefetched.max(done)..until] {
+                if post.video_repost {
+                    let hashed = self.posts.hash(post.source_post_id);
+                    prefetch(self.posts.bucket_ptr(hashed, &g.epoch));
+                }
             }
-            self.build_author(
-                author_id,
-                &keys[from..to],
-                posts,
-                ranks,
-                &g,
-                &mut scratch,
-                &mut built,
-            );
-            from = to;
+            prefetched = until;
+            self.build_author(author, ranks, &g, &mut scratch, &mut built);
+            done += author.len();
         }
         built
     }
 
-    /// Phase 2 for one author (`keys` into `posts`, in rank order).
-    #[allow(clippy::too_many_arguments)]
+    /// Phase 2 for one author (`posts` in rank order).
     fn build_author(
         &self,
-        author_id: i64,
-        keys: &[u64],
         posts: &[Published],
         ranks: &Ranks,
         g: &Guards<'_>,
@@ -483,13 +464,11 @@ impl PostStore {
             list.clear();
         }
         videos.clear();
-        for &key in keys {
-            let post = &posts[at(key)];
+        for post in posts {
             kind_ranks[usize::from(post.primary)].push(post.rank);
         }
         let mut seen = [0usize; 2];
-        for &key in keys {
-            let post = &posts[at(key)];
+        for post in posts {
             let kind = usize::from(post.primary);
             let index = seen[kind];
             seen[kind] += 1;
@@ -516,7 +495,7 @@ impl PostStore {
             videos.sort_unstable_by_key(|v| (v.0, v.1, v.2));
         }
         timelines[Kind::Videos as usize].extend(videos.iter().map(|v| v.3));
-        let Some(author) = self.authors.get_or_create(author_id, &g.epoch) else {
+        let Some(author) = self.authors.get_or_create(posts[0].author_id, &g.epoch) else {
             // Every author number in use: the per-post path indexes nothing either.
             return;
         };

@@ -240,8 +240,8 @@ proptest! {
     /// At a tiny timeline cap (evictions everywhere), a bulk load builds exactly the store the
     /// per-post path builds when it inserts the posts in load order (one thread): the same
     /// answers post for post (ties included), the same timeline lengths and stored records;
-    /// and both keep agreeing after more events (the rebuilt pending reposts). When the
-    /// bulk build refuses (an author could exceed the videos cap), the fallback is that path.
+    /// and both keep agreeing after more events (the rebuilt pending reposts). The bulk
+    /// build may only refuse because an author could exceed the videos cap.
     #[test]
     fn bulk_load_builds_what_the_per_post_path_builds_at_a_small_cap(
         table in record_table(),
@@ -258,7 +258,13 @@ proptest! {
         clock.advance(gap_secs);
         let bulk = PostStore::with_config(store_config());
         let report = bulk.load_snapshot(bytes.as_slice(), 2).expect("loads");
-        prop_assert!(matches!(report.per_post_reason, None | Some(BulkRefusal::VideosOverCap)));
+        if report.per_post_reason.is_some() {
+            // The fallback ran the per-post path on two threads, whose result at the cap
+            // depends on how the threads interleave (BEHAVIOUR.md, Convergence): nothing
+            // exact to compare. `an_author_over_the_videos_cap_falls_back_...` checks it.
+            prop_assert_eq!(report.per_post_reason, Some(BulkRefusal::VideosOverCap));
+            return Ok(());
+        }
         let per_post = PostStore::with_config(store_config());
         let expected = per_post.load_snapshot_with(bytes.as_slice(), 1, false).expect("loads");
         prop_assert_eq!(report.inserts, expected.inserts);
