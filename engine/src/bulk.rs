@@ -71,7 +71,7 @@ impl BulkRefusal {
 }
 
 /// What the build keeps of a published post, in its author's share.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Published {
     post_id: i64,
     author_id: i64,
@@ -101,6 +101,8 @@ impl Published {
 struct Publishing {
     /// `author hash << 32 | rank` of each published post, per share.
     shares: Vec<Vec<u64>>,
+    /// What the build keeps of each post of the range, by rank (a default for one dropped).
+    published: Vec<Published>,
     report: InsertReport,
     overflow_ranks: Vec<(SlotId, u32)>,
     refused: Option<BulkRefusal>,
@@ -229,18 +231,15 @@ impl PostStore {
         // Phase 1, in load order (so records land in the arena in time order, as a replay
         // puts them): each thread publishes and indexes a range of ranks.
         let per_thread = order.len().div_ceil(workers).max(1);
-        // The slot of each published post, by rank.
-        let mut slots: Vec<SlotId> = vec![0; order.len()];
         let publishing: Vec<Publishing> = std::thread::scope(|scope| {
             let handles = order
                 .chunks(per_thread)
-                .zip(slots.chunks_mut(per_thread))
                 .enumerate()
-                .map(|(t, (chunk, slots))| {
+                .map(|(t, chunk)| {
                     let (ranks, refused) = (&ranks, &refused);
                     let first = (t * per_thread) as u32;
                     scope.spawn(move || {
-                        self.publish_ranks(posts, chunk, slots, first, workers, ranks, refused)
+                        self.publish_ranks(posts, chunk, first, workers, ranks, refused)
                     })
                 })
                 .collect();
@@ -249,7 +248,9 @@ impl PostStore {
         let mut report = InsertReport::default();
         let mut refusal = None;
         let mut parts: Vec<Vec<Vec<u64>>> = vec![Vec::new(); workers];
-        for publishing in publishing {
+        let mut by_rank = Vec::with_capacity(workers);
+        for mut publishing in publishing {
+            by_rank.push(std::mem::take(&mut publishing.published));
             report.inserted += publishing.report.inserted;
             report.tombstoned += publishing.report.tombstoned;
             refusal = refusal.or(publishing.refused);
@@ -263,12 +264,13 @@ impl PostStore {
             let handles = parts
                 .into_iter()
                 .map(|parts| {
-                    let slots = &slots;
-                    scope.spawn(move || self.group_share(posts, order, slots, parts))
+                    let by_rank = &by_rank;
+                    scope.spawn(move || self.group_share(by_rank, per_thread, parts))
                 })
                 .collect();
             join_all(handles)
         });
+        drop(by_rank);
         if let Some(refusal) = refusal.or_else(|| shares.iter().find_map(|s| s.refused)) {
             self.unpublish(&shares);
             return Err(refusal);
@@ -294,7 +296,6 @@ impl PostStore {
         &self,
         posts: &[CompactPost],
         chunk: &[u32],
-        slots: &mut [SlotId],
         first: u32,
         workers: usize,
         ranks: &Ranks,
@@ -303,6 +304,7 @@ impl PostStore {
         let g = self.guards();
         let mut out = Publishing {
             shares: vec![Vec::with_capacity(chunk.len() / workers + 16); workers],
+            published: Vec::with_capacity(chunk.len()),
             report: InsertReport::default(),
             overflow_ranks: Vec::new(),
             refused: None,
@@ -348,20 +350,31 @@ impl PostStore {
                 Some(cell) => cell.store(rank + 1, Ordering::Relaxed),
                 None => out.overflow_ranks.push((slot, rank)),
             }
-            slots[offset] = slot;
             let hash = author_hash(post.author_id);
             out.shares[hash as usize % workers].push(u64::from(hash) << 32 | u64::from(rank));
+            out.published.resize(offset, Published::default());
+            out.published.push(Published {
+                post_id,
+                author_id: post.author_id,
+                source_post_id: post.source_post_id,
+                created_at: post.created_at,
+                rank,
+                slot,
+                primary: Kind::primary_of(post) as u8,
+                own_video,
+                video_repost: is_video_repost(post),
+            });
         }
         out
     }
 
-    /// Groups one share's posts (`parts`: keys in rank order) by author and checks that no
-    /// author could hold more than `cap` video entries.
+    /// Groups one share's posts (`parts`: keys in rank order; `by_rank`: what phase 1 kept of
+    /// each rank, `per_thread` ranks a part) by author and checks that no author could hold
+    /// more than `cap` video entries.
     fn group_share(
         &self,
-        posts: &[CompactPost],
-        order: &[u32],
-        slots: &[SlotId],
+        by_rank: &[Vec<Published>],
+        per_thread: usize,
         parts: Vec<Vec<u64>>,
     ) -> Share {
         let mut keys = parts.concat();
@@ -371,19 +384,8 @@ impl PostStore {
         let mut posts: Vec<Published> = keys
             .iter()
             .map(|&key| {
-                let rank = key as u32;
-                let post = &posts[order[rank as usize] as usize];
-                Published {
-                    post_id: post.post_id,
-                    author_id: post.author_id,
-                    source_post_id: post.source_post_id,
-                    created_at: post.created_at,
-                    rank,
-                    slot: slots[rank as usize],
-                    primary: Kind::primary_of(post) as u8,
-                    own_video: has_own_video(post),
-                    video_repost: is_video_repost(post),
-                }
+                let rank = key as u32 as usize;
+                by_rank[rank / per_thread][rank % per_thread]
             })
             .collect();
         drop(keys);
