@@ -14,10 +14,16 @@
 //!   shard a repost whose source is not stored yet joins the videos timeline at once instead.
 //! - a record lives while a timeline holds it.
 //!
-//! The bulk build computes that result directly: it groups the posts by author (a radix sort
-//! by author hash, each thread taking the authors of its hash share), publishes each record
-//! once and indexes it (phase 1), then builds each author's three timelines whole, each in one
-//! buffer (phase 2), and finally drops the records evicted from every timeline.
+//! The bulk build computes that result directly, on `threads` threads:
+//! 1. each thread takes a range of ranks and publishes and indexes those records in load order
+//!    (dropping tombstoned ones), keeping a small build record per post and a key
+//!    `author hash << 32 | rank` in the share of the thread that will build its author;
+//! 2. each share's keys are radix-sorted by author hash and the build records gathered once
+//!    into author order (each author's posts together, in rank order), and no author may
+//!    reach the videos cap (see below);
+//! 3. each share's authors get their three timelines, each written whole in one buffer; the
+//!    repost rules above decide from the ranks of a repost and of its source;
+//! 4. the records no timeline holds are freed, the pending reposts stored by source.
 //!
 //! It refuses (and leaves the store as it found it, apart from tombstone bases raised by the
 //! posts they drop, which the per-post path raises again) when its shortcut would not be exact;
