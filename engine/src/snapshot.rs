@@ -771,11 +771,24 @@ impl PostStore {
         let now = self.now_secs();
         let total_posts = posts.len() as u64;
         posts.retain(|p| !self.expired(p.created_at, now));
-        let order = by_created_at(&posts);
-        // Size the post index once for every post, rather than grow it ~20 times on the way
-        // (each growth stops both loading threads to rehash).
-        self.posts.reserve(posts.len(), &crossbeam_epoch::pin());
         let threads = threads.max(1);
+        // Size the post index once for every post, rather than grow it ~20 times on the way
+        // (each growth stops both loading threads to rehash); on another thread while this
+        // one sorts, when there is one.
+        let order = std::thread::scope(|scope| {
+            let reserve = |posts: usize| self.posts.reserve(posts, &crossbeam_epoch::pin());
+            if threads == 1 {
+                reserve(posts.len());
+                return by_created_at(&posts);
+            }
+            let count = posts.len();
+            let reserving = scope.spawn(move || reserve(count));
+            let order = by_created_at(&posts);
+            if let Err(panic) = reserving.join() {
+                std::panic::resume_unwind(panic);
+            }
+            order
+        });
         let bulk = if !allow_bulk {
             Err(BulkRefusal::PerPostRequested)
         } else if fresh {
