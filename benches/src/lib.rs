@@ -5,7 +5,7 @@
 //! - [`Store`] (thunder-engine's store contract, implemented by both stores) is what the
 //!   benchmark drives them through, with [`FeedQuery`](thunder_engine::FeedQuery) requests.
 //! - [`EventBatch`] and [`load`]: the synthetic stream cut into ingest batches and applied.
-//! - [`memory`]: resident-set measurement.
+//! - [`memory`]: resident-set measurement; [`cpu_time`]: CPU time of a thread or the process.
 #![deny(missing_docs)]
 
 pub mod baseline;
@@ -15,6 +15,21 @@ use std::time::{Duration, Instant};
 use thunder_engine::{EventBatch, PostEvent, Store};
 
 pub use baseline::BaselineStore;
+
+/// CPU time used so far on `clock` (`libc::CLOCK_THREAD_CPUTIME_ID` for the calling thread,
+/// `libc::CLOCK_PROCESS_CPUTIME_ID` for every thread of the process); zero if unavailable.
+pub fn cpu_time(clock: libc::clockid_t) -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer to a local.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
 
 /// Events per ingest batch, as the reference's Kafka listener `batch_size`.
 pub const DEFAULT_BATCH_EVENTS: usize = 1000;

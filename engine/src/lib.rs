@@ -64,6 +64,7 @@ pub mod seen;
 
 mod arena;
 mod authors;
+mod bulk;
 mod directory;
 mod index;
 mod query;

@@ -32,15 +32,17 @@
 //! # Loading
 //! [`PostStore::load_snapshot`] reads and verifies the whole stream *before* it touches the
 //! store, so a corrupt or truncated file leaves the store empty and nothing partial is ever
-//! served. Then it restores the live tombstones and the facts, and inserts the unexpired posts through the
-//! ordinary insert path (so every index, timeline and pending repost is rebuilt by the same
-//! rules), on several threads split by author, each in `created_at` order so timelines are
-//! appended to rather than rebuilt.
+//! served. Then it restores the live tombstones and the facts, and rebuilds the store from the
+//! unexpired posts on several threads: a fresh store in bulk (`bulk.rs`: grouped by author,
+//! each record published and indexed once, each timeline built whole), with the result the
+//! ordinary insert path gives when it inserts the posts in `created_at` order; any other store,
+//! or a snapshot the bulk build refuses, through that insert path, split by author.
 
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
 use crate::arena::CompactPost;
+pub use crate::bulk::BulkRefusal;
 use crate::directory::{FACT_SHARDS, FactRecord, ShardId, fact_record_is_valid};
 use crate::store::{InsertReport, PostStore};
 
@@ -169,6 +171,8 @@ pub struct LoadReport {
     pub facts_skipped: u64,
     /// The insert report of the posts handed to the store.
     pub inserts: InsertReport,
+    /// `None` when the store was built in bulk, else why the per-post insert path rebuilt it.
+    pub per_post_reason: Option<BulkRefusal>,
     /// Time spent reading and verifying the stream.
     pub read_duration: Duration,
     /// Time spent rebuilding the store from it.
@@ -700,10 +704,25 @@ impl PostStore {
     /// posts this store keeps), and one written by another author shard, or by a shard when
     /// this is a full store or the other way round (its posts and facts would be the wrong
     /// ones). Expired posts, facts and tombstones are skipped.
+    ///
+    /// A store nothing was ever put in is built in bulk (`bulk.rs`), with the result the
+    /// per-post insert path would give; any other store, or a snapshot the bulk build
+    /// refuses, goes through the per-post path ([`LoadReport::per_post_reason`] says why).
     pub fn load_snapshot(
         &self,
         input: impl Read,
         threads: usize,
+    ) -> Result<LoadReport, SnapshotError> {
+        self.load_snapshot_with(input, threads, true)
+    }
+
+    /// [`load_snapshot`](Self::load_snapshot), with `allow_bulk = false` rebuilding through
+    /// the per-post insert path even into a fresh store (to compare the two).
+    pub fn load_snapshot_with(
+        &self,
+        input: impl Read,
+        threads: usize,
+        allow_bulk: bool,
     ) -> Result<LoadReport, SnapshotError> {
         let started = Instant::now();
         let mut reader = SnapshotReader::new(input)?;
@@ -715,16 +734,24 @@ impl PostStore {
             )));
         }
         check_shard(reader.header.shard, self)?;
+        // Only a store nothing was ever put in can be built in bulk.
+        let fresh = self.is_fresh();
         let mut tombstones = Vec::new();
         let mut facts = Vec::new();
-        let mut posts = Vec::new();
+        let mut post_chunks = Vec::new();
         loop {
             match reader.next_chunk()? {
                 Chunk::Tombstones(chunk) => tombstones.extend(chunk),
                 Chunk::Facts(chunk) => facts.extend(chunk),
-                Chunk::Posts(chunk) => posts.extend(chunk),
+                Chunk::Posts(chunk) => post_chunks.push(chunk),
                 Chunk::End => break,
             }
+        }
+        // One allocation of the final size (growing a vector of a gigabyte by doubling copies
+        // it again and faults in fresh pages each time).
+        let mut posts = Vec::with_capacity(post_chunks.iter().map(Vec::len).sum());
+        for chunk in post_chunks {
+            posts.extend(chunk);
         }
         if posts.len() > u32::MAX as usize {
             return Err(SnapshotError::Incompatible(
@@ -744,26 +771,35 @@ impl PostStore {
         let now = self.now_secs();
         let total_posts = posts.len() as u64;
         posts.retain(|p| !self.expired(p.created_at, now));
-        let order = by_created_at(&posts);
-        // Size the post index once for every post, rather than grow it ~20 times on the way
-        // (each growth stops both loading threads to rehash).
-        self.posts.reserve(posts.len(), &crossbeam_epoch::pin());
         let threads = threads.max(1);
-        let inserts = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|worker| {
-                    let (posts, order) = (&posts, &order);
-                    scope.spawn(move || self.load_share(posts, order, worker, threads))
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_default())
-                .fold(InsertReport::default(), |mut total, r| {
-                    add_report(&mut total, r);
-                    total
-                })
+        // Size the post index once for every post, rather than grow it ~20 times on the way
+        // (each growth stops both loading threads to rehash); on another thread while this
+        // one sorts, when there is one.
+        let order = std::thread::scope(|scope| {
+            let reserve = |posts: usize| self.posts.reserve(posts, &crossbeam_epoch::pin());
+            if threads == 1 {
+                reserve(posts.len());
+                return by_created_at(&posts);
+            }
+            let count = posts.len();
+            let reserving = scope.spawn(move || reserve(count));
+            let order = by_created_at(&posts);
+            if let Err(panic) = reserving.join() {
+                std::panic::resume_unwind(panic);
+            }
+            order
         });
+        let bulk = if !allow_bulk {
+            Err(BulkRefusal::PerPostRequested)
+        } else if fresh {
+            self.bulk_load(&posts, &order, threads)
+        } else {
+            Err(BulkRefusal::StoreNotEmpty)
+        };
+        let (inserts, per_post_reason) = match bulk {
+            Ok(inserts) => (inserts, None),
+            Err(reason) => (self.load_per_post(&posts, &order, threads), Some(reason)),
+        };
         Ok(LoadReport {
             header: reader.header,
             counts: reader.counts,
@@ -774,8 +810,26 @@ impl PostStore {
             facts_loaded,
             facts_skipped: facts.len() as u64 - facts_loaded,
             inserts,
+            per_post_reason,
             read_duration,
             build_duration: building.elapsed(),
+        })
+    }
+
+    /// Inserts `posts` through the ordinary insert path on `threads` threads, split by author,
+    /// each in `order`.
+    fn load_per_post(&self, posts: &[CompactPost], order: &[u32], threads: usize) -> InsertReport {
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|worker| scope.spawn(move || self.load_share(posts, order, worker, threads)))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_default())
+                .fold(InsertReport::default(), |mut total, r| {
+                    add_report(&mut total, r);
+                    total
+                })
         })
     }
 
@@ -847,7 +901,7 @@ fn author_share(author_id: i64, workers: usize) -> usize {
 
 /// Indices of `posts` in ascending `created_at` (stable): a counting sort when the time span
 /// is small (it is at most the retention), a comparison sort otherwise.
-fn by_created_at(posts: &[CompactPost]) -> Vec<u32> {
+pub(crate) fn by_created_at(posts: &[CompactPost]) -> Vec<u32> {
     let Some(min) = posts.iter().map(|p| p.created_at).min() else {
         return Vec::new();
     };

@@ -251,10 +251,10 @@ impl Kind {
 
 /// A repost remembered until its source arrives (bug 13 of the reference).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct PendingRepost {
-    post_id: i64,
-    author_id: i64,
-    created_at: u32,
+pub(crate) struct PendingRepost {
+    pub(crate) post_id: i64,
+    pub(crate) author_id: i64,
+    pub(crate) created_at: u32,
 }
 
 /// What `insert_one` did with a post that passed the time checks.
@@ -269,7 +269,7 @@ enum Applied {
 #[derive(Debug)]
 pub struct PostStore {
     pub(crate) retention_secs: i64,
-    cap: usize,
+    pub(crate) cap: usize,
     clock: Arc<dyn Clock>,
     pub(crate) arena: Arena,
     /// `post_id -> slot`; the slot's record verifies a hit.
@@ -280,8 +280,8 @@ pub struct PostStore {
     /// common insert (never deleted) skips the map probe. Bits are set before the tombstone is
     /// written and never cleared; a set bit only costs the exact map lookup.
     tombstone_filter: Box<[AtomicU64]>,
-    pending_videos: IdMap<Vec<PendingRepost>>,
-    entries: [AtomicIsize; 3],
+    pub(crate) pending_videos: IdMap<Vec<PendingRepost>>,
+    pub(crate) entries: [AtomicIsize; 3],
     /// On an author shard: the facts of other authors' posts (`directory.rs`).
     pub(crate) directory: Option<crate::directory::Directory>,
 }

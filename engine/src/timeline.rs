@@ -505,6 +505,25 @@ impl Timeline {
         self.summary.store(packed, Ordering::Relaxed);
     }
 
+    /// Fills a timeline that never held anything with `entries` (oldest first, at most `cap`)
+    /// in one buffer, sized as a rebuild would size it: the bulk load's whole-timeline build.
+    /// Nothing for no entries (the timeline stays without a buffer). Writer only.
+    pub fn fill_fresh(&self, entries: &[TinyPost], cap: usize, guard: &Guard) {
+        debug_assert!(
+            self.snapshot(guard).is_none(),
+            "fill_fresh on a used timeline"
+        );
+        if entries.is_empty() {
+            return;
+        }
+        let capacity = grown(entries.len(), cap);
+        self.replace(
+            build(capacity, 0, entries.len(), entries.iter().copied()),
+            guard,
+        );
+        self.publish_summary(guard);
+    }
+
     /// See `insert_unsummarised`. Writer only.
     pub fn insert(&self, entry: TinyPost, cap: usize, guard: &Guard) -> Option<TinyPost> {
         let evicted = self.insert_unsummarised(entry, cap, guard);

@@ -371,32 +371,53 @@ fn shard_snapshots_load_into_the_same_shard_and_answer_alike() {
         }
         let snapshots: Vec<Vec<u8>> = shards.iter().map(snapshot_of).collect();
         clock.advance(2_000);
-        let loaded: Vec<PostStore> = ids
-            .iter()
-            .zip(&snapshots)
-            .zip(&shards)
-            .map(|((&id, bytes), shard)| {
-                let store = shard_store(&clock, id);
-                let report = store.load_snapshot(bytes.as_slice(), 2).expect("load");
-                assert_eq!(report.header.shard, Some(id));
-                let facts = shard.directory_stats().expect("a shard").facts as u64;
-                assert!(report.counts.facts > 0, "shard {id} wrote no facts");
-                assert_eq!(report.counts.facts, facts, "shard {id}: every fact written");
-                assert_eq!(
-                    store.directory_stats().expect("a shard").facts,
-                    shard.directory_stats().expect("a shard").facts - report.facts_skipped as usize,
-                    "shard {id}: facts restored"
-                );
-                store
-            })
-            .collect();
+        // Built in bulk (fresh stores), and through the per-post insert path.
+        let load_all = |allow_bulk: bool| -> Vec<PostStore> {
+            ids.iter()
+                .zip(&snapshots)
+                .zip(&shards)
+                .map(|((&id, bytes), shard)| {
+                    let store = shard_store(&clock, id);
+                    let report = store
+                        .load_snapshot_with(bytes.as_slice(), 2, allow_bulk)
+                        .expect("load");
+                    assert_eq!(
+                        report.per_post_reason.is_none(),
+                        allow_bulk,
+                        "shard {id}: {:?}",
+                        report.per_post_reason
+                    );
+                    assert_eq!(report.header.shard, Some(id));
+                    let facts = shard.directory_stats().expect("a shard").facts as u64;
+                    assert!(report.counts.facts > 0, "shard {id} wrote no facts");
+                    assert_eq!(report.counts.facts, facts, "shard {id}: every fact written");
+                    assert_eq!(
+                        store.directory_stats().expect("a shard").facts,
+                        shard.directory_stats().expect("a shard").facts
+                            - report.facts_skipped as usize,
+                        "shard {id}: facts restored"
+                    );
+                    store
+                })
+                .collect()
+        };
+        let loaded = load_all(true);
+        let per_post = load_all(false);
         assert_loaded_shards_agree(&mut rng, &full, &shards, &loaded, "after loading");
+        assert_loaded_shards_agree(&mut rng, &full, &shards, &per_post, "after a per-post load");
         apply(&full, rest, &mut rng);
-        for shard in shards.iter().chain(&loaded) {
+        for shard in shards.iter().chain(&loaded).chain(&per_post) {
             apply(shard, rest, &mut rng);
         }
         clock.advance(5_000);
         assert_loaded_shards_agree(&mut rng, &full, &shards, &loaded, "after more events");
+        assert_loaded_shards_agree(
+            &mut rng,
+            &full,
+            &shards,
+            &per_post,
+            "per-post, after more events",
+        );
     }
 }
 

@@ -423,6 +423,9 @@ fn restore(
                     age_secs,
                     took_secs = took.as_secs_f64(),
                     read_secs = report.read_duration.as_secs_f64(),
+                    rebuilt = report
+                        .per_post_reason
+                        .map_or("in bulk", |reason| reason.as_str()),
                     offsets = ?report.header.meta.offsets,
                     "snapshot loaded; Kafka resumes from its offsets"
                 );

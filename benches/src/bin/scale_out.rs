@@ -46,16 +46,7 @@ struct Args {
 
 /// CPU time of the calling thread, in seconds.
 fn thread_cpu_secs() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer to a local.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    thunder_benches::cpu_time(libc::CLOCK_THREAD_CPUTIME_ID).as_secs_f64()
 }
 
 /// Single-thread query rate of `store` over `viewers`.

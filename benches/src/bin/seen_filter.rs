@@ -97,16 +97,7 @@ fn false_positive_table(args: &Args) {
 
 /// CPU time this thread has used.
 fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    thunder_benches::cpu_time(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn median(samples: &mut [Duration]) -> Duration {

@@ -19,7 +19,7 @@ use thunder_benches::memory::{release_free_memory, rss_bytes};
 use thunder_benches::{DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::{DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN};
 use thunder_engine::snapshot::{
-    Paced, PartitionOffset, SnapshotMeta, lower_current_thread_priority,
+    LoadReport, Paced, PartitionOffset, SnapshotMeta, lower_current_thread_priority,
 };
 use thunder_engine::{FeedQuery, ManualClock, PostStore, Store};
 use thunder_testkit::model::answers_agree;
@@ -51,6 +51,64 @@ struct Args {
     /// Threads that rebuild the store on load.
     #[arg(long, default_value_t = 2)]
     load_threads: usize,
+    /// Also load the snapshot through the per-post insert path (the fallback), for the
+    /// side-by-side figure.
+    #[arg(long)]
+    per_post_too: bool,
+}
+
+/// CPU time of the whole process (every thread), in seconds: on a shared machine the load's
+/// wall time depends on what else runs, its CPU time much less.
+fn process_cpu_secs() -> f64 {
+    thunder_benches::cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID).as_secs_f64()
+}
+
+/// Loads the snapshot at `path` into a fresh store: the store, its report and the wall time.
+fn load_file(
+    path: &std::path::Path,
+    clock: &Arc<ManualClock>,
+    threads: usize,
+    allow_bulk: bool,
+) -> Result<(PostStore, LoadReport, f64)> {
+    let store = PostStore::with_clock(DEFAULT_RETENTION_SECS, clock.clone());
+    let started = Instant::now();
+    let cpu_before = process_cpu_secs();
+    let input = BufReader::with_capacity(1 << 20, File::open(path)?);
+    let report = store.load_snapshot_with(input, threads, allow_bulk)?;
+    let load_secs = started.elapsed().as_secs_f64();
+    let cpu_secs = process_cpu_secs() - cpu_before;
+    eprintln!(
+        "load ({}): {} posts in {load_secs:.2}s, {cpu_secs:.2}s of CPU (read+verify {:.2}s, rebuild {:.2}s on {threads} threads)",
+        match report.per_post_reason {
+            None => "bulk".to_owned(),
+            Some(reason) => format!("per-post path: {}", reason.as_str()),
+        },
+        report.posts_loaded,
+        report.read_duration.as_secs_f64(),
+        report.build_duration.as_secs_f64(),
+    );
+    Ok((store, report, load_secs))
+}
+
+/// Feed and videos answers of the first 500 viewers: how many differ between the stores, and
+/// how many posts `a` answered.
+fn disagreements(a: &PostStore, b: &PostStore, viewers: &[Viewer]) -> (usize, usize) {
+    let mut differ = 0;
+    let mut answered = 0;
+    for viewer in viewers.iter().take(500) {
+        let query = query_for(viewer);
+        for (x, y) in [
+            (
+                a.get_all_posts_by_users(&query),
+                b.get_all_posts_by_users(&query),
+            ),
+            (a.get_videos_by_users(&query), b.get_videos_by_users(&query)),
+        ] {
+            differ += usize::from(answers_agree(&x.posts, &y.posts, MAX_POSTS_TO_RETURN).is_err());
+            answered += x.posts.len();
+        }
+    }
+    (differ, answered)
 }
 
 fn query_for(viewer: &Viewer) -> FeedQuery<'_> {
@@ -115,11 +173,13 @@ fn main() -> Result<()> {
     release_free_memory();
     let rss_before = rss_bytes();
     let store = PostStore::with_clock(DEFAULT_RETENTION_SECS, clock.clone());
+    let cpu_before = process_cpu_secs();
     let replay = load(&store, &batches, 2);
+    let replay_cpu_secs = process_cpu_secs() - cpu_before;
     drop(batches);
     let posts = store.stored_posts();
     eprintln!(
-        "scale {}: {events} events replayed in-process on 2 writers in {:.2}s ({posts} posts, RSS +{} MiB)",
+        "scale {}: {events} events replayed in-process on 2 writers in {:.2}s, {replay_cpu_secs:.2}s of CPU ({posts} posts, RSS +{} MiB)",
         args.scale,
         replay.as_secs_f64(),
         rss_bytes().saturating_sub(rss_before) >> 20
@@ -134,36 +194,41 @@ fn main() -> Result<()> {
         write.as_secs_f64()
     );
 
-    let loaded = PostStore::with_clock(DEFAULT_RETENTION_SECS, clock.clone());
-    let started = Instant::now();
-    let input = BufReader::with_capacity(1 << 20, File::open(&path)?);
-    let report = loaded.load_snapshot(input, args.load_threads)?;
-    let load_secs = started.elapsed().as_secs_f64();
+    let (loaded, report, load_secs) = load_file(&path, &clock, args.load_threads, true)?;
     eprintln!(
-        "load: {} posts in {load_secs:.2}s (read+verify {:.2}s, rebuild {:.2}s on {} threads)",
-        report.posts_loaded,
-        report.read_duration.as_secs_f64(),
-        report.build_duration.as_secs_f64(),
-        args.load_threads
+        "load vs in-process replay of the same events: {load_secs:.2}s vs {:.2}s ({:.1}x faster)",
+        replay.as_secs_f64(),
+        replay.as_secs_f64() / load_secs
     );
-    let mut disagreements = 0;
-    let mut answered = 0;
-    for viewer in viewers.iter().take(500) {
-        let (a, b) = (
-            store.get_all_posts_by_users(&query_for(viewer)),
-            loaded.get_all_posts_by_users(&query_for(viewer)),
-        );
-        disagreements +=
-            usize::from(answers_agree(&a.posts, &b.posts, MAX_POSTS_TO_RETURN).is_err());
-        answered += a.posts.len();
-    }
-    if disagreements > 0 || report.posts_loaded != posts as u64 || answered == 0 {
+    let (differ, answered) = disagreements(&store, &loaded, &viewers);
+    if differ > 0 || report.posts_loaded != posts as u64 || answered == 0 {
         bail!(
-            "the loaded store differs: {disagreements} of 500 answers, {} vs {posts} posts, {answered} posts answered",
+            "the loaded store differs: {differ} of 1000 answers, {} vs {posts} posts, {answered} posts answered",
             report.posts_loaded
         );
     }
     drop(loaded);
+    let mut per_post_secs = None;
+    if args.per_post_too {
+        // The per-post path, then the bulk build again: the first load of a process takes
+        // fresh pages from the kernel, later ones may reuse freed memory, so the bulk build
+        // is measured both before and after the per-post load.
+        release_free_memory();
+        let (per_post, _, secs) = load_file(&path, &clock, args.load_threads, false)?;
+        let (differ, _) = disagreements(&store, &per_post, &viewers);
+        if differ > 0 {
+            bail!("the store loaded through the per-post path differs: {differ} of 1000 answers");
+        }
+        drop(per_post);
+        release_free_memory();
+        let (_, _, again) = load_file(&path, &clock, args.load_threads, true)?;
+        eprintln!(
+            "bulk load vs per-post load: {load_secs:.2}s (again after it: {again:.2}s) vs {secs:.2}s ({:.1}x / {:.1}x faster)",
+            secs / load_secs,
+            secs / again
+        );
+        per_post_secs = Some(secs);
+    }
     release_free_memory();
 
     // Latency: one reader thread, rounds alternating idle and with a snapshot writer running
@@ -214,6 +279,8 @@ fn main() -> Result<()> {
             "snapshot_bytes": bytes, "snapshot_write_secs": write.as_secs_f64(),
             "load_secs": load_secs, "load_read_secs": report.read_duration.as_secs_f64(),
             "load_rebuild_secs": report.build_duration.as_secs_f64(),
+            "load_bulk": report.per_post_reason.is_none(),
+            "load_per_post_secs": per_post_secs,
             "query_idle_p50_ms": ms(&idle, 0.5), "query_idle_p99_ms": ms(&idle, 0.99),
             "query_during_snapshot_p50_ms": ms(&during, 0.5),
             "query_during_snapshot_p99_ms": ms(&during, 0.99),

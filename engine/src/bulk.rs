@@ -1,0 +1,712 @@
+//! The bulk build: a snapshot's posts loaded into a *fresh* store without the per-post insert
+//! path, on several threads, giving the store the per-post path would give.
+//!
+//! The per-post load inserts every post in ascending `created_at` (file order among equals;
+//! a post's *rank* is its place in that order). Its result is a function of that order:
+//! - each author's originals and secondary timelines hold the last `cap` of their posts (an
+//!   in-order insert into a full timeline evicts the oldest);
+//! - a post with its own video (`has_video && !is_reply`) joins its author's videos timeline;
+//!   a non-reply repost without one (source id set) joins it at its own rank if its source was
+//!   stored by then and is a video source; if the source comes later (a higher rank) and is a
+//!   video source, the repost is promoted then (inserted after the entries of equal
+//!   `created_at` already there), provided the repost is still stored (not yet evicted from its
+//!   timeline); otherwise the repost waits in the pending map for its source. On an author
+//!   shard a repost whose source is not stored yet joins the videos timeline at once instead.
+//! - a record lives while a timeline holds it.
+//!
+//! The bulk build computes that result directly, on `threads` threads:
+//! 1. each thread takes a range of ranks and publishes and indexes those records in load order
+//!    (dropping tombstoned ones), keeping a small build record per post and a key
+//!    `author hash << 32 | rank` in the share of the thread that will build its author;
+//! 2. each share's keys are radix-sorted by author hash and the build records gathered once
+//!    into author order (each author's posts together, in rank order), and no author may
+//!    reach the videos cap (see below);
+//! 3. each share's authors get their three timelines, each written whole in one buffer; the
+//!    repost rules above decide from the ranks of a repost and of its source;
+//! 4. the records no timeline holds are freed, the pending reposts stored by source.
+//!
+//! It refuses (and leaves the store as it found it, apart from tombstone bases raised by the
+//! posts they drop, which the per-post path raises again) when its shortcut would not be exact;
+//! the caller then runs the per-post path:
+//! - a post id appears twice (a snapshot holds each id once, but a fuzzy scan racing a cap
+//!   eviction and a redelivered create could see two copies): the per-post path decides which
+//!   one wins by the order of events;
+//! - an author could hold more than `cap` video entries: evictions from the videos timeline
+//!   would make a video source's presence depend on the time a repost of it arrives;
+//! - on a shard, a post of an author the shard does not own (never written by a shard).
+//!
+//! One deliberate difference, in the pending map only: whether a repost waits for a source
+//! that was evicted from its timeline before (or while) the per-post path would have inserted
+//! the repost. Such a source is not a video source (a video source is never evicted here, see
+//! above), and a post id carries one record, so no answer depends on it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId};
+use crate::query::prefetch;
+use crate::store::{DropReason, Guards, InsertReport, Kind, PendingRepost, PostStore};
+use crate::timeline::TinyPost;
+
+/// Why the bulk build left the load to the per-post path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BulkRefusal {
+    /// The caller asked for the per-post path.
+    PerPostRequested,
+    /// The store already held posts, authors, tombstones, pending reposts or facts.
+    StoreNotEmpty,
+    /// A post id appears more than once.
+    DuplicatePostId,
+    /// An author could hold more video entries than the timeline cap.
+    VideosOverCap,
+    /// On an author shard, a post of an author the shard does not own.
+    ForeignAuthor,
+}
+
+impl BulkRefusal {
+    /// A short reason for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BulkRefusal::PerPostRequested => "the per-post path was asked for",
+            BulkRefusal::StoreNotEmpty => "the store was not empty",
+            BulkRefusal::DuplicatePostId => "a post id appears twice",
+            BulkRefusal::VideosOverCap => "an author could exceed the videos cap",
+            BulkRefusal::ForeignAuthor => "a post of an author this shard does not own",
+        }
+    }
+}
+
+/// What the build keeps of a published post, in its author's share.
+#[derive(Clone, Copy, Default)]
+struct Published {
+    post_id: i64,
+    author_id: i64,
+    source_post_id: i64,
+    created_at: u32,
+    /// The post's place in the load order.
+    rank: u32,
+    slot: SlotId,
+    /// `Kind::primary_of` as an index (0 originals, 1 secondary).
+    primary: u8,
+    /// `has_own_video` / `is_video_repost` of the record.
+    own_video: bool,
+    video_repost: bool,
+}
+
+impl Published {
+    fn entry(&self) -> TinyPost {
+        TinyPost {
+            post_id: self.post_id,
+            created_at: self.created_at,
+            slot: self.slot,
+        }
+    }
+}
+
+/// Phase 1 of one range of ranks: the posts it published, per share, and its drops.
+struct Publishing {
+    /// `author hash << 32 | rank` of each published post, per share.
+    shares: Vec<Vec<u64>>,
+    /// What the build keeps of each post of the range, by rank (a default for one dropped).
+    published: Vec<Published>,
+    report: InsertReport,
+    overflow_ranks: Vec<(SlotId, u32)>,
+    refused: Option<BulkRefusal>,
+}
+
+/// One thread's share of the authors, grouped.
+struct Share {
+    /// Grouped by author (each author's posts contiguous), in rank order within an author.
+    posts: Vec<Published>,
+    refused: Option<BulkRefusal>,
+}
+
+/// What phase 2 of one share leaves for the end.
+#[derive(Default)]
+struct Built {
+    pending: Vec<(i64, u32, PendingRepost)>,
+    /// Records evicted from their primary timeline (freed unless a video entry holds them).
+    release: Vec<(i64, SlotId)>,
+    entries: [isize; 3],
+}
+
+/// The author hash the shares and the grouping use.
+fn author_hash(author_id: i64) -> u32 {
+    ((author_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32
+}
+
+fn has_own_video(post: &CompactPost) -> bool {
+    post.has_video && !post.is_reply
+}
+
+/// A non-reply repost without its own video: a video entry iff its source is a video source.
+fn is_video_repost(post: &CompactPost) -> bool {
+    !post.is_reply && !post.has_video && post.is_retweet && post.source_post_id != 0
+}
+
+/// Sorts `keys` by their upper 32 bits, stably (three 11-bit LSD radix passes).
+fn sort_by_author_hash(keys: &mut Vec<u64>) {
+    let mut scratch = vec![0u64; keys.len()];
+    for shift in [32u32, 43, 54] {
+        let mut starts = [0usize; 2048];
+        for &key in keys.iter() {
+            starts[((key >> shift) & 0x7FF) as usize] += 1;
+        }
+        let mut sum = 0;
+        for start in starts.iter_mut() {
+            let n = *start;
+            *start = sum;
+            sum += n;
+        }
+        for &key in keys.iter() {
+            let digit = ((key >> shift) & 0x7FF) as usize;
+            scratch[starts[digit]] = key;
+            starts[digit] += 1;
+        }
+        std::mem::swap(keys, &mut scratch);
+    }
+}
+
+/// The share's posts of one author each, in order (see [`Share::posts`]).
+fn authors(posts: &[Published]) -> impl Iterator<Item = &[Published]> {
+    posts.chunk_by(|a, b| a.author_id == b.author_id)
+}
+
+/// Ranks of published slots: a dense table for slot ids below the post count (a fresh arena
+/// hands those out), a map for the rest.
+struct Ranks {
+    dense: Vec<AtomicU32>,
+    sparse: HashMap<SlotId, u32>,
+}
+
+impl Ranks {
+    fn get(&self, slot: SlotId) -> Option<u32> {
+        match self.dense.get(slot as usize) {
+            // Relaxed: written before the phase-1 threads were joined.
+            Some(rank) => rank.load(Ordering::Relaxed).checked_sub(1),
+            None => self.sparse.get(&slot).copied(),
+        }
+    }
+}
+
+/// How many posts ahead phase 1 prefetches index buckets.
+const LOOKAHEAD: usize = 8;
+/// How many posts ahead phase 2 prefetches the index buckets of repost sources.
+const SOURCE_LOOKAHEAD: usize = 32;
+
+fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, T>>) -> Vec<T> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+        .collect()
+}
+
+impl PostStore {
+    /// True if nothing was ever loaded or inserted: no posts, authors, tombstones, pending
+    /// reposts or facts.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.arena.live() == 0
+            && self.authors.live() == 0
+            && self.tombstones.is_empty()
+            && self.pending_videos.is_empty()
+            && self.directory_stats().is_none_or(|d| d.facts == 0)
+    }
+
+    /// Builds this fresh store from `posts` (all unexpired), `order` being their indices in
+    /// ascending `created_at` (stable), on `threads` threads (see the module docs). Restore
+    /// tombstones and facts first. On `Err` the store holds no post and the caller runs the
+    /// per-post path.
+    pub(crate) fn bulk_load(
+        &self,
+        posts: &[CompactPost],
+        order: &[u32],
+        threads: usize,
+    ) -> Result<InsertReport, BulkRefusal> {
+        let workers = threads.max(1);
+        if self.directory.is_some() && posts.iter().any(|p| self.is_foreign_author(p.author_id)) {
+            return Err(BulkRefusal::ForeignAuthor);
+        }
+        let mut ranks = Ranks {
+            dense: (0..posts.len()).map(|_| AtomicU32::new(0)).collect(),
+            sparse: HashMap::new(),
+        };
+        let refused = AtomicBool::new(false);
+        // Phase 1, in load order (so records land in the arena in time order, as a replay
+        // puts them): each thread publishes and indexes a range of ranks.
+        let per_thread = order.len().div_ceil(workers).max(1);
+        let publishing: Vec<Publishing> = std::thread::scope(|scope| {
+            let handles = order
+                .chunks(per_thread)
+                .enumerate()
+                .map(|(t, chunk)| {
+                    let (ranks, refused) = (&ranks, &refused);
+                    let first = (t * per_thread) as u32;
+                    scope.spawn(move || {
+                        self.publish_ranks(posts, chunk, first, workers, ranks, refused)
+                    })
+                })
+                .collect();
+            join_all(handles)
+        });
+        let mut report = InsertReport::default();
+        let mut refusal = None;
+        let mut parts: Vec<Vec<Vec<u64>>> = vec![Vec::new(); workers];
+        let mut by_rank = Vec::with_capacity(workers);
+        for mut publishing in publishing {
+            by_rank.push(std::mem::take(&mut publishing.published));
+            report.inserted += publishing.report.inserted;
+            report.tombstoned += publishing.report.tombstoned;
+            refusal = refusal.or(publishing.refused);
+            ranks.sparse.extend(publishing.overflow_ranks);
+            for (w, part) in publishing.shares.into_iter().enumerate() {
+                parts[w].push(part);
+            }
+        }
+        // Group each share by author, and check no author can exceed the videos cap.
+        let shares: Vec<Share> = std::thread::scope(|scope| {
+            let handles = parts
+                .into_iter()
+                .map(|parts| {
+                    let by_rank = &by_rank;
+                    scope.spawn(move || self.group_share(by_rank, per_thread, parts))
+                })
+                .collect();
+            join_all(handles)
+        });
+        drop(by_rank);
+        if let Some(refusal) = refusal.or_else(|| shares.iter().find_map(|s| s.refused)) {
+            self.unpublish(&shares);
+            return Err(refusal);
+        }
+        let built: Vec<Built> = std::thread::scope(|scope| {
+            let handles = shares
+                .iter()
+                .map(|share| {
+                    let ranks = &ranks;
+                    scope.spawn(move || self.build_share(share, ranks))
+                })
+                .collect();
+            join_all(handles)
+        });
+        self.finish(built);
+        Ok(report)
+    }
+
+    /// Phase 1 for the posts `chunk` names (ranks from `first` on): drops tombstoned posts,
+    /// publishes and indexes the others, sorted into the share of their author.
+    #[allow(clippy::too_many_arguments)]
+    fn publish_ranks(
+        &self,
+        posts: &[CompactPost],
+        chunk: &[u32],
+        first: u32,
+        workers: usize,
+        ranks: &Ranks,
+        refused: &AtomicBool,
+    ) -> Publishing {
+        let g = self.guards();
+        let mut out = Publishing {
+            shares: vec![Vec::with_capacity(chunk.len() / workers + 16); workers],
+            published: Vec::with_capacity(chunk.len()),
+            report: InsertReport::default(),
+            overflow_ranks: Vec::new(),
+            refused: None,
+        };
+        for (offset, &index) in chunk.iter().enumerate() {
+            if let Some(&ahead) = chunk.get(offset + LOOKAHEAD) {
+                let hashed = self.posts.hash(posts[ahead as usize].post_id);
+                prefetch(self.posts.bucket_ptr(hashed, &g.epoch));
+            }
+            // Relaxed: a hint to stop early; the join orders the outcome.
+            if offset % 4096 == 0 && refused.load(Ordering::Relaxed) {
+                break;
+            }
+            let post = &posts[index as usize];
+            let post_id = post.post_id;
+            if let Some(basis) = self.live_tombstone(post_id, &g) {
+                self.tombstone_dropped_create(post_id, basis, i64::from(post.created_at), &g);
+                out.report.count_drop(DropReason::Tombstoned);
+                continue;
+            }
+            let own_video = has_own_video(post);
+            let holders = IN_PRIMARY | if own_video { IN_VIDEO } else { 0 };
+            let Some(slot) = self.arena.publish(post, holders) else {
+                // No slot (every id in use or memory exhausted): neither stored nor counted,
+                // as in the per-post path.
+                continue;
+            };
+            let is_stored = |s: SlotId| self.arena.read(s, post_id).is_some();
+            if self
+                .posts
+                .insert_with(self.posts.hash(post_id), &g.epoch, is_stored, || Some(slot))
+                .is_err()
+            {
+                self.arena.unpublish_unshared(slot, post_id);
+                out.refused = Some(BulkRefusal::DuplicatePostId);
+                refused.store(true, Ordering::Relaxed);
+                break;
+            }
+            out.report.inserted += 1;
+            let rank = first + offset as u32;
+            match ranks.dense.get(slot as usize) {
+                // Relaxed: read after this thread is joined.
+                Some(cell) => cell.store(rank + 1, Ordering::Relaxed),
+                None => out.overflow_ranks.push((slot, rank)),
+            }
+            let hash = author_hash(post.author_id);
+            out.shares[hash as usize % workers].push(u64::from(hash) << 32 | u64::from(rank));
+            out.published.resize(offset, Published::default());
+            out.published.push(Published {
+                post_id,
+                author_id: post.author_id,
+                source_post_id: post.source_post_id,
+                created_at: post.created_at,
+                rank,
+                slot,
+                primary: Kind::primary_of(post) as u8,
+                own_video,
+                video_repost: is_video_repost(post),
+            });
+        }
+        out
+    }
+
+    /// Groups one share's posts (`parts`: keys in rank order; `by_rank`: what phase 1 kept of
+    /// each rank, `per_thread` ranks a part) by author and checks that no author could hold
+    /// more than `cap` video entries.
+    fn group_share(
+        &self,
+        by_rank: &[Vec<Published>],
+        per_thread: usize,
+        parts: Vec<Vec<u64>>,
+    ) -> Share {
+        let mut keys = parts.concat();
+        drop(parts);
+        sort_by_author_hash(&mut keys);
+        // One gather into author order, so that everything after reads the posts in order.
+        let mut posts: Vec<Published> = keys
+            .iter()
+            .map(|&key| {
+                let rank = key as u32 as usize;
+                by_rank[rank / per_thread][rank % per_thread]
+            })
+            .collect();
+        drop(keys);
+        // Authors sharing a hash: each author's posts together (stable: in rank order).
+        for group in posts.chunk_by_mut(|a, b| author_hash(a.author_id) == author_hash(b.author_id))
+        {
+            if group.iter().any(|p| p.author_id != group[0].author_id) {
+                group.sort_by_key(|p| p.author_id);
+            }
+        }
+        let refused = authors(&posts)
+            .any(|author| {
+                author
+                    .iter()
+                    .filter(|p| p.own_video || p.video_repost)
+                    .count()
+                    > self.cap
+            })
+            .then_some(BulkRefusal::VideosOverCap);
+        Share { posts, refused }
+    }
+
+    /// Undoes phase 1 after a refusal: every published record leaves the index and the arena.
+    fn unpublish(&self, shares: &[Share]) {
+        let epoch = crossbeam_epoch::pin();
+        let mut retired = Vec::new();
+        for post in shares.iter().flat_map(|s| &s.posts) {
+            self.posts
+                .remove_exact(self.posts.hash(post.post_id), post.slot, &epoch);
+            if self.arena.free(post.slot, post.post_id) {
+                retired.push(post.slot);
+            }
+        }
+        self.arena.retire(retired, &epoch);
+    }
+
+    /// Phase 2 for one share: each author's timelines, built whole.
+    fn build_share(&self, share: &Share, ranks: &Ranks) -> Built {
+        let g = self.guards();
+        let mut built = Built::default();
+        let mut scratch = AuthorScratch::default();
+        let (mut done, mut prefetched) = (0, 0);
+        for author in authors(&share.posts) {
+            // The index buckets of the sources the next few dozen posts look up.
+            let until = (done + author.len() + SOURCE_LOOKAHEAD).min(share.posts.len());
+            for post in &share.posts[prefetched.max(done)..until] {
+                if post.video_repost {
+                    let hashed = self.posts.hash(post.source_post_id);
+                    prefetch(self.posts.bucket_ptr(hashed, &g.epoch));
+                }
+            }
+            prefetched = until;
+            self.build_author(author, ranks, &g, &mut scratch, &mut built);
+            done += author.len();
+        }
+        built
+    }
+
+    /// Phase 2 for one author (`posts` in rank order).
+    fn build_author(
+        &self,
+        posts: &[Published],
+        ranks: &Ranks,
+        g: &Guards<'_>,
+        scratch: &mut AuthorScratch,
+        built: &mut Built,
+    ) {
+        let cap = self.cap;
+        let AuthorScratch {
+            kind_ranks,
+            timelines,
+            videos,
+        } = scratch;
+        for list in kind_ranks.iter_mut() {
+            list.clear();
+        }
+        for list in timelines.iter_mut() {
+            list.clear();
+        }
+        videos.clear();
+        for post in posts {
+            kind_ranks[usize::from(post.primary)].push(post.rank);
+        }
+        let mut seen = [0usize; 2];
+        for post in posts {
+            let kind = usize::from(post.primary);
+            let index = seen[kind];
+            seen[kind] += 1;
+            // The rank of the insert that evicts this post from its primary timeline, if any.
+            let evicted_at = kind_ranks[kind].get(index + cap).copied();
+            let entry = post.entry();
+            match evicted_at {
+                None => timelines[kind].push(entry),
+                Some(_) => built.release.push((entry.post_id, entry.slot)),
+            }
+            if post.own_video {
+                videos.push((entry.created_at, post.rank, 0, entry));
+            } else if post.video_repost {
+                let video_at = self.repost_video_rank(post, evicted_at, ranks, g, built);
+                if let Some((inserted_at, after)) = video_at
+                    && self.arena.hold(entry.slot, entry.post_id, IN_VIDEO)
+                {
+                    videos.push((entry.created_at, inserted_at, after, entry));
+                }
+            }
+        }
+        // Ascending `created_at`, then the order the per-post path inserted them in.
+        if !videos.is_sorted_by_key(|v| (v.0, v.1, v.2)) {
+            videos.sort_unstable_by_key(|v| (v.0, v.1, v.2));
+        }
+        timelines[Kind::Videos as usize].extend(videos.iter().map(|v| v.3));
+        let Some(author) = self.authors.get_or_create(posts[0].author_id, &g.epoch) else {
+            // Every author number in use: the per-post path indexes nothing either.
+            return;
+        };
+        let _writer = author
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (kind, list) in timelines.iter().enumerate() {
+            author.timelines[kind].fill_fresh(list, cap, &g.epoch);
+            built.entries[kind] += list.len() as isize;
+        }
+    }
+
+    /// Whether (and when) the per-post path puts the video repost `post` into its author's
+    /// videos timeline: `(rank of that insert, tie-break)` among entries of equal
+    /// `created_at`, or `None`. Records in `built.pending` a repost that waits for its source.
+    fn repost_video_rank(
+        &self,
+        post: &Published,
+        evicted_at: Option<u32>,
+        ranks: &Ranks,
+        g: &Guards<'_>,
+        built: &mut Built,
+    ) -> Option<(u32, u32)> {
+        let (source_id, rank) = (post.source_post_id, post.rank);
+        let source = self
+            .posts
+            .get(self.posts.hash(source_id), &g.epoch, |slot| {
+                self.arena
+                    .read(slot, source_id)
+                    .map(|record| (slot, record))
+            })
+            .and_then(|(slot, record)| Some((ranks.get(slot)?, record)));
+        let shard = self.directory.is_some();
+        match source {
+            // Stored before the repost: the videos rule decides at its insert.
+            Some((source_rank, source)) if source_rank < rank => {
+                self.is_video_source(&source, g.now).then_some((rank, 0))
+            }
+            // A shard indexes every repost whose source is not stored (yet).
+            _ if shard => Some((rank, 0)),
+            // Stored after the repost: promoted when it arrives, if it is a video source and
+            // the repost was not evicted meanwhile.
+            Some((source_rank, source)) if source_rank > rank && has_own_video(&source) => {
+                evicted_at
+                    .is_none_or(|evicted| source_rank < evicted)
+                    .then_some((source_rank, rank + 1))
+            }
+            _ => {
+                let waiting = PendingRepost {
+                    post_id: post.post_id,
+                    author_id: post.author_id,
+                    created_at: post.created_at,
+                };
+                built.pending.push((source_id, rank, waiting));
+                None
+            }
+        }
+    }
+
+    /// The end of the build: pending reposts by source (in rank order), records held by no
+    /// timeline freed, entry counts.
+    fn finish(&self, built: Vec<Built>) {
+        let g = self.guards();
+        let mut pending = Vec::new();
+        let mut retired = Vec::new();
+        for share in built {
+            pending.extend(share.pending);
+            for (post_id, slot) in share.release {
+                if self.arena.release(slot, post_id, IN_PRIMARY) == Release::Freed {
+                    self.posts
+                        .remove_exact(self.posts.hash(post_id), slot, &g.epoch);
+                    retired.push(slot);
+                }
+            }
+            for (kind, n) in share.entries.into_iter().enumerate() {
+                self.entries[kind].fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        pending.sort_unstable_by_key(|&(source, rank, _)| (source, rank));
+        for group in pending.chunk_by(|a, b| a.0 == b.0) {
+            let waiting = group.iter().map(|&(_, _, repost)| repost).collect();
+            self.pending_videos.insert(group[0].0, waiting, &g.maps);
+        }
+        self.arena.retire(retired, &g.epoch);
+    }
+}
+
+/// Per-thread buffers reused from one author to the next.
+#[derive(Default)]
+struct AuthorScratch {
+    /// Ranks of the author's posts, per primary timeline, in rank order.
+    kind_ranks: [Vec<u32>; 2],
+    timelines: [Vec<TinyPost>; 3],
+    /// `(created_at, rank of the insert, tie-break, entry)`.
+    videos: Vec<(u32, u32, u32, TinyPost)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::post::LightPost;
+    use crate::snapshot::by_created_at;
+    use crate::{FeedQuery, ManualClock, StoreConfig};
+    use std::sync::Arc;
+
+    const NOW: i64 = 1_700_000_000;
+
+    fn store() -> PostStore {
+        PostStore::with_config(StoreConfig {
+            retention_secs: 10_000,
+            clock: Arc::new(ManualClock::new(NOW)),
+            ..StoreConfig::default()
+        })
+    }
+
+    fn records(posts: &[LightPost]) -> Vec<CompactPost> {
+        posts.iter().map(CompactPost::from_light).collect()
+    }
+
+    fn feed(store: &PostStore, authors: &[i64]) -> Vec<i64> {
+        let query = FeedQuery::new(-1, authors);
+        store
+            .get_all_posts_by_users(&query)
+            .posts
+            .iter()
+            .map(|p| p.post_id)
+            .collect()
+    }
+
+    /// A post whose id has a live tombstone is dropped and raises the tombstone's basis to
+    /// its `created_at`, as the per-post path does.
+    #[test]
+    fn tombstoned_ids_are_dropped_and_raise_the_basis() {
+        let posts = records(&[
+            LightPost::original(1, 7, NOW - 50),
+            LightPost::original(2, 7, NOW - 40),
+            LightPost::original(3, 8, NOW - 30),
+        ]);
+        let (bulk, per_post) = (store(), store());
+        for s in [&bulk, &per_post] {
+            let g = s.guards();
+            assert!(s.restore_tombstone(2, NOW - 500, &g));
+        }
+        let report = bulk
+            .bulk_load(&posts, &by_created_at(&posts), 2)
+            .expect("built in bulk");
+        let light: Vec<LightPost> = posts.iter().map(|p| p.to_light()).collect();
+        assert_eq!(report, per_post.insert_posts(&light));
+        assert_eq!(report.tombstoned, 1);
+        for s in [&bulk, &per_post] {
+            assert_eq!(feed(s, &[7, 8]), vec![3, 1]);
+            let g = s.guards();
+            assert_eq!(s.live_tombstone(2, &g), Some(NOW - 40));
+        }
+    }
+
+    /// A post id twice (a snapshot never holds that, but a crafted one could): refused, and
+    /// the store is left with no post, author or index entry.
+    #[test]
+    fn a_duplicate_post_id_is_refused_and_nothing_stays() {
+        let mut posts: Vec<CompactPost> = (0..5_000)
+            .map(|i| CompactPost::from_light(&LightPost::original(i, i % 13, NOW - i)))
+            .collect();
+        posts.push(CompactPost::from_light(&LightPost::original(
+            77,
+            999,
+            NOW - 1,
+        )));
+        let bulk = store();
+        assert_eq!(
+            bulk.bulk_load(&posts, &by_created_at(&posts), 2),
+            Err(BulkRefusal::DuplicatePostId)
+        );
+        assert_eq!(bulk.stats().posts, 0);
+        assert_eq!(bulk.stats().authors, 0);
+        assert!(bulk.lookup(77, &crossbeam_epoch::pin()).is_none());
+        assert!(feed(&bulk, &[1, 999]).is_empty());
+    }
+
+    /// On an author shard, a post of another shard's author is not built in bulk.
+    #[test]
+    fn a_post_of_a_foreign_author_on_a_shard_is_refused() {
+        let shard = store().with_fact_directory(|author| author % 2 == 0);
+        let posts = records(&[
+            LightPost::original(1, 2, NOW - 5),
+            LightPost::original(2, 3, NOW - 4),
+        ]);
+        assert_eq!(
+            shard.bulk_load(&posts, &by_created_at(&posts), 2),
+            Err(BulkRefusal::ForeignAuthor)
+        );
+        assert_eq!(shard.stats().posts, 0);
+    }
+
+    #[test]
+    fn sorting_by_author_hash_is_stable() {
+        let mut keys: Vec<u64> = (0..10_000u64)
+            .map(|i| ((i * 7919) % 97) << 32 | i)
+            .collect();
+        let mut expected = keys.clone();
+        expected.sort_by_key(|k| k >> 32);
+        sort_by_author_hash(&mut keys);
+        assert_eq!(keys, expected);
+    }
+}
