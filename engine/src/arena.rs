@@ -23,6 +23,7 @@
 //! its fields are stored and loaded (all `Relaxed`: the protocol's fences and `meta` orderings
 //! cover them). `loom_tests` models the protocol for both classes.
 
+use crate::counter::StripedCount;
 use crate::post::LightPost;
 use crate::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering, fence};
 use crossbeam_epoch::Guard;
@@ -472,7 +473,7 @@ struct SlotClass<S: PostSlot> {
     bump: AtomicU32,
     /// Slots whose grace period has passed, ready for reuse.
     free: Arc<SegQueue<u32>>,
-    live: AtomicUsize,
+    live: StripedCount,
     chunk_count: AtomicUsize,
 }
 
@@ -487,7 +488,7 @@ impl<S: PostSlot> SlotClass<S> {
                 .collect(),
             bump: AtomicU32::new(0),
             free: Arc::new(SegQueue::new()),
-            live: AtomicUsize::new(0),
+            live: StripedCount::default(),
             chunk_count: AtomicUsize::new(0),
         }
     }
@@ -553,7 +554,7 @@ impl<S: PostSlot> SlotClass<S> {
     fn publish(&self, post: &CompactPost, holders: u32) -> Option<u32> {
         let index = self.take_slot()?;
         self.slot(index)?.publish(post, holders);
-        self.live.fetch_add(1, Ordering::Relaxed);
+        self.live.add(1);
         Some(index)
     }
 
@@ -562,7 +563,7 @@ impl<S: PostSlot> SlotClass<S> {
             .slot(index)
             .is_some_and(|slot| slot.free_if(post_id, pred));
         if freed {
-            self.live.fetch_sub(1, Ordering::Relaxed);
+            self.live.add(-1);
         }
         freed
     }
@@ -573,7 +574,7 @@ impl<S: PostSlot> SlotClass<S> {
         };
         let outcome = slot.release(post_id, holder);
         if outcome == Release::Freed {
-            self.live.fetch_sub(1, Ordering::Relaxed);
+            self.live.add(-1);
         }
         outcome
     }
@@ -642,8 +643,8 @@ pub(crate) struct Arena {
 impl std::fmt::Debug for Arena {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Arena")
-            .field("large_live", &self.large.live.load(Ordering::Relaxed))
-            .field("small_live", &self.small.live.load(Ordering::Relaxed))
+            .field("large_live", &self.large.live.sum_usize())
+            .field("small_live", &self.small.live.sum_usize())
             .field(
                 "large_chunks",
                 &self.large.chunk_count.load(Ordering::Relaxed),
@@ -673,13 +674,13 @@ impl Arena {
 
     /// Bytes of slots holding live posts.
     pub fn bytes_used(&self) -> usize {
-        self.large.live.load(Ordering::Relaxed) * std::mem::size_of::<Slot>()
-            + self.small.live.load(Ordering::Relaxed) * std::mem::size_of::<SmallSlot>()
+        self.large.live.sum_usize() * std::mem::size_of::<Slot>()
+            + self.small.live.sum_usize() * std::mem::size_of::<SmallSlot>()
     }
 
     /// Number of live posts.
     pub fn live(&self) -> usize {
-        self.large.live.load(Ordering::Relaxed) + self.small.live.load(Ordering::Relaxed)
+        self.large.live.sum_usize() + self.small.live.sum_usize()
     }
 
     /// Address of a slot, for prefetching: the one line that holds it (no slot straddles two).

@@ -580,7 +580,7 @@ impl PostStore {
                 }
             }
             for (kind, n) in share.entries.into_iter().enumerate() {
-                self.entries[kind].fetch_add(n, Ordering::Relaxed);
+                self.entries[kind].add(n);
             }
         }
         pending.sort_unstable_by_key(|&(source, rank, _)| (source, rank));

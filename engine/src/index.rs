@@ -24,8 +24,9 @@
 //!
 //! Overflow bits are sticky until the next growth rebuilds them; removal just clears a word.
 
+use crate::counter::StripedCount;
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use crossbeam_epoch::Guard;
 use std::hash::BuildHasher;
 
@@ -38,6 +39,8 @@ const STRIPES: usize = 1024;
 const STRIPES: usize = 2;
 /// Grow when more than this share (in percent) of the words is in use.
 const MAX_LOAD_PERCENT: usize = 85;
+/// Below this many words a table checks its load after every insert (see `insert_with`).
+const EXACT_LOAD_BELOW_WORDS: usize = 1 << 16;
 
 /// One cache line of words.
 #[repr(C, align(64))]
@@ -170,8 +173,9 @@ fn value_of(word: u64) -> u32 {
 pub(crate) struct TagIndex {
     table: AtomicPtr<Table>,
     stripes: Box<[Mutex<()>]>,
-    /// Keys stored (approximate between a claim and its count).
-    len: AtomicUsize,
+    /// Keys stored (approximate between a claim and its count), striped: every post insert
+    /// counts here, from every writer.
+    len: StripedCount,
     /// Serialises growth.
     grow_lock: Mutex<()>,
     seed: u64,
@@ -183,7 +187,7 @@ pub(crate) struct TagIndex {
 impl std::fmt::Debug for TagIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TagIndex")
-            .field("len", &self.len.load(Ordering::Relaxed))
+            .field("len", &self.len)
             .finish_non_exhaustive()
     }
 }
@@ -209,7 +213,7 @@ impl TagIndex {
         Self {
             table: AtomicPtr::new(Box::into_raw(Box::new(Table::with_buckets(buckets)))),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-            len: AtomicUsize::new(0),
+            len: StripedCount::default(),
             grow_lock: Mutex::new(()),
             seed,
             #[cfg(thunder_loom)]
@@ -326,8 +330,13 @@ impl TagIndex {
             made = Some(value);
             if Self::claim(table, tag, word_of(tag, value)) {
                 drop(stripe);
-                let len = self.len.fetch_add(1, Ordering::Relaxed) + 1;
-                if len * 100 > table.words() * MAX_LOAD_PERCENT {
+                // Summing the stripes reads other writers' lines, so a big table checks its
+                // load every 64th insert of a thread: at most 64 x the stripes (512) keys late,
+                // under 1% of the load of a table of `EXACT_LOAD_BELOW_WORDS` or more.
+                let thread_count = self.len.add(1);
+                if (table.words() < EXACT_LOAD_BELOW_WORDS || thread_count % 64 == 0)
+                    && self.len.sum_usize() * 100 > table.words() * MAX_LOAD_PERCENT
+                {
                     self.grow(table, false, guard);
                 }
                 return Ok(value);
@@ -391,7 +400,7 @@ impl TagIndex {
                 .map(|_| value_of(w))
         });
         if removed.is_some() {
-            self.len.fetch_sub(1, Ordering::Relaxed);
+            self.len.add(-1);
         }
         removed
     }

@@ -65,6 +65,7 @@ pub mod seen;
 mod arena;
 mod authors;
 mod bulk;
+mod counter;
 mod directory;
 mod index;
 mod query;

@@ -18,12 +18,13 @@ pub(crate) use crate::authors::Author;
 use crate::authors::AuthorDirectory;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
+use crate::counter::StripedCount;
 use crate::index::TagIndex;
 use crate::post::{DeleteEvent, LightPost};
 use crate::query::prefetch;
 use crate::timeline::{MAX_CAPACITY, TinyPost};
 use crossbeam_epoch::Guard;
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Arc, PoisonError};
 
 pub(crate) type IdHasher = foldhash::fast::RandomState;
@@ -281,7 +282,7 @@ pub struct PostStore {
     /// written and never cleared; a set bit only costs the exact map lookup.
     tombstone_filter: Box<[AtomicU64]>,
     pub(crate) pending_videos: IdMap<Vec<PendingRepost>>,
-    pub(crate) entries: [AtomicIsize; 3],
+    pub(crate) entries: [StripedCount; 3],
     /// On an author shard: the facts of other authors' posts (`directory.rs`).
     pub(crate) directory: Option<crate::directory::Directory>,
 }
@@ -441,7 +442,7 @@ impl PostStore {
                 self.release(evicted, kind, g, retired);
             }
             None => {
-                self.entries[kind as usize].fetch_add(1, Ordering::Relaxed);
+                self.entries[kind as usize].add(1);
             }
         }
     }
@@ -849,7 +850,7 @@ impl PostStore {
                 for kind in [Kind::primary_of(&record), Kind::Videos] {
                     if author.timelines[kind as usize].remove(post_id, record.created_at, &g.epoch)
                     {
-                        self.entries[kind as usize].fetch_sub(1, Ordering::Relaxed);
+                        self.entries[kind as usize].add(-1);
                     }
                 }
             });
@@ -881,7 +882,7 @@ impl PostStore {
                 let timeline = &author.timelines[kind as usize];
                 let popped = timeline.pop_expired(|e| self.expired(e.created_at, now), &g.epoch);
                 report.entries_removed += popped.len();
-                self.entries[kind as usize].fetch_sub(popped.len() as isize, Ordering::Relaxed);
+                self.entries[kind as usize].add(-(popped.len() as isize));
                 for entry in popped {
                     if self.release(entry, kind, &g, &mut retired) {
                         report.posts_freed += 1;
@@ -921,7 +922,7 @@ impl PostStore {
 
     /// Current sizes (see [`StoreStats`]).
     pub fn stats(&self) -> StoreStats {
-        let entries = |k: Kind| self.entries[k as usize].load(Ordering::Relaxed).max(0) as usize;
+        let entries = |k: Kind| self.entries[k as usize].sum_usize();
         let g = self.guards();
         let mut timeline_bytes = 0;
         self.authors.for_each(|a| {
