@@ -475,7 +475,17 @@ struct SlotClass<S: PostSlot> {
     free: Arc<SegQueue<u32>>,
     live: StripedCount,
     chunk_count: AtomicUsize,
+    /// Never reused in the process, so a thread's bump run (`bump_run`) cannot be mistaken
+    /// for one of a later class that happens to sit at the same address.
+    id: u64,
 }
+
+/// Fresh indexes a writer thread takes from a class's bump counter at a time.
+#[cfg(not(thunder_loom))]
+const BUMP_RUN_SLOTS: u32 = 32;
+
+/// Source of [`SlotClass`] ids; 0 is never handed out (an empty run names it).
+static NEXT_CLASS_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<S: PostSlot> SlotClass<S> {
     /// Enough chunks for every index of the class.
@@ -490,6 +500,7 @@ impl<S: PostSlot> SlotClass<S> {
             free: Arc::new(SegQueue::new()),
             live: StripedCount::default(),
             chunk_count: AtomicUsize::new(0),
+            id: NEXT_CLASS_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -541,14 +552,52 @@ impl<S: PostSlot> SlotClass<S> {
         if let Some(index) = self.free.pop() {
             return Some(index);
         }
-        let index = self.bump.fetch_add(1, Ordering::Relaxed);
-        if index >= CLASS_SLOTS {
+        let index = self.bump_run()?;
+        self.ensure_chunk((index >> S::CHUNK_SHIFT) as usize)?;
+        Some(index)
+    }
+
+    /// Takes `n` fresh indexes from the bump counter: the first and the end of the run, or
+    /// `None` when the class is full.
+    fn bump_by(&self, n: u32) -> Option<(u32, u32)> {
+        let first = self.bump.fetch_add(n, Ordering::Relaxed);
+        if first >= CLASS_SLOTS {
             // Keeps the counter from wrapping back into handed-out indexes.
             self.bump.store(CLASS_SLOTS, Ordering::Relaxed);
             return None;
         }
-        self.ensure_chunk((index >> S::CHUNK_SHIFT) as usize)?;
-        Some(index)
+        Some((first, first.saturating_add(n).min(CLASS_SLOTS)))
+    }
+
+    /// The next fresh index for the calling thread. Each writer thread takes runs of
+    /// `BUMP_RUN_SLOTS` indexes from the shared counter and hands them out one by one, so two
+    /// writers do not bounce the counter's line on every post. A run a thread leaves for
+    /// another class (another store) stays unused: at most `BUMP_RUN_SLOTS - 1` zeroed, never
+    /// live slots, which scans skip.
+    #[cfg(not(thunder_loom))]
+    fn bump_run(&self) -> Option<u32> {
+        use std::cell::Cell;
+        thread_local! {
+            /// Per slot size (small, large): the class the run is from, next index, end.
+            static RUNS: [Cell<(u64, u32, u32)>; 2] = const { [const { Cell::new((0, 0, 0)) }; 2] };
+        }
+        let size = usize::from(std::mem::size_of::<S>() == std::mem::size_of::<Slot>());
+        RUNS.with(|runs| {
+            let (owner, next, end) = runs[size].get();
+            if owner == self.id && next < end {
+                runs[size].set((owner, next + 1, end));
+                return Some(next);
+            }
+            let (first, end) = self.bump_by(BUMP_RUN_SLOTS)?;
+            runs[size].set((self.id, first + 1, end));
+            Some(first)
+        })
+    }
+
+    /// One index at a time under loom: the models check the slot protocol, not the runs.
+    #[cfg(thunder_loom)]
+    fn bump_run(&self) -> Option<u32> {
+        self.bump_by(1).map(|(first, _)| first)
     }
 
     fn publish(&self, post: &CompactPost, holders: u32) -> Option<u32> {
@@ -979,6 +1028,50 @@ mod tests {
             has_video: id % 2 == 0,
             ..LightPost::default()
         })
+    }
+
+    /// Bump runs are per thread and per arena: writers interleaving on one arena, and one
+    /// thread alternating between two arenas, never get one id twice, and every post reads
+    /// back from the slot it was given.
+    #[cfg(not(thunder_loom))]
+    #[test]
+    fn bump_runs_never_hand_out_an_id_twice() {
+        fn ids(arena: &Arena, from: i64) -> Vec<(SlotId, i64)> {
+            (from..from + 45)
+                .map(|id| {
+                    let p = if id % 3 == 0 { post(id) } else { original(id) };
+                    (arena.publish(&p, IN_PRIMARY).expect("room"), id)
+                })
+                .collect()
+        }
+        let (a, b) = (Arena::new(), Arena::new());
+        let mut in_a = Vec::new();
+        std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..3_i64)
+                .map(|w| {
+                    let a = &a;
+                    scope.spawn(move || ids(a, 1000 * (w + 1)))
+                })
+                .collect();
+            // This thread alternates arenas while the others write to `a`.
+            for round in 0..4 {
+                in_a.extend(ids(&a, 10_000 + 100 * round));
+                let in_b = ids(&b, 20_000 + 100 * round);
+                for (slot, id) in in_b {
+                    assert_eq!(b.read(slot, id).map(|p| p.post_id), Some(id));
+                }
+            }
+            for w in writers {
+                in_a.extend(w.join().expect("writer"));
+            }
+        });
+        let mut seen = std::collections::HashSet::new();
+        for &(slot, id) in &in_a {
+            assert!(seen.insert(slot), "slot {slot:#x} handed out twice");
+            assert_eq!(a.read(slot, id).map(|p| p.post_id), Some(id));
+        }
+        assert_eq!(a.live(), in_a.len());
+        assert_eq!(b.live(), 4 * 45);
     }
 
     #[test]
