@@ -230,8 +230,8 @@ enum Built {
 }
 
 impl Built {
-    fn new(kind: Kind, now_secs: i64) -> Self {
-        let clock = Arc::new(ManualClock::new(now_secs));
+    /// A fresh store of `kind` on `clock`.
+    fn new(kind: Kind, clock: Arc<ManualClock>) -> Self {
         match kind {
             Kind::Engine => Built::Engine(Box::new(PostStore::with_clock(
                 DEFAULT_RETENTION_SECS,
@@ -278,7 +278,8 @@ fn run_store(
     // One writer: ingest rate, then resident bytes of what stays.
     release_free_memory();
     let rss_before = rss_bytes();
-    let built = Built::new(kind, w.config.now_secs);
+    let clock = Arc::new(ManualClock::new(w.config.now_secs));
+    let built = Built::new(kind, Arc::clone(&clock));
     let store = built.store();
     run.ingest_1w_secs = load(store, &w.batches, 1).as_secs_f64();
     let finish = Instant::now();
@@ -388,7 +389,7 @@ fn run_store(
     };
 
     // Queries while another thread ingests live events at a fixed rate.
-    let (under, achieved) = query_under_ingest(store, w, args, budget);
+    let (under, achieved) = query_under_ingest(store, &clock, w, args, budget);
     run.under_ingest = Latency::of(&under);
     run.achieved_ingest_rate = achieved;
     eprintln!(
@@ -403,7 +404,7 @@ fn run_store(
     // Two writers, on a fresh store, last: a store freed before the one-writer load could
     // leave memory behind that the RSS delta would then miss.
     release_free_memory();
-    let built = Built::new(kind, w.config.now_secs);
+    let built = Built::new(kind, Arc::new(ManualClock::new(w.config.now_secs)));
     run.ingest_2w_secs = load(built.store(), &w.batches, 2).as_secs_f64();
     eprintln!(
         "[{name}] 2 writers: {} events in {:.2}s; RSS {} MiB",
@@ -416,8 +417,13 @@ fn run_store(
     (run, agreements)
 }
 
+/// Queries while a writer thread ingests live events at `--ingest-rate`. The store clock runs
+/// as in production: it moves on by a second for every second of the phase, and each live
+/// event carries the clock's time (with a frozen clock every live post would share one
+/// timestamp, one tie group that grows through the phase, which no deployment sees).
 fn query_under_ingest(
     store: &dyn Store,
+    clock: &ManualClock,
     w: &Workload,
     args: &Args,
     budget: Option<Duration>,
@@ -441,10 +447,12 @@ fn query_under_ingest(
                     std::thread::sleep(due - now);
                     continue;
                 }
+                let now_secs = w.config.now_secs + start.elapsed().as_secs() as i64;
+                clock.set(now_secs);
                 batch.creates.clear();
                 batch.deletes.clear();
                 for _ in 0..per_call {
-                    batch.push(live.next_event(w.config.now_secs));
+                    batch.push(live.next_event(now_secs));
                 }
                 store.apply(&batch);
                 sent += per_call as u64;
