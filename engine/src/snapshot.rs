@@ -21,8 +21,8 @@
 //!   count (`u32`), payload length (`u32`), CRC32C of those 12 bytes and the payload (`u32`),
 //!   payload. Tombstones first (16 bytes each: `post_id`, basis secs), then, on an author
 //!   shard, the fact directory (24 bytes each: `post_id`, the packed `created_at` and flags,
-//!   parent id; see `directory.rs`), then posts (64 bytes each, one chunk per arena chunk of
-//!   32768 slots, at most 2 MiB), then one end chunk whose payload counts the tombstones,
+//!   parent id; see `directory.rs`), then posts (64 bytes each whatever the arena's slot class,
+//!   one chunk per arena scan unit of 32768 slots, at most 2 MiB), then one end chunk whose payload counts the tombstones,
 //!   posts, chunks and facts before it. A file without its end chunk is truncated.
 //!
 //! A shard's snapshot holds its own authors' posts and its facts of the others'; it loads only
@@ -611,8 +611,8 @@ impl PostStore {
     /// Writes a snapshot of this store to `out` while it keeps serving (see the module docs).
     ///
     /// `meta.offsets` must have been taken *before* this call: they are what a loader replays
-    /// from. Posts expired at the start of the scan are left out. The scan reads one arena chunk
-    /// (32768 slots) at a time and holds no lock and no epoch pin: no reader or writer waits
+    /// from. Posts expired at the start of the scan are left out. The scan reads one arena scan unit
+    /// (32768 slots of one class) at a time and holds no lock and no epoch pin: no reader or writer waits
     /// for it. `out` is written in chunks of at most 2 MiB; the caller does the buffering,
     /// `fsync` and renaming.
     pub fn write_snapshot(
