@@ -65,6 +65,10 @@ struct Args {
     /// behind the exclude lists come from the baseline too (slow: keep --queries small).
     #[arg(long)]
     only: Option<String>,
+    /// Measure ingest only (one writer, resident bytes, two writers): no query phases. For
+    /// profiling the write path.
+    #[arg(long)]
+    ingest_only: bool,
 }
 
 /// Which store a run builds.
@@ -311,94 +315,97 @@ fn run_store(
         );
     }
 
-    // Exclude lists come from each viewer's previous answer, computed once for both stores.
-    if w.excludes.is_empty() {
-        w.excludes = w
-            .viewers
-            .iter()
-            .map(|v| {
-                let previous = store
-                    .get_all_posts_by_users(&query_for(v, &[], MAX_POSTS_TO_RETURN))
-                    .posts;
-                exclude_from_answer(v, previous.iter().map(|p| p.post_id))
-            })
-            .collect();
-    }
-
-    // Idle queries, one reader thread.
-    let (mut all, mut f2000, mut f10000, mut video) =
-        (histogram(), histogram(), histogram(), histogram());
-    let started = Instant::now();
-    for (viewer, exclude) in w.viewers.iter().zip(&w.excludes) {
-        if budget.is_some_and(|b| started.elapsed() > b) {
-            break;
+    let mut agreements = None;
+    if !args.ingest_only {
+        // Exclude lists come from each viewer's previous answer, computed once for both stores.
+        if w.excludes.is_empty() {
+            w.excludes = w
+                .viewers
+                .iter()
+                .map(|v| {
+                    let previous = store
+                        .get_all_posts_by_users(&query_for(v, &[], MAX_POSTS_TO_RETURN))
+                        .posts;
+                    exclude_from_answer(v, previous.iter().map(|p| p.post_id))
+                })
+                .collect();
         }
-        let t = Instant::now();
-        let answer = store
-            .get_all_posts_by_users(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN))
-            .posts;
-        let ns = t.elapsed().as_nanos() as u64;
-        all.saturating_record(ns);
-        let by_size = if viewer.following.len() > 2000 {
-            &mut f10000
-        } else {
-            &mut f2000
+
+        // Idle queries, one reader thread.
+        let (mut all, mut f2000, mut f10000, mut video) =
+            (histogram(), histogram(), histogram(), histogram());
+        let started = Instant::now();
+        for (viewer, exclude) in w.viewers.iter().zip(&w.excludes) {
+            if budget.is_some_and(|b| started.elapsed() > b) {
+                break;
+            }
+            let t = Instant::now();
+            let answer = store
+                .get_all_posts_by_users(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN))
+                .posts;
+            let ns = t.elapsed().as_nanos() as u64;
+            all.saturating_record(ns);
+            let by_size = if viewer.following.len() > 2000 {
+                &mut f10000
+            } else {
+                &mut f2000
+            };
+            by_size.saturating_record(ns);
+            run.normal_answers
+                .push(Answer::of(&answer, MAX_POSTS_TO_RETURN));
+        }
+        let started = Instant::now();
+        for (viewer, exclude) in w.viewers.iter().zip(&w.excludes) {
+            if budget.is_some_and(|b| started.elapsed() > b) {
+                break;
+            }
+            let t = Instant::now();
+            let answer = store
+                .get_videos_by_users(&query_for(viewer, exclude, MAX_VIDEOS_TO_RETURN))
+                .posts;
+            video.saturating_record(t.elapsed().as_nanos() as u64);
+            run.video_answers
+                .push(Answer::of(&answer, MAX_VIDEOS_TO_RETURN));
+        }
+        run.idle_all = Latency::of(&all);
+        run.idle_2000 = Latency::of(&f2000);
+        run.idle_10000 = Latency::of(&f10000);
+        run.idle_video = Latency::of(&video);
+        eprintln!(
+            "[{name}] idle: {} queries p50 {:.1} us p99 {:.1} us; {} video queries p50 {:.1} us",
+            all.len(),
+            run.idle_all.p50_us,
+            run.idle_all.p99_us,
+            video.len(),
+            run.idle_video.p50_us
+        );
+
+        agreements = match (&built, engine_run) {
+            (Built::Baseline(baseline), Some(engine)) => Some([
+                agreement(
+                    baseline,
+                    w,
+                    &engine.normal_answers,
+                    &run.normal_answers,
+                    false,
+                ),
+                agreement(baseline, w, &engine.video_answers, &run.video_answers, true),
+            ]),
+            _ => None,
         };
-        by_size.saturating_record(ns);
-        run.normal_answers
-            .push(Answer::of(&answer, MAX_POSTS_TO_RETURN));
-    }
-    let started = Instant::now();
-    for (viewer, exclude) in w.viewers.iter().zip(&w.excludes) {
-        if budget.is_some_and(|b| started.elapsed() > b) {
-            break;
-        }
-        let t = Instant::now();
-        let answer = store
-            .get_videos_by_users(&query_for(viewer, exclude, MAX_VIDEOS_TO_RETURN))
-            .posts;
-        video.saturating_record(t.elapsed().as_nanos() as u64);
-        run.video_answers
-            .push(Answer::of(&answer, MAX_VIDEOS_TO_RETURN));
-    }
-    run.idle_all = Latency::of(&all);
-    run.idle_2000 = Latency::of(&f2000);
-    run.idle_10000 = Latency::of(&f10000);
-    run.idle_video = Latency::of(&video);
-    eprintln!(
-        "[{name}] idle: {} queries p50 {:.1} us p99 {:.1} us; {} video queries p50 {:.1} us",
-        all.len(),
-        run.idle_all.p50_us,
-        run.idle_all.p99_us,
-        video.len(),
-        run.idle_video.p50_us
-    );
 
-    let agreements = match (&built, engine_run) {
-        (Built::Baseline(baseline), Some(engine)) => Some([
-            agreement(
-                baseline,
-                w,
-                &engine.normal_answers,
-                &run.normal_answers,
-                false,
-            ),
-            agreement(baseline, w, &engine.video_answers, &run.video_answers, true),
-        ]),
-        _ => None,
-    };
-
-    // Queries while another thread ingests live events at a fixed rate.
-    let (under, achieved) = query_under_ingest(store, &clock, w, args, budget);
-    run.under_ingest = Latency::of(&under);
-    run.achieved_ingest_rate = achieved;
-    eprintln!(
-        "[{name}] under ingest ({achieved:.0} events/s): {} queries p50 {:.1} us p99 {:.1} us; RSS {} MiB",
-        under.len(),
-        run.under_ingest.p50_us,
-        run.under_ingest.p99_us,
-        rss_bytes() >> 20
-    );
+        // Queries while another thread ingests live events at a fixed rate.
+        let (under, achieved) = query_under_ingest(store, &clock, w, args, budget);
+        run.under_ingest = Latency::of(&under);
+        run.achieved_ingest_rate = achieved;
+        eprintln!(
+            "[{name}] under ingest ({achieved:.0} events/s): {} queries p50 {:.1} us p99 {:.1} us; RSS {} MiB",
+            under.len(),
+            run.under_ingest.p50_us,
+            run.under_ingest.p99_us,
+            rss_bytes() >> 20
+        );
+    }
     drop(built);
 
     // Two writers, on a fresh store, last: a store freed before the one-writer load could
