@@ -25,7 +25,7 @@ use crate::config::{
     MAX_VIDEO_POSTS_PER_AUTHOR,
 };
 use crate::index::Hashed;
-use crate::page::{AnswerWindow, order_ties};
+use crate::page::{AnswerWindow, order_ties_and_cut};
 use crate::post::LightPost;
 use crate::seen::SeenFilter;
 use crate::store::{Author, Kind, PostStore};
@@ -460,8 +460,7 @@ impl PostStore {
             sift_down(&mut heap, 0);
         }
         // Whole groups of equal `created_at` were merged: order them by id, then cut.
-        order_ties(&mut posts);
-        posts.truncate(query.max_results);
+        order_ties_and_cut(&mut posts, query.max_results);
         outcome.posts = posts;
         outcome
     }
