@@ -920,6 +920,13 @@ impl PostStore {
         (0..TRIM_FRACTION).map(|shard| self.trim(shard)).sum()
     }
 
+    /// Sizes the post index at once for about `posts` posts, so that filling the store (a
+    /// replay of a known backlog) never stops its writers to rehash the index on the way.
+    /// Nothing if the index is that large already; the index still grows past it if needed.
+    pub fn reserve_posts(&self, posts: usize) {
+        self.posts.reserve(posts, &crossbeam_epoch::pin());
+    }
+
     /// Current sizes (see [`StoreStats`]).
     pub fn stats(&self) -> StoreStats {
         let entries = |k: Kind| self.entries[k as usize].sum_usize();

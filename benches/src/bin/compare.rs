@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thunder_benches::baseline::TimelineKind;
 use thunder_benches::memory::{peak_rss_bytes, release_free_memory, rss_bytes};
-use thunder_benches::{BaselineStore, DEFAULT_BATCH_EVENTS, batches, load};
+use thunder_benches::{BaselineStore, DEFAULT_BATCH_EVENTS, batches, cpu_time, load};
 use thunder_engine::config::{
     DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
 };
@@ -69,6 +69,10 @@ struct Args {
     /// profiling the write path.
     #[arg(long)]
     ingest_only: bool,
+    /// Size the engine's post index for the workload's events before each load, as the
+    /// server does for the backlog it replays at start-up.
+    #[arg(long)]
+    presize: bool,
 }
 
 /// Which store a run builds.
@@ -248,6 +252,16 @@ impl Built {
         }
     }
 
+    /// With `--presize`, sizes the engine's post index for `posts` posts (the baseline has no
+    /// such step) and returns the time it took, counted in the load.
+    fn presize(&self, args: &Args, posts: usize) -> Duration {
+        let start = Instant::now();
+        if let (true, Built::Engine(engine)) = (args.presize, self) {
+            engine.reserve_posts(posts);
+        }
+        start.elapsed()
+    }
+
     fn store(&self) -> &dyn Store {
         match self {
             Built::Engine(s) => s.as_ref(),
@@ -285,7 +299,10 @@ fn run_store(
     let clock = Arc::new(ManualClock::new(w.config.now_secs));
     let built = Built::new(kind, Arc::clone(&clock));
     let store = built.store();
-    run.ingest_1w_secs = load(store, &w.batches, 1).as_secs_f64();
+    let cpu_before = cpu_time(libc::CLOCK_THREAD_CPUTIME_ID);
+    let presized = built.presize(args, w.events as usize);
+    run.ingest_1w_secs = (presized + load(store, &w.batches, 1)).as_secs_f64();
+    let ingest_1w_cpu = cpu_time(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(cpu_before);
     let finish = Instant::now();
     store.finish_load();
     run.finish_load_secs = finish.elapsed().as_secs_f64();
@@ -293,9 +310,11 @@ fn run_store(
     run.rss_delta_bytes = rss_bytes().saturating_sub(rss_before);
     run.stored_posts = store.stored_posts();
     eprintln!(
-        "[{name}] 1 writer: {} events in {:.2}s (+{:.2}s finish_load), {} posts, RSS +{} MiB",
+        "[{name}] 1 writer: {} events in {:.2}s ({:.2}s of CPU; +{:.2}s finish_load), {} posts, \
+         RSS +{} MiB",
         w.events,
         run.ingest_1w_secs,
+        ingest_1w_cpu.as_secs_f64(),
         run.finish_load_secs,
         run.stored_posts,
         run.rss_delta_bytes >> 20
@@ -412,11 +431,15 @@ fn run_store(
     // leave memory behind that the RSS delta would then miss.
     release_free_memory();
     let built = Built::new(kind, Arc::new(ManualClock::new(w.config.now_secs)));
-    run.ingest_2w_secs = load(built.store(), &w.batches, 2).as_secs_f64();
+    let cpu_before = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID);
+    let presized = built.presize(args, w.events as usize);
+    run.ingest_2w_secs = (presized + load(built.store(), &w.batches, 2)).as_secs_f64();
+    let ingest_2w_cpu = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID).saturating_sub(cpu_before);
     eprintln!(
-        "[{name}] 2 writers: {} events in {:.2}s; RSS {} MiB",
+        "[{name}] 2 writers: {} events in {:.2}s ({:.2}s of CPU, all threads); RSS {} MiB",
         w.events,
         run.ingest_2w_secs,
+        ingest_2w_cpu.as_secs_f64(),
         rss_bytes() >> 20
     );
     drop(built);

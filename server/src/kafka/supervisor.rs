@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use thunder_engine::PostStore;
+use thunder_engine::{PostStore, Store};
 
 use super::config::KafkaArgs;
 use super::gate::{CatchUpState, partition_lag};
@@ -38,6 +38,25 @@ pub fn split_partitions(partitions: &[i32], threads: usize) -> Vec<&[i32]> {
         rest = tail;
     }
     slices
+}
+
+/// Events a catch-up inserts at most: per partition, from the later of its start and its first
+/// offset inside the retention (`retained`) to its end (`watermarks` are `(low, high)`).
+fn backlog_events(starts: &[Offset], retained: &[Offset], watermarks: &[(i64, i64)]) -> usize {
+    let first = |offset: &Offset, low: i64, high: i64| match offset {
+        Offset::Offset(n) => (*n).clamp(low, high),
+        Offset::End => high,
+        _ => low,
+    };
+    starts
+        .iter()
+        .zip(retained)
+        .zip(watermarks)
+        .map(|((start, retained), &(low, high))| {
+            let from = first(start, low, high).max(first(retained, low, high));
+            usize::try_from(high.saturating_sub(from)).unwrap_or(0)
+        })
+        .sum()
 }
 
 /// Discovers the partitions, starts the ingest threads, then runs the lag monitor until
@@ -129,6 +148,28 @@ impl Supervisor {
             .collect()
     }
 
+    /// Sizes the store's post index once for the posts the catch-up is about to insert (the
+    /// events between each partition's start and its end, counted from the first offset
+    /// inside the retention), so the replay never stops to rehash the index on the way. Skipped
+    /// when the retention's first offsets cannot be looked up.
+    fn presize_post_index(&self, partitions: &[i32], starts: &[Offset], watermarks: &[(i64, i64)]) {
+        let retained = match self.offsets_from_time(partitions) {
+            Ok(retained) => retained,
+            Err(error) => {
+                tracing::info!(%error, "post index not presized: no offsets by time");
+                return;
+            }
+        };
+        let backlog = backlog_events(starts, &retained, watermarks);
+        let posts = self.store.stored_posts().saturating_add(backlog);
+        self.store.reserve_posts(posts);
+        tracing::info!(
+            backlog_events = backlog,
+            posts,
+            "post index sized for the catch-up"
+        );
+    }
+
     pub(super) fn run(mut self) {
         let restore = self.restore.take();
         let outcome = catch_unwind(AssertUnwindSafe(|| self.supervise(restore)));
@@ -179,6 +220,7 @@ impl Supervisor {
                 watermarks = now;
             }
         }
+        self.presize_post_index(&partitions, &starts, &watermarks);
         let states = partitions
             .iter()
             .zip(&starts)
@@ -368,6 +410,30 @@ pub(super) fn start_marker(start: Offset) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_backlog_counts_from_the_later_of_start_and_retention() {
+        let watermarks = [(0, 100), (50, 80), (10, 10), (0, 40)];
+        let starts = [
+            Offset::Beginning,
+            Offset::Offset(70),
+            Offset::Beginning,
+            Offset::Offset(500),
+        ];
+        let retained = [
+            Offset::Offset(60),
+            Offset::Offset(55),
+            Offset::End,
+            Offset::End,
+        ];
+        // 100 - 60, 80 - 70, empty, start past the end.
+        assert_eq!(backlog_events(&starts, &retained, &watermarks), 40 + 10);
+        let everything = [Offset::Beginning; 4];
+        assert_eq!(
+            backlog_events(&everything, &everything, &watermarks),
+            100 + 30 + 40
+        );
+    }
 
     #[test]
     fn split_is_balanced_and_never_empty() {
