@@ -401,6 +401,29 @@ impl PostStore {
         g: &Guards<'_>,
         f: impl FnOnce(&Author) -> R,
     ) -> Option<R> {
+        self.with_author_from(None, author_id, create, g, f)
+    }
+
+    /// [`with_author`](Self::with_author), trying `candidate` (a record found earlier, perhaps
+    /// reused for another author since) before the lookup. Records are never freed while the
+    /// store lives, so a stale candidate is only a wrong one, and the checks under its lock
+    /// reject it.
+    fn with_author_from<R>(
+        &self,
+        mut candidate: Option<&Author>,
+        author_id: i64,
+        create: bool,
+        g: &Guards<'_>,
+        f: impl FnOnce(&Author) -> R,
+    ) -> Option<R> {
+        if let Some(author) = candidate.take()
+            && author.author_id() == author_id
+        {
+            let removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            if !*removed && author.author_id() == author_id {
+                return Some(f(author));
+            }
+        }
         loop {
             // A plain lookup first: most writes go to an existing author, and papaya's
             // insert path is much heavier than its read path.
@@ -490,6 +513,10 @@ impl PostStore {
                 kept.get(k)
                     .map(|key| &chunk[(key & u64::from(u32::MAX)) as usize])
             };
+            // The author record candidate of each post from the author step on (unverified:
+            // whoever uses one checks its id first), so the later steps and the insert itself
+            // do not look the author up again. Indexed by position modulo the lookahead.
+            let mut candidates: [Option<&Author>; INGEST_LOOKAHEAD] = [None; INGEST_LOOKAHEAD];
             for (k, key) in kept.iter().enumerate() {
                 let i = (key & u64::from(u32::MAX)) as usize;
                 // Overlap the next posts' cache misses with this one's work: their index
@@ -498,20 +525,40 @@ impl PostStore {
                 if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD) {
                     self.prefetch_buckets(ahead, &g.epoch);
                 }
-                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD * 2 / 3) {
-                    self.prefetch_author(ahead.author_id, &g.epoch);
+                let at = k + INGEST_LOOKAHEAD * 2 / 3;
+                if let Some(ahead) = post_at(at) {
+                    candidates[at % INGEST_LOOKAHEAD] =
+                        self.prefetch_author(ahead.author_id, &g.epoch);
                 }
-                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD / 3) {
-                    self.prefetch_timeline(ahead, false, &g.epoch);
+                let at = k + INGEST_LOOKAHEAD / 3;
+                if let Some(ahead) = post_at(at) {
+                    self.prefetch_timeline(
+                        ahead,
+                        candidates[at % INGEST_LOOKAHEAD],
+                        false,
+                        &g.epoch,
+                    );
                 }
-                if let Some(ahead) = post_at(k + INGEST_LOOKAHEAD / 6) {
-                    self.prefetch_timeline(ahead, true, &g.epoch);
+                let at = k + INGEST_LOOKAHEAD / 6;
+                if let Some(ahead) = post_at(at) {
+                    self.prefetch_timeline(
+                        ahead,
+                        candidates[at % INGEST_LOOKAHEAD],
+                        true,
+                        &g.epoch,
+                    );
                 }
+                // Posts near the start of a batch never passed the author step.
+                let candidate = if k >= INGEST_LOOKAHEAD * 2 / 3 {
+                    candidates[k % INGEST_LOOKAHEAD]
+                } else {
+                    None
+                };
                 let applied = if self.is_foreign(&chunk[i]) {
                     self.insert_fact(&chunk[i], &g)
                         .map_or(Applied::Inserted, Applied::Dropped)
                 } else {
-                    self.insert_one(&chunk[i], &g, &mut retired)
+                    self.insert_one(&chunk[i], candidate, &g, &mut retired)
                 };
                 match applied {
                     Applied::Inserted => report.inserted += 1,
@@ -538,25 +585,36 @@ impl PostStore {
         prefetch((&self.tombstone_filter[word] as *const AtomicU64).cast());
     }
 
-    /// Prefetches the record line of `author_id` (its candidate in the author index).
+    /// Prefetches the record line of `author_id` (its candidate in the author index) and
+    /// returns that candidate, not yet verified (its line is still on the way).
     #[inline]
-    fn prefetch_author(&self, author_id: i64, epoch: &Guard) {
+    fn prefetch_author(&self, author_id: i64, epoch: &Guard) -> Option<&Author> {
         let hashed = self.authors.hash(author_id);
-        if let Some(author) = self
+        let author = self
             .authors
             .probe(hashed, epoch)
-            .and_then(|n| self.authors.record(n))
-        {
-            prefetch((author as *const Author).cast());
-        }
+            .and_then(|n| self.authors.record(n))?;
+        prefetch((author as *const Author).cast());
+        Some(author)
     }
 
     /// Prefetches the header (`!newest`) or the newest cell (`newest`) of the timeline an
-    /// insert of `post` appends to.
+    /// insert of `post` appends to. `candidate`: the author record found earlier, used when it
+    /// still is `post`'s author.
     #[inline]
-    fn prefetch_timeline(&self, post: &LightPost, newest: bool, epoch: &Guard) {
-        let Some(author) = self.authors.get(post.author_id, epoch) else {
-            return;
+    fn prefetch_timeline(
+        &self,
+        post: &LightPost,
+        candidate: Option<&Author>,
+        newest: bool,
+        epoch: &Guard,
+    ) {
+        let author = match candidate {
+            Some(author) if author.author_id() == post.author_id => author,
+            _ => match self.authors.get(post.author_id, epoch) {
+                Some(author) => author,
+                None => return,
+            },
         };
         let kind = if post.is_reply || post.is_retweet {
             Kind::Secondary
@@ -586,7 +644,13 @@ impl PostStore {
         }
     }
 
-    fn insert_one(&self, post: &LightPost, g: &Guards<'_>, retired: &mut Vec<SlotId>) -> Applied {
+    fn insert_one(
+        &self,
+        post: &LightPost,
+        candidate: Option<&Author>,
+        g: &Guards<'_>,
+        retired: &mut Vec<SlotId>,
+    ) -> Applied {
         let post_id = post.post_id;
         if let Some(basis) = self.live_tombstone(post_id, g) {
             self.tombstone_dropped_create(post_id, basis, post.created_at, g);
@@ -641,7 +705,7 @@ impl PostStore {
             slot,
         };
         let kind = Kind::primary_of(&record);
-        self.with_author(record.author_id, true, g, |author| {
+        self.with_author_from(candidate, record.author_id, true, g, |author| {
             // A delete that won the race already removed the record: index nothing then. The
             // delete removes timeline entries under this same lock, so no entry can outlive it.
             if self.arena.read(slot, post_id).is_none() {
