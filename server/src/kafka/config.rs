@@ -83,7 +83,8 @@ pub struct KafkaArgs {
     /// `receive.message.max.bytes` 32 MiB (`fetch.max.bytes` 16 MiB plus room for one record
     /// batch; `-X` overrides both); a broker that answers with more (some ignore the fetch
     /// limits) gets the consumer reconnected with a limit that fits the answer, up to this
-    /// ceiling (at most 2147483647, librdkafka's limit). A larger answer stops start-up.
+    /// ceiling (at most 2147483647, librdkafka's limit). A larger answer stops start-up (after
+    /// catch-up its partition stalls instead).
     #[arg(
         long,
         env = "THUNDER_KAFKA_MAX_RESPONSE_BYTES",
