@@ -37,6 +37,11 @@ pub(crate) type SlotId = u32;
 
 /// The [`SlotId`] bit of the small (32-byte) class.
 const SMALL_CLASS: u32 = 1 << 31;
+
+/// The class of `slot` (0 large, 1 small) and its index within the class.
+pub(crate) fn slot_class_and_index(slot: SlotId) -> (usize, u32) {
+    (usize::from(slot & SMALL_CLASS != 0), slot & !SMALL_CLASS)
+}
 /// Slots per class: every id below the class bit.
 const CLASS_SLOTS: u32 = SMALL_CLASS;
 /// Bytes (and alignment) of one chunk: a 2 MiB huge page.

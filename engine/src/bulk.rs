@@ -43,7 +43,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId};
+use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId, slot_class_and_index};
 use crate::query::prefetch;
 use crate::store::{DropReason, Guards, InsertReport, Kind, PendingRepost, PostStore};
 use crate::timeline::TinyPost;
@@ -172,16 +172,37 @@ fn authors(posts: &[Published]) -> impl Iterator<Item = &[Published]> {
     posts.chunk_by(|a, b| a.author_id == b.author_id)
 }
 
-/// Ranks of published slots: a dense table for slot ids below the post count (a fresh arena
-/// hands those out), a map for the rest.
+/// Ranks of published slots: per slot class, a dense table (rank + 1; 0 for none) indexed by
+/// the slot's index within its class, as long as the posts of that class (a fresh arena hands
+/// out those indexes, plus the unused tails of the writer threads' runs), and a map for the
+/// rest. Before both classes had their table, every small-class slot (an id above 2^31) went
+/// to the map: one SipHash insert per original post on one thread, about 10% of the load.
 struct Ranks {
-    dense: Vec<AtomicU32>,
+    dense: [Vec<AtomicU32>; 2],
     sparse: HashMap<SlotId, u32>,
 }
 
 impl Ranks {
+    /// Tables for loading `posts` into a fresh store on `workers` threads.
+    fn for_posts(posts: &[CompactPost], workers: usize) -> Self {
+        let small = posts.iter().filter(|p| p.fits_small()).count();
+        // The indexes a writer thread's last run of each class may leave unused.
+        let slack = 64 * workers;
+        let table = |len: usize| (0..len + slack).map(|_| AtomicU32::new(0)).collect();
+        Self {
+            dense: [table(posts.len() - small), table(small)],
+            sparse: HashMap::new(),
+        }
+    }
+
+    /// The dense cell of `slot`, if it has one.
+    fn cell(&self, slot: SlotId) -> Option<&AtomicU32> {
+        let (class, index) = slot_class_and_index(slot);
+        self.dense[class].get(index as usize)
+    }
+
     fn get(&self, slot: SlotId) -> Option<u32> {
-        match self.dense.get(slot as usize) {
+        match self.cell(slot) {
             // Relaxed: written before the phase-1 threads were joined.
             Some(rank) => rank.load(Ordering::Relaxed).checked_sub(1),
             None => self.sparse.get(&slot).copied(),
@@ -229,10 +250,7 @@ impl PostStore {
         if self.directory.is_some() && posts.iter().any(|p| self.is_foreign_author(p.author_id)) {
             return Err(BulkRefusal::ForeignAuthor);
         }
-        let mut ranks = Ranks {
-            dense: (0..posts.len()).map(|_| AtomicU32::new(0)).collect(),
-            sparse: HashMap::new(),
-        };
+        let mut ranks = Ranks::for_posts(posts, workers);
         let refused = AtomicBool::new(false);
         // Phase 1, in load order (so records land in the arena in time order, as a replay
         // puts them): each thread publishes and indexes a range of ranks.
@@ -351,7 +369,7 @@ impl PostStore {
             }
             out.report.inserted += 1;
             let rank = first + offset as u32;
-            match ranks.dense.get(slot as usize) {
+            match ranks.cell(slot) {
                 // Relaxed: read after this thread is joined.
                 Some(cell) => cell.store(rank + 1, Ordering::Relaxed),
                 None => out.overflow_ranks.push((slot, rank)),
@@ -697,6 +715,44 @@ mod tests {
             Err(BulkRefusal::ForeignAuthor)
         );
         assert_eq!(shard.stats().posts, 0);
+    }
+
+    /// Both slot classes of a fresh store get dense rank cells (none falls to the map), also
+    /// with the indexes two writer threads take in runs.
+    #[test]
+    fn every_slot_of_a_fresh_store_has_a_dense_rank_cell() {
+        let posts: Vec<CompactPost> = (0..20_000)
+            .map(|i| {
+                let mut post = LightPost::original(i + 1, i % 97, NOW - i);
+                if i % 3 == 0 {
+                    post.is_retweet = true;
+                    post.source_post_id = Some(i + 100_000);
+                }
+                CompactPost::from_light(&post)
+            })
+            .collect();
+        let small = posts.iter().filter(|p| p.fits_small()).count();
+        assert!(small > 0 && small < posts.len(), "both classes");
+        let store = store();
+        let ranks = Ranks::for_posts(&posts, 2);
+        let slots: Vec<SlotId> = std::thread::scope(|scope| {
+            let handles: Vec<_> = posts
+                .chunks(posts.len() / 2)
+                .map(|half| {
+                    let store = &store;
+                    scope.spawn(move || {
+                        half.iter()
+                            .map(|p| store.arena.publish(p, IN_PRIMARY).expect("a slot"))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("publisher"))
+                .collect()
+        });
+        assert!(slots.iter().all(|&slot| ranks.cell(slot).is_some()));
     }
 
     #[test]

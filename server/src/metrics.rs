@@ -114,6 +114,12 @@ pub struct KafkaMetrics {
     pub messages_failed_parse: IntCounter,
     /// `kafka_poll_errors_total`: errors returned by consumer polls (the consumer retries).
     pub poll_errors: IntCounter,
+    /// `kafka_oversized_fetch_responses_total`: fetch responses larger than the consumer's
+    /// `receive.message.max.bytes` (the consumer is reconnected with a larger limit).
+    pub oversized_fetch_responses: IntCounter,
+    /// `kafka_consumer_receive_max_bytes{thread}`: the `receive.message.max.bytes` each ingest
+    /// thread's consumer uses now.
+    pub consumer_receive_max_bytes: IntGaugeVec,
     /// `kafka_messages_consumed_total`: records read from Kafka and applied (or skipped).
     pub messages_consumed: IntCounter,
     /// `batch_processing_seconds`: time to apply one batch to the store.
@@ -437,6 +443,15 @@ impl KafkaMetrics {
                 "kafka_poll_errors_total",
                 "Errors returned by Kafka consumer polls",
             ),
+            oversized_fetch_responses: r.counter(
+                "kafka_oversized_fetch_responses_total",
+                "Kafka fetch responses larger than the consumer's receive.message.max.bytes (the consumer reconnects with a larger limit, up to --kafka-max-response-bytes)",
+            ),
+            consumer_receive_max_bytes: r.gauge_vec(
+                "kafka_consumer_receive_max_bytes",
+                "receive.message.max.bytes of each Kafka ingest thread's consumer",
+                &["thread"],
+            ),
             messages_consumed: r.counter(
                 "kafka_messages_consumed_total",
                 "Kafka records consumed and applied to the store (including skipped bad records)",
@@ -731,6 +746,7 @@ mod tests {
             "post_store_trimmed_posts_total",
             "kafka_messages_failed_parse_total",
             "kafka_poll_errors_total",
+            "kafka_oversized_fetch_responses_total",
             "kafka_messages_consumed_total",
             "batch_processing_seconds",
         ] {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use kafka_support::*;
 use thunder_engine::{FeedQuery, LightPost};
-use thunder_server::kafka::{self, CatchUpState, EventProducer};
+use thunder_server::kafka::{self, EventProducer};
 
 const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
 
@@ -127,20 +127,7 @@ fn a_batch_no_retry_can_decode_fails_start_up_with_where_and_why() {
     let (store, _) = store_and_model(now);
     let ingest =
         kafka::start(&kafka_args(&broker.bootstrap(), topic), store.clone()).expect("start");
-    let deadline = Instant::now() + TIMEOUT;
-    let reason = loop {
-        match ingest.caught_up.borrow().clone() {
-            CatchUpState::Failed(reason) => break reason,
-            CatchUpState::CaughtUp { .. } => panic!("caught up over an undecodable batch"),
-            CatchUpState::CatchingUp => {}
-        }
-        assert!(
-            Instant::now() < deadline,
-            "start-up neither failed nor finished"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    eprintln!("start-up failed as expected: {reason}");
+    let reason = wait_failed(&ingest, "over an undecodable batch");
     for part in [
         topic.to_owned(),
         format!("partition {partition} at offset 5"),

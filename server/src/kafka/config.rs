@@ -79,6 +79,19 @@ pub struct KafkaArgs {
     #[arg(long, env = "THUNDER_KAFKA_LIVE_BATCH_PERMITS", default_value_t = 1)]
     pub kafka_live_batch_permits: usize,
 
+    /// Largest fetch response a consumer accepts, in bytes. Consumers start with
+    /// `receive.message.max.bytes` 32 MiB (`fetch.max.bytes` 16 MiB plus room for one record
+    /// batch; `-X` overrides both); a broker that answers with more (some ignore the fetch
+    /// limits) gets the consumer reconnected with a limit that fits the answer, up to this
+    /// ceiling (at most 2147483647, librdkafka's limit). A larger answer stops start-up (after
+    /// catch-up its partition stalls instead).
+    #[arg(
+        long,
+        env = "THUNDER_KAFKA_MAX_RESPONSE_BYTES",
+        default_value_t = super::fetch_limits::MAX_RESPONSE_BYTES
+    )]
+    pub kafka_max_response_bytes: u64,
+
     /// librdkafka `security.protocol`: `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl`.
     #[arg(
         long,
@@ -151,6 +164,7 @@ impl std::fmt::Debug for KafkaArgs {
             .field("lag_monitor_interval_secs", &self.lag_monitor_interval_secs)
             .field("kafka_stall_timeout_secs", &self.kafka_stall_timeout_secs)
             .field("kafka_live_batch_permits", &self.kafka_live_batch_permits)
+            .field("kafka_max_response_bytes", &self.kafka_max_response_bytes)
             .field("kafka_security_protocol", &self.kafka_security_protocol)
             .field("kafka_sasl_mechanism", &self.kafka_sasl_mechanism)
             .field("kafka_sasl_username", &self.kafka_sasl_username)
@@ -179,6 +193,7 @@ impl Default for KafkaArgs {
             lag_monitor_interval_secs: 30,
             kafka_stall_timeout_secs: 30,
             kafka_live_batch_permits: 1,
+            kafka_max_response_bytes: super::fetch_limits::MAX_RESPONSE_BYTES,
             kafka_security_protocol: "plaintext".to_owned(),
             kafka_sasl_mechanism: None,
             kafka_sasl_username: None,
@@ -220,7 +235,8 @@ impl KafkaArgs {
         Ok(config)
     }
 
-    /// Consumer configuration: no group management, no commits, the given group id.
+    /// Consumer configuration: no group management, no commits, the given group id, fetch
+    /// limits consistent with each other (`fetch_limits.rs`).
     pub(crate) fn consumer_config(
         &self,
         group_id: &str,
@@ -231,6 +247,7 @@ impl KafkaArgs {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", &self.kafka_auto_offset_reset);
+        super::fetch_limits::set_consumer_defaults(&mut config, &self.kafka_properties);
         // `-X` wins over our defaults too.
         for (key, value) in &self.kafka_properties {
             config.set(key, value);
@@ -280,6 +297,10 @@ mod tests {
             d.lag_monitor_interval_secs
         );
         assert!(!cli.kafka.start_from_time);
+        assert_eq!(
+            cli.kafka.kafka_max_response_bytes,
+            d.kafka_max_response_bytes
+        );
     }
 
     #[test]
@@ -298,6 +319,8 @@ mod tests {
         assert_eq!(config.get("fetch.wait.max.ms"), Some("50"));
         assert_eq!(config.get("security.protocol"), Some("ssl"));
         assert_eq!(config.get("group.id"), Some("g"));
+        assert_eq!(config.get("fetch.max.bytes"), Some("16777216"));
+        assert_eq!(config.get("receive.message.max.bytes"), Some("33554432"));
         assert!(Cli::try_parse_from(["thunder", "-X", "novalue"]).is_err());
     }
 

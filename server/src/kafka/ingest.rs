@@ -14,6 +14,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use thunder_engine::PostStore;
 
 use super::decode::RecordBatch;
+use super::fetch_limits::{raised_receive_max_bytes, receive_max_bytes};
 use super::gate::partition_caught_up;
 use super::metrics;
 use super::shared::{PartitionState, Shared};
@@ -46,6 +47,8 @@ pub(crate) struct IngestThread {
     pub consumer_config: ClientConfig,
     pub batch_size: usize,
     pub fetch_timeout: Duration,
+    /// `--kafka-max-response-bytes`: how far `receive.message.max.bytes` may be raised.
+    pub max_response_bytes: u64,
     pub store: Arc<PostStore>,
     pub shared: Arc<Shared>,
 }
@@ -137,21 +140,39 @@ impl IngestThread {
         self.shared.partitions.get()?.get(owned.slot)
     }
 
-    fn ingest(&self) -> Result<(), IngestError> {
-        let consumer: BaseConsumer<ThrottledContext> = self
-            .consumer_config
-            .create_with_context(ThrottledContext::default())?;
+    /// A consumer of the owned partitions, each assigned where `positions` says it stands,
+    /// with `receive.message.max.bytes` set to `receive_limit` when given.
+    fn connect(
+        &self,
+        positions: &[Position],
+        receive_limit: Option<u64>,
+    ) -> Result<BaseConsumer<ThrottledContext>, IngestError> {
+        let mut config = self.consumer_config.clone();
+        if let Some(bytes) = receive_limit {
+            config.set("receive.message.max.bytes", bytes.to_string());
+        }
+        let consumer: BaseConsumer<ThrottledContext> =
+            config.create_with_context(ThrottledContext::default())?;
         let mut assignment = TopicPartitionList::with_capacity(self.partitions.len());
-        for owned in &self.partitions {
-            assignment.add_partition_offset(&self.topic, owned.partition, owned.start)?;
+        for (owned, at) in self.partitions.iter().zip(positions) {
+            // `-1` (nothing read yet) and `i64::MAX` (from the end) stand for the start.
+            let offset = if (0..i64::MAX).contains(&at.next) {
+                Offset::Offset(at.next)
+            } else {
+                owned.start
+            };
+            assignment.add_partition_offset(&self.topic, owned.partition, offset)?;
         }
         consumer.assign(&assignment)?;
-        tracing::info!(
-            thread = self.index,
-            partitions = ?self.partitions.iter().map(|p| p.partition).collect::<Vec<_>>(),
-            "Kafka ingest thread started"
-        );
+        let limit = receive_limit.unwrap_or_else(|| receive_max_bytes(&self.consumer_config));
+        metrics::kafka()
+            .consumer_receive_max_bytes
+            .with_label_values(&[&self.index.to_string()])
+            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+        Ok(consumer)
+    }
 
+    fn ingest(&self) -> Result<(), IngestError> {
         let mut positions: Vec<Position> = self
             .partitions
             .iter()
@@ -160,6 +181,15 @@ impl IngestThread {
                 at_end: false,
             })
             .collect();
+        let mut consumer = self.connect(&positions, None)?;
+        let mut receive_limit = receive_max_bytes(&self.consumer_config);
+        tracing::info!(
+            thread = self.index,
+            partitions = ?self.partitions.iter().map(|p| p.partition).collect::<Vec<_>>(),
+            receive_max_bytes = receive_limit,
+            "Kafka ingest thread started"
+        );
+
         let mut batch = RecordBatch::with_capacity(self.batch_size);
         let mut batch_started: Option<Instant> = None;
         let mut caught_up = false;
@@ -215,7 +245,48 @@ impl IngestThread {
                             self.publish(&positions);
                         }
                     }
-                    if let Some(cause) = unrecoverable_cause(&error) {
+                    let oversized = matches!(
+                        error,
+                        KafkaError::MessageConsumption(RDKafkaErrorCode::BadMessage)
+                    )
+                    .then(|| consumer.context().oversized_responses.take())
+                    .flatten();
+                    if let Some(response_bytes) = oversized {
+                        metrics::kafka().oversized_fetch_responses.inc();
+                        if let Some(raised) = raised_receive_max_bytes(
+                            receive_limit,
+                            response_bytes,
+                            self.max_response_bytes,
+                        ) {
+                            tracing::warn!(
+                                thread = self.index,
+                                topic = %self.topic,
+                                response_bytes,
+                                receive_max_bytes = receive_limit,
+                                raised_to = raised,
+                                max_response_bytes = self.max_response_bytes,
+                                "a Kafka fetch response exceeds receive.message.max.bytes (the broker does not bound its answers by fetch.max.bytes); reconnecting this consumer with a limit that fits"
+                            );
+                            // Resumes after the last record read; the batch keeps those.
+                            consumer = self.connect(&positions, Some(raised))?;
+                            receive_limit = raised;
+                            continue;
+                        }
+                        let message = format!(
+                            "Kafka topic {}: {}: a fetch response of {response_bytes} bytes exceeds --kafka-max-response-bytes {} (receive.message.max.bytes is {receive_limit}): raise --kafka-max-response-bytes (THUNDER_KAFKA_MAX_RESPONSE_BYTES) or have the broker honour fetch.max.bytes",
+                            self.topic,
+                            self.stuck_partitions(&positions),
+                            self.max_response_bytes,
+                        );
+                        if !caught_up {
+                            self.apply(&mut batch, caught_up, &positions);
+                            return Err(IngestError::Unrecoverable(message));
+                        }
+                        // After catch-up the stall rule turns readiness off instead.
+                        if let Some(suppressed) = warnings.admit("oversized") {
+                            tracing::error!(thread = self.index, suppressed, "{message}");
+                        }
+                    } else if let Some(cause) = unrecoverable_cause(&error) {
                         let waited = *unknown_since.get_or_insert_with(Instant::now);
                         let give_up =
                             !heals_briefly(&error) || waited.elapsed() >= UNKNOWN_PARTITION_GRACE;
@@ -305,6 +376,16 @@ impl IngestThread {
         error: &KafkaError,
         positions: &[Position],
     ) -> String {
+        format!(
+            "Kafka topic {}: {}: {cause} ({error}); retrying cannot heal this, so start-up stops here",
+            self.topic,
+            self.stuck_partitions(positions)
+        )
+    }
+
+    /// "partition P at offset O, ...": the partitions of this thread that have not reached
+    /// their end, where they stand.
+    fn stuck_partitions(&self, positions: &[Position]) -> String {
         let stuck: Vec<String> = self
             .partitions
             .iter()
@@ -318,15 +399,11 @@ impl IngestThread {
                 Some(format!("partition {} at offset {offset}", owned.partition))
             })
             .collect();
-        let stuck = if stuck.is_empty() {
+        if stuck.is_empty() {
             "its partitions".to_owned()
         } else {
             stuck.join(", ")
-        };
-        format!(
-            "Kafka topic {}: {stuck}: {cause} ({error}); retrying cannot heal this, so start-up stops here",
-            self.topic
-        )
+        }
     }
 
     /// Applies the batch, serialised with the other caught-up threads when configured so, and

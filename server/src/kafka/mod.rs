@@ -37,7 +37,10 @@
 //! (negative) and events the store drops are counted by reason (`kafka_events_dropped_total`)
 //! and sampled in the log. Poll errors are counted (`kafka_poll_errors_total`) and retried; a
 //! broker that goes away is waited for, and ingestion resumes when it returns. librdkafka's
-//! own log lines and ingestion's warnings are rate-limited (`throttle.rs`).
+//! own log lines and ingestion's warnings are rate-limited (`throttle.rs`). A fetch response
+//! larger than `receive.message.max.bytes` (from a broker that ignores the fetch limits) is
+//! counted (`kafka_oversized_fetch_responses_total`) and the thread reconnects its consumer
+//! with a limit that fits, up to `--kafka-max-response-bytes` (`fetch_limits.rs`).
 //!
 //! # Ordering
 //! Within one partition records are applied in offset order. Producers key creates by author
@@ -47,6 +50,7 @@
 mod config;
 mod decode;
 mod error;
+mod fetch_limits;
 mod gate;
 mod ingest;
 mod metrics;

@@ -265,6 +265,7 @@ impl Supervisor {
                 consumer_config: self.consumer_config.clone(),
                 batch_size: self.args.kafka_batch_size,
                 fetch_timeout: Duration::from_millis(self.args.kafka_fetch_timeout_ms.max(1)),
+                max_response_bytes: self.args.kafka_max_response_bytes,
                 store: Arc::clone(&self.store),
                 shared: Arc::clone(&self.shared),
             };

@@ -10,6 +10,8 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
 
+use super::fetch_limits::OversizedResponses;
+
 /// Least time between two log lines of the same kind.
 pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -57,22 +59,28 @@ impl LogThrottle {
 }
 
 /// The librdkafka client context of every consumer: librdkafka's log lines and global errors
-/// go to `tracing`, at most one line per facility (or error) every [`LOG_INTERVAL`].
+/// go to `tracing`, at most one line per facility (or error) every [`LOG_INTERVAL`]. It also
+/// notes the fetch responses librdkafka refused as too large (see `fetch_limits.rs`).
 #[derive(Debug)]
 pub(crate) struct ThrottledContext {
     throttle: LogThrottle,
+    /// Responses larger than `receive.message.max.bytes`, as librdkafka logged them.
+    pub(crate) oversized_responses: OversizedResponses,
 }
 
 impl Default for ThrottledContext {
     fn default() -> Self {
         Self {
             throttle: LogThrottle::new(LOG_INTERVAL),
+            oversized_responses: OversizedResponses::default(),
         }
     }
 }
 
 impl ClientContext for ThrottledContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        // Before the throttle: a refused response must be noted even when its line is not shown.
+        self.oversized_responses.observe_log(log_message);
         let Some(suppressed) = self.throttle.admit(fac) else {
             return;
         };

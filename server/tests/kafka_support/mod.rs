@@ -355,6 +355,26 @@ pub fn wait_caught_up(ingest: &KafkaIngest) -> Duration {
     took
 }
 
+/// Waits for `Failed` and returns its reason; panics on `CaughtUp` (`what` says what should
+/// have prevented it) or timeout.
+pub fn wait_failed(ingest: &KafkaIngest, what: &str) -> String {
+    let deadline = Instant::now() + TIMEOUT;
+    let reason = loop {
+        match ingest.caught_up.borrow().clone() {
+            CatchUpState::Failed(reason) => break reason,
+            CatchUpState::CaughtUp { .. } => panic!("caught up {what}"),
+            CatchUpState::CatchingUp => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "start-up neither failed nor finished"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!("start-up failed as expected: {reason}");
+    reason
+}
+
 /// Waits until ingestion has applied `records` records.
 pub fn wait_applied(ingest: &KafkaIngest, records: u64) {
     wait_until(

@@ -1,0 +1,101 @@
+//! Fetch responses larger than the consumer accepts, against a real broker.
+//!
+//! Some brokers (the local test broker among them) ignore the fetch request's `max_bytes` and
+//! `partition_max_bytes` and answer with everything from the requested offset on. When such a
+//! response exceeds librdkafka's `receive.message.max.bytes`, librdkafka drops the connection
+//! and reports `Local: Bad message format`, the code of a corrupt batch; ingestion used to
+//! stop start-up there. The condition is made with small limits (a few hundred kB against a
+//! backlog of a few MB) rather than with 100 MB of data.
+
+mod kafka_support;
+
+use kafka_support::*;
+use thunder_server::kafka::{self, KafkaArgs};
+use thunder_server::metrics::Metrics;
+
+/// Limits far below what one fetch of the backlog returns from this broker.
+fn small_limits(args: &mut KafkaArgs) {
+    for (key, value) in [
+        ("message.max.bytes", "65536"),
+        ("fetch.max.bytes", "65536"),
+        ("max.partition.fetch.bytes", "65536"),
+        ("receive.message.max.bytes", "262144"),
+    ] {
+        args.kafka_properties
+            .push((key.to_owned(), value.to_owned()));
+    }
+}
+
+/// Produces the feed-2d backlog at `scale` into a 2-partition `topic`; returns the events.
+fn backlog(broker: &Broker, topic: &str, scale: u32, now: i64) -> Vec<thunder_engine::PostEvent> {
+    create_topic(&broker.bootstrap(), topic, 2);
+    let (_, events) = order_free_backlog(scale, now);
+    let producer = producer(&broker.bootstrap(), topic);
+    for event in &events {
+        send(&producer, event);
+    }
+    flush(&producer, events.len() as u64);
+    events
+}
+
+#[test]
+fn an_oversized_fetch_response_raises_the_limit_and_ingestion_catches_up() {
+    let now = now_secs();
+    let broker = Broker::start();
+    let topic = "oversized_fetch";
+    // About 50k events: over 1 MB per partition, four times the limit.
+    let events = backlog(&broker, topic, 400, now);
+    assert!(events.len() > 40_000, "{} events", events.len());
+    let (store, mut model) = store_and_model(now);
+    apply_to_model(&mut model, &events);
+
+    let mut args = kafka_args(&broker.bootstrap(), topic);
+    args.kafka_num_threads = 2;
+    small_limits(&mut args);
+    let oversized_before = Metrics::global().kafka.oversized_fetch_responses.get();
+    let ingest = kafka::start(&args, store.clone()).expect("start");
+    wait_caught_up(&ingest);
+    wait_applied(&ingest, events.len() as u64);
+    let oversized = Metrics::global().kafka.oversized_fetch_responses.get() - oversized_before;
+    assert!(
+        oversized >= 1,
+        "the broker's answers never exceeded the limit: the test proves nothing"
+    );
+    eprintln!("{oversized} oversized fetch responses, recovered from");
+    // Each thread now accepts the broker's answers: its gauge is above the configured limit.
+    for thread in ["0", "1"] {
+        let limit = Metrics::global()
+            .kafka
+            .consumer_receive_max_bytes
+            .with_label_values(&[thread])
+            .get();
+        assert!(limit > 262_144, "thread {thread}: limit {limit}");
+    }
+    let config = thunder_testkit::synth::SynthConfig::feed_2d(400, now);
+    assert_same_answers(&store, &model, &viewers_for(&config, 50, &events));
+    ingest.shutdown_blocking();
+}
+
+#[test]
+fn a_response_beyond_the_ceiling_fails_start_up_naming_the_flag() {
+    let now = now_secs();
+    let broker = Broker::start();
+    let topic = "oversized_beyond_ceiling";
+    let events = backlog(&broker, topic, 400, now);
+    let (store, _) = store_and_model(now);
+    let mut args = kafka_args(&broker.bootstrap(), topic);
+    small_limits(&mut args);
+    args.kafka_max_response_bytes = 300_000;
+    let ingest = kafka::start(&args, store.clone()).expect("start");
+    let reason = wait_failed(&ingest, "beyond the ceiling");
+    for part in [
+        topic,
+        "receive.message.max.bytes",
+        "--kafka-max-response-bytes",
+        "300000",
+    ] {
+        assert!(reason.contains(part), "`{part}` missing from: {reason}");
+    }
+    assert!(store.stats().posts < events.len());
+    ingest.shutdown_blocking();
+}
