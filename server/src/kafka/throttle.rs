@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::fetch_limits::OversizedResponses;
 
@@ -104,18 +104,38 @@ impl ClientContext for ThrottledContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        let key = format!("error:{:?}", error.rdkafka_error_code());
+        let code = error.rdkafka_error_code();
+        let key = format!("error:{code:?}");
         if let Some(suppressed) = self.throttle.admit(&key) {
-            tracing::error!(target: "librdkafka", %error, suppressed, "{reason}");
+            if is_routine(code) {
+                tracing::debug!(target: "librdkafka", %error, suppressed, "{reason}");
+            } else {
+                tracing::error!(target: "librdkafka", %error, suppressed, "{reason}");
+            }
         }
     }
 }
 
 impl ConsumerContext for ThrottledContext {}
 
+/// Events librdkafka passes to the error callback that are part of normal operation: the end
+/// of a partition (`enable.partition.eof` is on for the catch-up rule, and ingestion handles it
+/// on the message stream) is not an error for an operator to act on.
+fn is_routine(code: Option<RDKafkaErrorCode>) -> bool {
+    matches!(code, Some(RDKafkaErrorCode::PartitionEOF))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_end_of_a_partition_is_routine_and_real_errors_are_not() {
+        assert!(is_routine(Some(RDKafkaErrorCode::PartitionEOF)));
+        assert!(!is_routine(Some(RDKafkaErrorCode::BrokerTransportFailure)));
+        assert!(!is_routine(Some(RDKafkaErrorCode::AllBrokersDown)));
+        assert!(!is_routine(None));
+    }
 
     #[test]
     fn one_line_per_key_per_interval() {
