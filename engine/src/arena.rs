@@ -533,7 +533,7 @@ impl<S: PostSlot> SlotClass<S> {
             return Some(());
         }
         let layout = Self::chunk_layout()?;
-        let fresh = chunk_memory::allocate_zeroed(layout)?.cast::<S>();
+        let fresh = crate::huge_memory::allocate_zeroed(layout)?.cast::<S>();
         // Release publishes the zeroed chunk to readers that Acquire-load the pointer (`slot`);
         // Acquire on failure pairs with the winner's Release, whose chunk we then use.
         match cell.compare_exchange(
@@ -547,7 +547,7 @@ impl<S: PostSlot> SlotClass<S> {
             }
             // SAFETY: another writer installed its chunk first; ours, from `allocate_zeroed`
             // with this layout, was never shared.
-            Err(_) => unsafe { chunk_memory::free(fresh.cast(), layout) },
+            Err(_) => unsafe { crate::huge_memory::free(fresh.cast(), layout) },
         }
         Some(())
     }
@@ -665,7 +665,7 @@ impl<S: PostSlot> Drop for SlotClass<S> {
             if !ptr.is_null() {
                 // SAFETY: the chunk was allocated in `ensure_chunk` by `allocate_zeroed` with
                 // this layout, and `&mut self` means no reader can still hold a slot reference.
-                unsafe { chunk_memory::free(ptr.cast(), layout) };
+                unsafe { crate::huge_memory::free(ptr.cast(), layout) };
             }
         }
     }
@@ -837,89 +837,6 @@ impl Arena {
         // a thread-local bag until flushed; every write call flushes so garbage is collected
         // at the rate it is made instead of piling up behind the thread's bag.
         guard.flush();
-    }
-}
-
-/// Memory for arena chunks: zeroed, `CHUNK_BYTES`-aligned, never touched before it is used.
-///
-/// On Linux a chunk is an anonymous mapping advised `MADV_HUGEPAGE` before any page is
-/// touched, so each first touch maps a zero-filled 2 MiB huge page where the kernel has one.
-/// `std::alloc::alloc_zeroed` at this alignment is an aligned `malloc` plus a `memset`, which
-/// faults in every 4 KiB page before the advice can apply (a snapshot load's rebuild at
-/// `--scale 4` went from 2.6-2.8 s to 1.6-1.8 s with this change).
-#[cfg(target_os = "linux")]
-mod chunk_memory {
-    use std::alloc::Layout;
-
-    /// A zeroed region of `layout` (size and alignment), or `None` when the system has no
-    /// memory left.
-    pub(super) fn allocate_zeroed(layout: Layout) -> Option<*mut u8> {
-        let (size, align) = (layout.size(), layout.align());
-        // Over-map by one alignment so an aligned start exists inside, then trim both ends.
-        let mapped_len = size.checked_add(align)?;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return None;
-        }
-        let start = raw as usize;
-        let aligned = start.next_multiple_of(align);
-        let (head, tail) = (aligned - start, start + mapped_len - (aligned + size));
-        // SAFETY: both ranges lie inside the mapping made above, outside `aligned..+size`, and
-        // are page-aligned (`align` and `size` are multiples of the page size, as is `start`).
-        unsafe {
-            if head > 0 {
-                libc::munmap(raw, head);
-            }
-            if tail > 0 {
-                libc::munmap((aligned + size) as *mut libc::c_void, tail);
-            }
-            // A hint only: it does not change the (zero) contents.
-            libc::madvise(aligned as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
-        }
-        Some(aligned as *mut u8)
-    }
-
-    /// Returns a region to the system.
-    ///
-    /// # Safety
-    /// `ptr` came from [`allocate_zeroed`] with this `layout`, and nothing uses it any more.
-    pub(super) unsafe fn free(ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller guarantees `ptr..+size` is a mapping of ours no one uses.
-        unsafe {
-            libc::munmap(ptr.cast(), layout.size());
-        }
-    }
-}
-
-/// Memory for arena chunks: zeroed and aligned, from the global allocator.
-#[cfg(not(target_os = "linux"))]
-mod chunk_memory {
-    use std::alloc::Layout;
-
-    /// A zeroed region of `layout`, or `None` when the allocator has no memory left.
-    pub(super) fn allocate_zeroed(layout: Layout) -> Option<*mut u8> {
-        // SAFETY: the layout has non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(ptr)
-    }
-
-    /// Returns a region to the allocator.
-    ///
-    /// # Safety
-    /// `ptr` came from [`allocate_zeroed`] with this `layout`, and nothing uses it any more.
-    pub(super) unsafe fn free(ptr: *mut u8, layout: Layout) {
-        // SAFETY: as the caller guarantees.
-        unsafe { std::alloc::dealloc(ptr, layout) }
     }
 }
 

@@ -67,6 +67,7 @@ mod authors;
 mod bulk;
 mod counter;
 mod directory;
+mod huge_memory;
 mod index;
 mod query;
 pub mod snapshot;
