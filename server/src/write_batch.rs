@@ -51,6 +51,15 @@ impl WriteBatch {
                 return io.poll_write_vectored(cx, bufs);
             }
         }
+        if self.sent > 0 {
+            // The socket took part of the buffer: keep only what it did not.
+            self.buf.drain(..self.sent);
+            self.sent = 0;
+        }
+        if self.buf.capacity() == 0 {
+            // Never grows beyond this: at most MAX_BATCH_BYTES are pending.
+            self.buf.reserve_exact(MAX_BATCH_BYTES);
+        }
         for b in bufs {
             self.buf.extend_from_slice(b);
         }
@@ -118,6 +127,8 @@ mod tests {
         bytes: Vec<u8>,
         writes: usize,
         accept: Option<usize>,
+        /// Total bytes after which the socket is full (`Pending`).
+        full_at: Option<usize>,
     }
 
     impl AsyncWrite for Socket {
@@ -126,6 +137,9 @@ mod tests {
             _cx: &mut Context<'_>,
             data: &[u8],
         ) -> Poll<io::Result<usize>> {
+            if self.full_at.is_some_and(|full| self.bytes.len() >= full) {
+                return Poll::Pending;
+            }
             let n = self.accept.map_or(data.len(), |a| a.min(data.len()));
             self.bytes.extend_from_slice(&data[..n]);
             self.writes += 1;
@@ -226,19 +240,43 @@ mod tests {
         assert_eq!(socket.bytes, expected, "every byte, in order");
     }
 
+    /// A socket taking 1000 bytes per write, full after `full_at` bytes.
+    fn slow_socket(full_at: Option<usize>) -> Socket {
+        Socket {
+            accept: Some(1000),
+            full_at,
+            ..Socket::default()
+        }
+    }
+
     #[test]
     fn partial_socket_writes_keep_the_order() {
         let waker = Waker::from(Arc::new(CountWakes::default()));
         let mut cx = Context::from_waker(&waker);
-        let mut batch = WriteBatch::default();
-        let mut socket = Socket {
-            accept: Some(1000),
-            ..Socket::default()
-        };
+        let (mut batch, mut socket) = (WriteBatch::default(), slow_socket(None));
         let frames = [frame(1, 5000), frame(2, 300)];
         write_pass(&mut batch, &mut socket, &mut cx, &frames);
         assert!(batch.poll_flush(Pin::new(&mut socket), &mut cx).is_ready());
         assert_eq!(socket.bytes, frames.concat());
         assert_eq!(socket.writes, 6);
+        assert_eq!(batch.buf.capacity(), MAX_BATCH_BYTES);
+    }
+
+    #[test]
+    fn a_full_socket_keeps_the_unsent_part_and_accepts_more_in_order() {
+        let waker = Waker::from(Arc::new(CountWakes::default()));
+        let mut cx = Context::from_waker(&waker);
+        let (mut batch, mut socket) = (WriteBatch::default(), slow_socket(Some(3000)));
+        let frames = [frame(1, 5000), frame(2, 300)];
+        write_pass(&mut batch, &mut socket, &mut cx, &frames[..1]);
+        let flushed = batch.poll_flush(Pin::new(&mut socket), &mut cx);
+        assert!(flushed.is_pending());
+        assert_eq!((socket.bytes.len(), batch.pending()), (3000, 2000));
+        write_pass(&mut batch, &mut socket, &mut cx, &frames[1..]);
+        assert_eq!(batch.pending(), 2300);
+        socket.full_at = None;
+        assert!(batch.poll_flush(Pin::new(&mut socket), &mut cx).is_ready());
+        assert_eq!(socket.bytes, frames.concat());
+        assert_eq!(batch.buf.capacity(), MAX_BATCH_BYTES);
     }
 }
