@@ -9,7 +9,10 @@
 # the server's get_in_network_posts_requests_total.
 #
 #   scripts/serve-bench.sh [--scale 100] [--requests 20000] [--clients 4] [--streams 4]
-#                          [--kinds full,small,empty] [--no-build] [-- extra server flags]
+#                          [--kinds full,small,empty] [--server-cpus LIST] [--no-build]
+#                          [-- extra server flags]
+#       --server-cpus pins the server (taskset -c LIST), e.g. 0 to keep it off the client's core
+#       and measure it without the client preempting it.
 #   scripts/serve-bench.sh --overload [--timeout-ms 100]   # 8 x 64 streams with grpc-timeout
 #   scripts/serve-bench.sh --baseline DIR [--rounds 5] [other flags]
 #       side by side: alternates DIR/release's binaries (e.g. a build of main) with this build,
@@ -19,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scale=100 requests=20000 clients=4 streams=4 kinds=full,small,empty build=1
-overload=0 timeout_ms=100 server_flags=() baseline="" rounds=5 passed=()
+overload=0 timeout_ms=100 server_flags=() baseline="" rounds=5 passed=() server_cpus=""
 # --baseline and --rounds are taken out here; everything else is parsed below (and passed on
 # to each run of a side-by-side comparison).
 while [ $# -gt 0 ]; do
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
         --clients) clients=$2; shift 2 ;;
         --streams) streams=$2; shift 2 ;;
         --kinds) kinds=$2; shift 2 ;;
+        --server-cpus) server_cpus=$2; shift 2 ;;
         --no-build) build=0; shift ;;
         --overload) overload=1; shift ;;
         --timeout-ms) timeout_ms=$2; shift 2 ;;
@@ -101,7 +105,9 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 grpc_port=$(free_port)
 admin_port=$(free_port)
-"$target/thunder-server" --grpc-addr "127.0.0.1:$grpc_port" --admin-addr "127.0.0.1:$admin_port" \
+pin=()
+[ -z "$server_cpus" ] || pin=(taskset -c "$server_cpus")
+${pin[@]+"${pin[@]}"} "$target/thunder-server" --grpc-addr "127.0.0.1:$grpc_port" --admin-addr "127.0.0.1:$admin_port" \
     --demo-scale "$scale" --qps-limit 1000000 "${server_flags[@]}" >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 600); do

@@ -7,7 +7,7 @@
 //! `tests` below check that byte for byte against prost.
 
 use prost::Message;
-use prost::bytes::BufMut;
+use prost::bytes::{Buf, BufMut};
 use thunder_engine::LightPost;
 use thunder_proto::GetInNetworkPostsRequest;
 use tonic::Status;
@@ -176,7 +176,18 @@ impl Decoder for PostsCodec {
     type Error = Status;
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
-        GetInNetworkPostsRequest::decode(src)
+        let len = src.remaining();
+        // The message is normally one contiguous chunk: decoding from a plain slice makes
+        // each varint's advance a slice step instead of a `BytesMut` offset update (2000
+        // follow ids per full request).
+        let decoded = if src.chunk().len() == len {
+            let decoded = GetInNetworkPostsRequest::decode(src.chunk());
+            src.advance(len);
+            decoded
+        } else {
+            GetInNetworkPostsRequest::decode(&mut *src)
+        };
+        decoded
             .map(Some)
             .map_err(|e| Status::internal(format!("request does not decode: {e}")))
     }

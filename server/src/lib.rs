@@ -41,6 +41,7 @@ pub mod shard;
 pub mod snapshot;
 pub mod tasks;
 pub mod tls;
+pub mod write_batch;
 
 pub use config::Args;
 pub use error::{ServiceError, StartupError};

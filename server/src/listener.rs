@@ -31,6 +31,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::metrics::Metrics;
+use crate::write_batch::WriteBatch;
 
 /// On shutdown, a gRPC connection without calls is closed this long after its last call
 /// ended (time for that call's answer to be flushed); the server's GOAWAY closes responsive
@@ -237,6 +238,8 @@ pub struct Conn {
     stopping: bool,
     /// Some bytes were read.
     read_any: bool,
+    /// gRPC: answers' frames are written with one socket write per HTTP/2 write pass.
+    batch: Option<WriteBatch>,
     open: IntGauge,
     _slot: OwnedSemaphorePermit,
 }
@@ -286,6 +289,7 @@ impl Conn {
             }),
             stopping: false,
             read_any: false,
+            batch: (kind == ConnKind::Grpc).then(WriteBatch::default),
             open,
             _slot: slot,
         }
@@ -389,6 +393,12 @@ impl AsyncRead for Conn {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(batch) = &mut this.batch
+            && let Poll::Ready(Err(e)) = batch.poll_drain(Pin::new(&mut this.stream), cx)
+        {
+            // A full socket (Pending) does not stop reading; its waker is registered.
+            return Poll::Ready(Err(e));
+        }
         let filled = buf.filled().len();
         match Pin::new(&mut this.stream).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -417,17 +427,32 @@ impl AsyncWrite for Conn {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let written = ready!(Pin::new(&mut this.stream).poll_write(cx, data))?;
+        let written = match &mut this.batch {
+            Some(batch) => ready!(batch.poll_write_vectored(
+                Pin::new(&mut this.stream),
+                cx,
+                &[io::IoSlice::new(data)]
+            )),
+            None => ready!(Pin::new(&mut this.stream).poll_write(cx, data)),
+        }?;
         this.on_write();
         Poll::Ready(Ok(written))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        let this = self.get_mut();
+        match &mut this.batch {
+            Some(batch) => batch.poll_flush(Pin::new(&mut this.stream), cx),
+            None => Pin::new(&mut this.stream).poll_flush(cx),
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        match &mut this.batch {
+            Some(batch) => batch.poll_shutdown(Pin::new(&mut this.stream), cx),
+            None => Pin::new(&mut this.stream).poll_shutdown(cx),
+        }
     }
 
     fn poll_write_vectored(
@@ -436,13 +461,16 @@ impl AsyncWrite for Conn {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let written = ready!(Pin::new(&mut this.stream).poll_write_vectored(cx, bufs))?;
+        let written = match &mut this.batch {
+            Some(batch) => ready!(batch.poll_write_vectored(Pin::new(&mut this.stream), cx, bufs)),
+            None => ready!(Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)),
+        }?;
         this.on_write();
         Poll::Ready(Ok(written))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        self.batch.is_some() || self.stream.is_write_vectored()
     }
 }
 
