@@ -421,31 +421,36 @@ impl Timeline {
         let Some(snap) = self.snapshot(guard) else {
             return false;
         };
-        let all: Vec<TinyPost> = Self::entries(&snap).collect();
-        let from = all.partition_point(|e| e.created_at < created_at);
-        let Some(offset) = all[from..]
-            .iter()
-            .take_while(|e| e.created_at == created_at)
-            .position(|e| e.post_id == post_id)
+        // Entries are ordered by `created_at`: binary search for the first one as old, then
+        // look through the equal ones for the id. Straight from the buffer, no copy of it.
+        let (mut lo, mut hi) = (snap.tail, snap.head);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if snap.cell(mid).load().created_at < created_at {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let Some(at) = (lo..snap.head)
+            .map(|seq| (seq, snap.cell(seq).load()))
+            .take_while(|(_, e)| e.created_at == created_at)
+            .find(|(_, e)| e.post_id == post_id)
+            .map(|(seq, _)| seq)
         else {
             return false;
         };
-        let at = from + offset;
-        if at == 0 {
+        if at == snap.tail {
             snap.set_tail(snap.tail + 1);
             return true;
         }
-        let rest = all.len() - 1;
+        let rest = snap.len() - 1;
         let capacity = shrunk(rest, snap.capacity as usize).unwrap_or(snap.capacity as usize);
-        let kept = all[..at]
-            .iter()
-            .chain(&all[at + 1..])
-            .copied()
-            .collect::<Vec<_>>();
-        self.replace(
-            build(capacity, snap.tail, kept.len(), kept.into_iter()),
-            guard,
-        );
+        let copy = |seq: u64| snap.cell(seq).load();
+        let kept = (snap.tail..at)
+            .map(copy)
+            .chain((at + 1..snap.head).map(copy));
+        self.replace(build(capacity, snap.tail, rest, kept), guard);
         true
     }
 
