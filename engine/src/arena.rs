@@ -554,7 +554,12 @@ impl<S: PostSlot> SlotClass<S> {
 
     /// Takes a free slot, or `None` when every index of the class is in use or memory ran out.
     fn take_slot(&self) -> Option<u32> {
-        if let Some(index) = self.free.pop() {
+        // `is_empty` is two plain loads; `pop` on an empty queue also runs a SeqCst fence,
+        // which waits for this writer's pending stores (the last records, missing the cache).
+        // A free slot pushed meanwhile is taken by a later post.
+        if !self.free.is_empty()
+            && let Some(index) = self.free.pop()
+        {
             return Some(index);
         }
         let index = self.bump_run()?;
