@@ -39,6 +39,14 @@ const POST_INDEX_INITIAL_CAPACITY: usize = 4096;
 /// Words of the tombstone filter: 2^24 bits (2 MiB).
 const TOMBSTONE_FILTER_WORDS: usize = 1 << 18;
 
+/// The source an insert of `post` looks up (a repost without its own video, not a reply):
+/// the insert asks whether that source is a video.
+#[inline]
+fn looks_up_source(post: &LightPost) -> Option<i64> {
+    let source = post.source_post_id.unwrap_or(0);
+    (post.is_retweet && !post.is_reply && !post.has_video && source != 0).then_some(source)
+}
+
 /// The filter word of a post id and the two bits of that word its tombstone sets (a
 /// multiplicative hash; ids are often sequential). Two bits in one word cost the same single
 /// load as one bit and, at 200k tombstones (the feed-2d workload's deletes at full scale), let
@@ -527,8 +535,7 @@ impl PostStore {
                 }
                 let at = k + INGEST_LOOKAHEAD * 2 / 3;
                 if let Some(ahead) = post_at(at) {
-                    candidates[at % INGEST_LOOKAHEAD] =
-                        self.prefetch_author(ahead.author_id, &g.epoch);
+                    candidates[at % INGEST_LOOKAHEAD] = self.prefetch_author(ahead, &g.epoch);
                 }
                 let at = k + INGEST_LOOKAHEAD / 3;
                 if let Some(ahead) = post_at(at) {
@@ -575,20 +582,31 @@ impl PostStore {
     }
 
     /// Prefetches the post index bucket, the author index bucket and the tombstone filter
-    /// word an insert of `post` will read.
+    /// word an insert of `post` will read, and the bucket of the source it looks up.
     #[inline]
     fn prefetch_buckets(&self, post: &LightPost, epoch: &Guard) {
         prefetch(self.posts.bucket_ptr(self.posts.hash(post.post_id), epoch));
+        if let Some(source) = looks_up_source(post) {
+            prefetch(self.posts.bucket_ptr(self.posts.hash(source), epoch));
+        }
         let author = self.authors.hash(post.author_id);
         prefetch(self.authors.bucket_ptr(author, epoch));
         let (word, _) = filter_bits(post.post_id);
         prefetch((&self.tombstone_filter[word] as *const AtomicU64).cast());
     }
 
-    /// Prefetches the record line of `author_id` (its candidate in the author index) and
-    /// returns that candidate, not yet verified (its line is still on the way).
+    /// Prefetches the record line of `post`'s author (its candidate in the author index) and,
+    /// for a repost whose insert looks up its source, the source's record (its candidate in the
+    /// post index). Returns the author candidate, not yet verified (its line is on the way).
     #[inline]
-    fn prefetch_author(&self, author_id: i64, epoch: &Guard) -> Option<&Author> {
+    fn prefetch_author(&self, post: &LightPost, epoch: &Guard) -> Option<&Author> {
+        // The repost's source record too: its bucket was prefetched with the post's.
+        if let Some(source) = looks_up_source(post)
+            && let Some(slot) = self.posts.probe(self.posts.hash(source), epoch)
+        {
+            prefetch(self.arena.slot_ptr(slot));
+        }
+        let author_id = post.author_id;
         let hashed = self.authors.hash(author_id);
         let author = self
             .authors
