@@ -345,8 +345,13 @@ fn fuzzy_snapshot_plus_replay_from_recorded_offset_is_exact() {
         })
         .collect();
 
+    // At least 8 rounds, and more (up to 64) until one snapshot overlapped the writer: on a
+    // busy machine the writer can sit descheduled through a whole short snapshot.
     let mut exercised_overlap = false;
-    for round in 0..8 {
+    for round in 0..64 {
+        if round >= 8 && exercised_overlap {
+            break;
+        }
         let source = PostStore::with_config(config(&clock));
         let applied = AtomicUsize::new(0);
         let (recorded, bytes) = std::thread::scope(|scope| {
@@ -359,7 +364,7 @@ fn fuzzy_snapshot_plus_replay_from_recorded_offset_is_exact() {
                 }
             });
             // Start the snapshot somewhere in the middle of the log.
-            while applied.load(Ordering::Acquire) < 40 + round * 30 {
+            while applied.load(Ordering::Acquire) < 40 + (round % 8) * 30 {
                 std::hint::spin_loop();
             }
             let recorded = applied.load(Ordering::Acquire);
