@@ -209,7 +209,7 @@ mod tests {
             posts.sort_by_key(|p| std::cmp::Reverse(p.created_at));
             for cut in 0..=len + 1 {
                 let mut expected = posts.clone();
-                expected.sort_by(|a, b| answer_order(a, b).then(b.post_id.cmp(&a.post_id)));
+                expected.sort_by(answer_order);
                 expected.truncate(cut);
                 let mut got = posts.clone();
                 order_ties_and_cut(&mut got, cut);

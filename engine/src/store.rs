@@ -418,13 +418,13 @@ impl PostStore {
     /// reject it.
     fn with_author_from<R>(
         &self,
-        mut candidate: Option<&Author>,
+        candidate: Option<&Author>,
         author_id: i64,
         create: bool,
         g: &Guards<'_>,
         f: impl FnOnce(&Author) -> R,
     ) -> Option<R> {
-        if let Some(author) = candidate.take()
+        if let Some(author) = candidate
             && author.author_id() == author_id
         {
             let removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
@@ -537,23 +537,15 @@ impl PostStore {
                 if let Some(ahead) = post_at(at) {
                     candidates[at % INGEST_LOOKAHEAD] = self.prefetch_author(ahead, &g.epoch);
                 }
-                let at = k + INGEST_LOOKAHEAD / 3;
-                if let Some(ahead) = post_at(at) {
-                    self.prefetch_timeline(
-                        ahead,
-                        candidates[at % INGEST_LOOKAHEAD],
-                        false,
-                        &g.epoch,
-                    );
-                }
-                let at = k + INGEST_LOOKAHEAD / 6;
-                if let Some(ahead) = post_at(at) {
-                    self.prefetch_timeline(
-                        ahead,
-                        candidates[at % INGEST_LOOKAHEAD],
-                        true,
-                        &g.epoch,
-                    );
+                // The timeline header first, its newest cell once the header is in.
+                for (distance, newest) in
+                    [(INGEST_LOOKAHEAD / 3, false), (INGEST_LOOKAHEAD / 6, true)]
+                {
+                    let at = k + distance;
+                    if let Some(ahead) = post_at(at) {
+                        let candidate = candidates[at % INGEST_LOOKAHEAD];
+                        self.prefetch_timeline(ahead, candidate, newest, &g.epoch);
+                    }
                 }
                 // Posts near the start of a batch never passed the author step.
                 let candidate = if k >= INGEST_LOOKAHEAD * 2 / 3 {

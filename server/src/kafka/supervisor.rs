@@ -150,10 +150,17 @@ impl Supervisor {
 
     /// Sizes the store's post index once for the posts the catch-up is about to insert (the
     /// events between each partition's start and its end, counted from the first offset
-    /// inside the retention), so the replay never stops to rehash the index on the way. Skipped
-    /// when the retention's first offsets cannot be looked up.
-    fn presize_post_index(&self, partitions: &[i32], starts: &[Offset], watermarks: &[(i64, i64)]) {
-        let retained = match self.offsets_from_time(partitions) {
+    /// inside the retention), so the replay never stops to rehash the index on the way.
+    /// `retained`: those first offsets if already looked up (`--start-from-time`); otherwise
+    /// they are looked up here, and the sizing is skipped if that fails.
+    fn presize_post_index(
+        &self,
+        partitions: &[i32],
+        starts: &[Offset],
+        retained: Option<Vec<Offset>>,
+        watermarks: &[(i64, i64)],
+    ) {
+        let retained = match retained.map_or_else(|| self.offsets_from_time(partitions), Ok) {
             Ok(retained) => retained,
             Err(error) => {
                 tracing::info!(%error, "post index not presized: no offsets by time");
@@ -184,15 +191,19 @@ impl Supervisor {
         else {
             return;
         };
-        let starts = if self.args.start_from_time {
+        // The first offsets inside the retention, when they are where reading starts.
+        let retained = if self.args.start_from_time {
             let lookup = || self.offsets_from_time(&partitions);
             match self.retry("cannot look up start offsets by time", lookup) {
-                Some(starts) => starts,
+                Some(retained) => Some(retained),
                 None => return,
             }
         } else {
-            vec![Offset::Beginning; partitions.len()]
+            None
         };
+        let starts = retained
+            .clone()
+            .unwrap_or_else(|| vec![Offset::Beginning; partitions.len()]);
         tracing::info!(
             topic = %self.args.kafka_topic,
             partitions = partitions.len(),
@@ -220,7 +231,7 @@ impl Supervisor {
                 watermarks = now;
             }
         }
-        self.presize_post_index(&partitions, &starts, &watermarks);
+        self.presize_post_index(&partitions, &starts, retained, &watermarks);
         let states = partitions
             .iter()
             .zip(&starts)
