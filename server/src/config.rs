@@ -75,6 +75,12 @@ pub struct Args {
     /// Run store queries on tokio's blocking pool instead of the thread serving the call.
     #[arg(long, env = "THUNDER_BLOCKING_QUERIES")]
     pub blocking_queries: bool,
+    /// Runtime worker threads: they serve the connections and run the store queries (0: one
+    /// per core). Fewer workers than cores cost less CPU per answer when other busy threads
+    /// share the machine, but with a single worker the query queue is the runtime's own
+    /// and overload is no longer shed (README, "Serving path").
+    #[arg(long, env = "THUNDER_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
     /// Concurrent HTTP/2 streams per gRPC connection.
     #[arg(long, env = "THUNDER_MAX_CONCURRENT_STREAMS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
@@ -104,6 +110,15 @@ impl Args {
     /// True when the store is fed by the synthetic demo source rather than Kafka.
     pub fn demo_mode(&self) -> bool {
         self.demo || self.kafka.kafka_brokers.is_none()
+    }
+
+    /// The runtime's worker threads: `--worker-threads`, or one per core.
+    pub fn runtime_workers(&self) -> usize {
+        if self.worker_threads > 0 {
+            self.worker_threads
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
     }
 
     /// The server options these flags describe.
@@ -180,6 +195,16 @@ mod tests {
         assert_eq!(options.request_timeout, None);
         assert_eq!(options.tls, None);
         assert_eq!(options.admin_addr.ip().to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn runtime_workers_default_to_one_per_core() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let args = Args::try_parse_from(["thunder-server"]).expect("defaults parse");
+        assert_eq!(args.runtime_workers(), cores);
+        let args =
+            Args::try_parse_from(["thunder-server", "--worker-threads", "1"]).expect("parses");
+        assert_eq!(args.runtime_workers(), 1);
     }
 
     #[test]

@@ -12,8 +12,7 @@ use tokio::sync::watch;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -21,6 +20,16 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    // Queries run on the worker that serves the call (`--worker-threads`).
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.runtime_workers())
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?
+        .block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
     let options = args.server_options()?;
     snapshot::check_mode(args.snapshot.snapshot_dir.as_deref(), args.demo_mode())?;
     if let Some(secret) = &args.cursor_secret {

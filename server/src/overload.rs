@@ -56,8 +56,7 @@ impl Default for OverloadConfig {
     /// up to level 3.
     fn default() -> Self {
         Self {
-            executors: std::thread::available_parallelism()
-                .map_or(1, |n| n.get().saturating_sub(1).max(1)),
+            executors: cores_but_one(),
             max_queue_wait: Duration::from_millis(50),
             max_queued: 1024,
             target_wait: Duration::from_millis(5),
@@ -65,6 +64,11 @@ impl Default for OverloadConfig {
             max_level: MAX_DEGRADE_LEVEL,
         }
     }
+}
+
+/// One per core but one, at least one: the default number of query executors.
+pub fn cores_but_one() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
 }
 
 /// How much cheaper a call is answered (0: not at all). Applied to a request by
