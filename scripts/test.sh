@@ -36,7 +36,7 @@ RUSTFLAGS="${RUSTFLAGS:-} --cfg thunder_loom" CARGO_TARGET_DIR="${CARGO_TARGET_D
     LOOM_MAX_PREEMPTIONS=2 cargo test --locked -p thunder-engine --release --lib loom
 
 step "Benchmark smoke run (small scale; prints figures, asserts no timing)"
-cargo run --release --locked -p thunder-benches --bin compare -- --scale 1000 --queries 200
+cargo run --release --locked -p thunder-benches --bin compare -- --scale 1000 --queries 200 --settle-secs 0
 cargo run --release --locked -p thunder-benches --bin seen_filter -- --scale 1000 --rounds 20 --probes 20000
 
 if [ "${THUNDER_FUZZ_SECONDS:-60}" != "0" ] && [ -x scripts/fuzz-smoke.sh ]; then

@@ -789,6 +789,11 @@ impl PostStore {
             }
             order
         });
+        // With a loading thread on every core, a chunk made ahead only takes a core from them.
+        let every_core = threads >= std::thread::available_parallelism().map_or(1, |n| n.get());
+        if every_core {
+            self.arena.make_chunks_ahead(false);
+        }
         let bulk = if !allow_bulk {
             Err(BulkRefusal::PerPostRequested)
         } else if fresh {
@@ -800,6 +805,9 @@ impl PostStore {
             Ok(inserts) => (inserts, None),
             Err(reason) => (self.load_per_post(&posts, &order, threads), Some(reason)),
         };
+        if every_core {
+            self.arena.make_chunks_ahead(true);
+        }
         Ok(LoadReport {
             header: reader.header,
             counts: reader.counts,
