@@ -494,7 +494,7 @@ struct SlotClass<S: PostSlot> {
 /// Chunks a class holds before its next chunks are made ahead on a background thread (small
 /// stores, as in tests, never start it).
 #[cfg(not(thunder_loom))]
-const SPARE_AFTER_CHUNKS: usize = 8;
+const SPARE_AFTER_CHUNKS: usize = 2;
 
 /// Fresh indexes a writer thread takes from a class's bump counter at a time.
 #[cfg(not(thunder_loom))]
