@@ -713,16 +713,29 @@ impl PostStore {
         input: impl Read,
         threads: usize,
     ) -> Result<LoadReport, SnapshotError> {
-        self.load_snapshot_with(input, threads, true)
+        self.load_snapshot_with(input, threads, true, None)
+    }
+
+    /// [`load_snapshot`](Self::load_snapshot) of an input of `input_bytes` bytes (a file's
+    /// length): the posts are read into one buffer sized from it, with no second copy.
+    pub fn load_snapshot_sized(
+        &self,
+        input: impl Read,
+        threads: usize,
+        input_bytes: u64,
+    ) -> Result<LoadReport, SnapshotError> {
+        self.load_snapshot_with(input, threads, true, Some(input_bytes))
     }
 
     /// [`load_snapshot`](Self::load_snapshot), with `allow_bulk = false` rebuilding through
-    /// the per-post insert path even into a fresh store (to compare the two).
+    /// the per-post insert path even into a fresh store (to compare the two), and the input's
+    /// length when known (see [`load_snapshot_sized`](Self::load_snapshot_sized)).
     pub fn load_snapshot_with(
         &self,
         input: impl Read,
         threads: usize,
         allow_bulk: bool,
+        input_bytes: Option<u64>,
     ) -> Result<LoadReport, SnapshotError> {
         let started = Instant::now();
         let mut reader = SnapshotReader::new(input)?;
@@ -738,20 +751,35 @@ impl PostStore {
         let fresh = self.is_fresh();
         let mut tombstones = Vec::new();
         let mut facts = Vec::new();
+        // The posts go into one allocation of their final size: growing a vector of a
+        // gigabyte by doubling copies it again and faults in fresh pages each time. With the
+        // input's length the buffer is reserved up front for as many posts as the input could
+        // hold (pages beyond the posts read are never touched) and each chunk is appended as
+        // it is read, its buffer reused for the next; without it the chunks are kept and
+        // copied once at the end.
+        let mut posts = Vec::with_capacity(
+            input_bytes.map_or(0, |bytes| usize::try_from(bytes).unwrap_or(0) / POST_BYTES),
+        );
         let mut post_chunks = Vec::new();
         loop {
             match reader.next_chunk()? {
                 Chunk::Tombstones(chunk) => tombstones.extend(chunk),
                 Chunk::Facts(chunk) => facts.extend(chunk),
+                // In file order: once a chunk did not fit, every later one waits too.
+                Chunk::Posts(chunk)
+                    if post_chunks.is_empty() && posts.capacity() - posts.len() >= chunk.len() =>
+                {
+                    posts.extend(chunk);
+                }
                 Chunk::Posts(chunk) => post_chunks.push(chunk),
                 Chunk::End => break,
             }
         }
-        // One allocation of the final size (growing a vector of a gigabyte by doubling copies
-        // it again and faults in fresh pages each time).
-        let mut posts = Vec::with_capacity(post_chunks.iter().map(Vec::len).sum());
-        for chunk in post_chunks {
-            posts.extend(chunk);
+        if !post_chunks.is_empty() {
+            posts.reserve_exact(post_chunks.iter().map(Vec::len).sum());
+            for chunk in post_chunks {
+                posts.extend(chunk);
+            }
         }
         if posts.len() > u32::MAX as usize {
             return Err(SnapshotError::Incompatible(

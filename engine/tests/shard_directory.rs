@@ -379,7 +379,7 @@ fn shard_snapshots_load_into_the_same_shard_and_answer_alike() {
                 .map(|((&id, bytes), shard)| {
                     let store = shard_store(&clock, id);
                     let report = store
-                        .load_snapshot_with(bytes.as_slice(), 2, allow_bulk)
+                        .load_snapshot_with(bytes.as_slice(), 2, allow_bulk, None)
                         .expect("load");
                     assert_eq!(
                         report.per_post_reason.is_none(),

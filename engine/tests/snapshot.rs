@@ -218,13 +218,15 @@ proptest! {
         let asked = PostStore::with_config(config(&clock));
         let not_empty = PostStore::with_config(config(&clock));
         not_empty.insert_posts(&[LightPost::original(1_000_000, 1_000, clock.now_secs())]);
-        for (store, allow_bulk, path) in [
-            (&bulk, true, None),
-            (&asked, false, Some(BulkRefusal::PerPostRequested)),
-            (&not_empty, true, Some(BulkRefusal::StoreNotEmpty)),
+        // With and without the input's length (`load_snapshot_sized`).
+        let len = Some(bytes.len() as u64);
+        for (store, allow_bulk, path, hint) in [
+            (&bulk, true, None, len),
+            (&asked, false, Some(BulkRefusal::PerPostRequested), None),
+            (&not_empty, true, Some(BulkRefusal::StoreNotEmpty), len),
         ] {
             let report = store
-                .load_snapshot_with(bytes.as_slice(), 2, allow_bulk)
+                .load_snapshot_with(bytes.as_slice(), 2, allow_bulk, hint)
                 .expect("a valid snapshot loads");
             prop_assert_eq!(report.per_post_reason, path);
             prop_assert_eq!(&report.header.meta, &meta());
@@ -266,7 +268,7 @@ proptest! {
             return Ok(());
         }
         let per_post = PostStore::with_config(store_config());
-        let expected = per_post.load_snapshot_with(bytes.as_slice(), 1, false).expect("loads");
+        let expected = per_post.load_snapshot_with(bytes.as_slice(), 1, false, None).expect("loads");
         prop_assert_eq!(report.inserts, expected.inserts);
         assert_identical(&bulk, &per_post, "right after loading")?;
         run(&after, &table, &clock, &[&bulk, &per_post]);
@@ -599,7 +601,7 @@ fn bulk_and_per_post(
     assert_eq!(report.per_post_reason, expected);
     let per_post = PostStore::with_config(config());
     let reference = per_post
-        .load_snapshot_with(bytes.as_slice(), 1, false)
+        .load_snapshot_with(bytes.as_slice(), 1, false, None)
         .expect("loads");
     assert_eq!(report.inserts, reference.inserts);
     assert_identical(&bulk, &per_post, "after loading").expect("identical stores");
@@ -632,6 +634,51 @@ fn video(post_id: i64, author_id: i64, created_at: i64) -> LightPost {
     let mut post = LightPost::original(post_id, author_id, created_at);
     post.has_video = true;
     post
+}
+
+/// A snapshot of several chunks loads the same whatever input length the load is given:
+/// exact, too small (the first chunks appended as read, the rest after; two sizes), zero, too
+/// large, or none. The loading stores have a smaller cap than the writer, so the load evicts.
+#[test]
+fn the_input_length_given_to_a_load_changes_nothing() {
+    let clock = Arc::new(ManualClock::new(START_SECS));
+    let store = PostStore::with_config(config(&clock));
+    let posts: Vec<LightPost> = (0..120_000i64)
+        .map(|i| {
+            let (author, at) = (i % 7 - 1, START_SECS - i % 40);
+            if i % 3 == 0 {
+                reply(i, author, at)
+            } else {
+                LightPost::original(i, author, at)
+            }
+        })
+        .collect();
+    store.insert_posts(&posts);
+    let bytes = snapshot_bytes(&store);
+    let len = bytes.len() as u64;
+    let reference = PostStore::with_config(capped(&clock, 50));
+    let expected = reference
+        .load_snapshot_with(bytes.as_slice(), 2, true, None)
+        .expect("loads");
+    assert!(
+        expected.counts.posts > 2 * 32_768,
+        "several chunks per class"
+    );
+    for hint in [
+        Some(len),
+        Some(len / 2),
+        Some(len * 6 / 10),
+        Some(0),
+        Some(len * 4),
+    ] {
+        let loaded = PostStore::with_config(capped(&clock, 50));
+        let report = loaded
+            .load_snapshot_with(bytes.as_slice(), 2, true, hint)
+            .expect("loads");
+        assert_eq!(report.posts_loaded, expected.posts_loaded);
+        assert_identical(&loaded, &reference, &format!("input length {hint:?}"))
+            .expect("identical stores");
+    }
 }
 
 /// One author past the default 5000 cap in both primary timelines, with reposts of video

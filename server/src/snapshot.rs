@@ -402,8 +402,9 @@ fn restore(
         let started = Instant::now();
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         let loaded = File::open(&path).map_err(|e| e.to_string()).and_then(|f| {
+            let bytes = f.metadata().map_err(|e| e.to_string())?.len();
             store
-                .load_snapshot(BufReader::with_capacity(1 << 20, f), threads)
+                .load_snapshot_sized(BufReader::with_capacity(1 << 20, f), threads, bytes)
                 .map_err(|e| e.to_string())
         });
         match loaded {

@@ -73,8 +73,10 @@ fn load_file(
     let store = PostStore::with_clock(DEFAULT_RETENTION_SECS, clock.clone());
     let started = Instant::now();
     let cpu_before = process_cpu_secs();
-    let input = BufReader::with_capacity(1 << 20, File::open(path)?);
-    let report = store.load_snapshot_with(input, threads, allow_bulk)?;
+    let file = File::open(path)?;
+    let bytes = file.metadata()?.len();
+    let input = BufReader::with_capacity(1 << 20, file);
+    let report = store.load_snapshot_with(input, threads, allow_bulk, Some(bytes))?;
     let load_secs = started.elapsed().as_secs_f64();
     let cpu_secs = process_cpu_secs() - cpu_before;
     eprintln!(
