@@ -11,7 +11,7 @@
 //! A human table, then one JSON line.
 
 use anyhow::{Result, bail};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -58,6 +58,12 @@ struct Args {
     /// Queries measured while ingesting (default: --queries, at most 2000).
     #[arg(long)]
     under_ingest_queries: Option<usize>,
+    /// Where the under-ingest phase's live events go (a diagnostic of what slows the
+    /// queries): the queried store (the measurement), another store, nowhere (only the clock
+    /// moves), or the queried store *before* the queries (one second's worth at
+    /// `--ingest-rate`, the writer stopped before the first query).
+    #[arg(long, value_enum, default_value_t = LiveTarget::Store)]
+    live_events_to: LiveTarget,
     /// Events per store call during the query-under-ingest phase.
     #[arg(long, default_value_t = 100)]
     ingest_batch: usize,
@@ -79,6 +85,15 @@ struct Args {
     /// that follows a freed store runs partly on cheap pages and the one before it does not.
     #[arg(long, default_value_t = 5.0)]
     settle_secs: f64,
+}
+
+/// See `Args::live_events_to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LiveTarget {
+    Store,
+    OtherStore,
+    Nowhere,
+    Before,
 }
 
 /// Which store a run builds.
@@ -496,6 +511,15 @@ fn query_under_ingest(
     let ingested = AtomicU64::new(0);
     let mut hist = histogram();
     let mut elapsed = Duration::ZERO;
+    let target = args.live_events_to;
+    let other = (target == LiveTarget::OtherStore).then(|| {
+        PostStore::with_clock(
+            DEFAULT_RETENTION_SECS,
+            Arc::new(ManualClock::new(w.config.now_secs)),
+        )
+    });
+    // With `Before`, the writer stops after one second's worth of events, before any query.
+    let before = (target == LiveTarget::Before).then_some(args.ingest_rate.max(1));
     std::thread::scope(|scope| {
         scope.spawn(|| {
             let mut live = w.config.live();
@@ -504,7 +528,7 @@ fn query_under_ingest(
             let start = Instant::now();
             let mut sent = 0u64;
             let mut batch = EventBatch::default();
-            while !stop.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) && before.is_none_or(|n| sent < n) {
                 let due = start + Duration::from_secs_f64(sent as f64 / rate);
                 let now = Instant::now();
                 if due > now {
@@ -518,11 +542,24 @@ fn query_under_ingest(
                 for _ in 0..per_call {
                     batch.push(live.next_event(now_secs));
                 }
-                store.apply(&batch);
+                match (target, &other) {
+                    (LiveTarget::OtherStore, Some(other)) => {
+                        other.apply(&batch);
+                    }
+                    (LiveTarget::Nowhere, _) => {}
+                    _ => {
+                        store.apply(&batch);
+                    }
+                }
                 sent += per_call as u64;
                 ingested.store(sent, Ordering::Relaxed);
             }
         });
+        if let Some(n) = before {
+            while ingested.load(Ordering::Relaxed) < n {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         let start = Instant::now();
         let count = under_ingest_queries(args);
         for (viewer, exclude) in w.viewers.iter().zip(&w.excludes).take(count) {
@@ -961,6 +998,12 @@ fn report(
         "each timed load starts {:.1} s after the previous store was freed (--settle-secs)",
         args.settle_secs
     );
+    if args.live_events_to != LiveTarget::Store {
+        println!(
+            "diagnostic: the under-ingest phase's live events went to {:?} (--live-events-to)",
+            args.live_events_to
+        );
+    }
     println!("peak process RSS: {} MiB", peak_rss_bytes() >> 20);
     let json = json!({
         "workload": "feed-2d",
@@ -971,6 +1014,7 @@ fn report(
         "events": w.events,
         "memory_method": "rss_delta_proc_statm",
         "settle_secs": args.settle_secs,
+        "live_events_to": format!("{:?}", args.live_events_to),
         "peak_rss_bytes": peak_rss_bytes(),
         "ingest_rate_events_per_sec_target": args.ingest_rate,
         "engine": engine.map(StoreRun::json),
