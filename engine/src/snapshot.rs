@@ -756,10 +756,13 @@ impl PostStore {
         // input's length the buffer is reserved up front for as many posts as the input could
         // hold (pages beyond the posts read are never touched) and each chunk is appended as
         // it is read, its buffer reused for the next; without it the chunks are kept and
-        // copied once at the end.
-        let mut posts = Vec::with_capacity(
-            input_bytes.map_or(0, |bytes| usize::try_from(bytes).unwrap_or(0) / POST_BYTES),
-        );
+        // copied once at the end (also when the reservation is refused: a length is only a
+        // hint, and no allocation failure should abort the process here).
+        let mut posts = Vec::new();
+        if let Some(bytes) = input_bytes {
+            let most = usize::try_from(bytes).unwrap_or(usize::MAX) / POST_BYTES;
+            let _ = posts.try_reserve_exact(most);
+        }
         let mut post_chunks = Vec::new();
         loop {
             match reader.next_chunk()? {

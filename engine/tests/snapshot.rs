@@ -638,7 +638,7 @@ fn video(post_id: i64, author_id: i64, created_at: i64) -> LightPost {
 
 /// A snapshot of several chunks loads the same whatever input length the load is given:
 /// exact, too small (the first chunks appended as read, the rest after; two sizes), zero, too
-/// large, or none. The loading stores have a smaller cap than the writer, so the load evicts.
+/// large, one no allocator can reserve, or none. The loading stores have a smaller cap than the writer, so the load evicts.
 #[test]
 fn the_input_length_given_to_a_load_changes_nothing() {
     let clock = Arc::new(ManualClock::new(START_SECS));
@@ -670,6 +670,7 @@ fn the_input_length_given_to_a_load_changes_nothing() {
         Some(len * 6 / 10),
         Some(0),
         Some(len * 4),
+        Some(u64::MAX),
     ] {
         let loaded = PostStore::with_config(capped(&clock, 50));
         let report = loaded
