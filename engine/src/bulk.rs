@@ -1,16 +1,16 @@
 //! The bulk build: a snapshot's posts loaded into a *fresh* store without the per-post insert
 //! path, on several threads, giving the store the per-post path would give.
 //!
-//! The per-post load inserts every post in ascending `created_at` (file order among equals;
-//! a post's *rank* is its place in that order). Its result is a function of that order:
+//! The per-post load inserts every post in timeline order (ascending `created_at`, then post
+//! id, file order among equal ids; a post's *rank* is its place in that order). Its result is a
+//! function of that order:
 //! - each author's originals and secondary timelines hold the last `cap` of their posts (an
 //!   in-order insert into a full timeline evicts the oldest);
 //! - a post with its own video (`has_video && !is_reply`) joins its author's videos timeline;
 //!   a non-reply repost without one (source id set) joins it at its own rank if its source was
 //!   stored by then and is a video source; if the source comes later (a higher rank) and is a
-//!   video source, the repost is promoted then (inserted after the entries of equal
-//!   `created_at` already there), provided the repost is still stored (not yet evicted from its
-//!   timeline); otherwise the repost waits in the pending map for its source. On an author
+//!   video source, the repost is promoted then (inserted at its place in timeline order),
+//!   provided the repost is still stored (not yet evicted from its timeline); otherwise the repost waits in the pending map for its source. On an author
 //!   shard a repost whose source is not stored yet joins the videos timeline at once instead.
 //! - a record lives while a timeline holds it.
 //!
@@ -505,22 +505,19 @@ impl PostStore {
                 None => timelines[kind].push(entry),
                 Some(_) => built.release.push((entry.post_id, entry.slot)),
             }
-            if post.own_video {
-                videos.push((entry.created_at, post.rank, 0, entry));
-            } else if post.video_repost {
-                let video_at = self.repost_video_rank(post, evicted_at, ranks, g, built);
-                if let Some((inserted_at, after)) = video_at
-                    && self.arena.hold(entry.slot, entry.post_id, IN_VIDEO)
-                {
-                    videos.push((entry.created_at, inserted_at, after, entry));
-                }
+            let joins_videos = post.own_video
+                || (post.video_repost
+                    && self.repost_joins_videos(post, evicted_at, ranks, g, built)
+                    && self.arena.hold(entry.slot, entry.post_id, IN_VIDEO));
+            if joins_videos {
+                videos.push(entry);
             }
         }
-        // Ascending `created_at`, then the order the per-post path inserted them in.
-        if !videos.is_sorted_by_key(|v| (v.0, v.1, v.2)) {
-            videos.sort_unstable_by_key(|v| (v.0, v.1, v.2));
+        // In timeline order (a promoted repost is out of rank order).
+        if !videos.is_sorted_by_key(TinyPost::key) {
+            videos.sort_unstable_by_key(TinyPost::key);
         }
-        timelines[Kind::Videos as usize].extend(videos.iter().map(|v| v.3));
+        timelines[Kind::Videos as usize].extend_from_slice(videos);
         let Some(author) = self.authors.get_or_create(posts[0].author_id, &g.epoch) else {
             // Every author number in use: the per-post path indexes nothing either.
             return;
@@ -535,17 +532,17 @@ impl PostStore {
         }
     }
 
-    /// Whether (and when) the per-post path puts the video repost `post` into its author's
-    /// videos timeline: `(rank of that insert, tie-break)` among entries of equal
-    /// `created_at`, or `None`. Records in `built.pending` a repost that waits for its source.
-    fn repost_video_rank(
+    /// Whether the per-post path puts the video repost `post` into its author's videos
+    /// timeline (at its own insert or when its source arrives). Records in `built.pending` a
+    /// repost that waits for its source.
+    fn repost_joins_videos(
         &self,
         post: &Published,
         evicted_at: Option<u32>,
         ranks: &Ranks,
         g: &Guards<'_>,
         built: &mut Built,
-    ) -> Option<(u32, u32)> {
+    ) -> bool {
         let (source_id, rank) = (post.source_post_id, post.rank);
         let source = self
             .posts
@@ -559,16 +556,14 @@ impl PostStore {
         match source {
             // Stored before the repost: the videos rule decides at its insert.
             Some((source_rank, source)) if source_rank < rank => {
-                self.is_video_source(&source, g.now).then_some((rank, 0))
+                self.is_video_source(&source, g.now)
             }
             // A shard indexes every repost whose source is not stored (yet).
-            _ if shard => Some((rank, 0)),
+            _ if shard => true,
             // Stored after the repost: promoted when it arrives, if it is a video source and
             // the repost was not evicted meanwhile.
             Some((source_rank, source)) if source_rank > rank && has_own_video(&source) => {
-                evicted_at
-                    .is_none_or(|evicted| source_rank < evicted)
-                    .then_some((source_rank, rank + 1))
+                evicted_at.is_none_or(|evicted| source_rank < evicted)
             }
             _ => {
                 let waiting = PendingRepost {
@@ -577,7 +572,7 @@ impl PostStore {
                     created_at: post.created_at,
                 };
                 built.pending.push((source_id, rank, waiting));
-                None
+                false
             }
         }
     }
@@ -616,15 +611,15 @@ struct AuthorScratch {
     /// Ranks of the author's posts, per primary timeline, in rank order.
     kind_ranks: [Vec<u32>; 2],
     timelines: [Vec<TinyPost>; 3],
-    /// `(created_at, rank of the insert, tie-break, entry)`.
-    videos: Vec<(u32, u32, u32, TinyPost)>,
+    /// The videos timeline's entries before they are put in order.
+    videos: Vec<TinyPost>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::post::LightPost;
-    use crate::snapshot::by_created_at;
+    use crate::snapshot::in_timeline_order;
     use crate::{FeedQuery, ManualClock, StoreConfig};
     use std::sync::Arc;
 
@@ -667,7 +662,7 @@ mod tests {
             assert!(s.restore_tombstone(2, NOW - 500, &g));
         }
         let report = bulk
-            .bulk_load(&posts, &by_created_at(&posts), 2)
+            .bulk_load(&posts, &in_timeline_order(&posts), 2)
             .expect("built in bulk");
         let light: Vec<LightPost> = posts.iter().map(|p| p.to_light()).collect();
         assert_eq!(report, per_post.insert_posts(&light));
@@ -693,7 +688,7 @@ mod tests {
         )));
         let bulk = store();
         assert_eq!(
-            bulk.bulk_load(&posts, &by_created_at(&posts), 2),
+            bulk.bulk_load(&posts, &in_timeline_order(&posts), 2),
             Err(BulkRefusal::DuplicatePostId)
         );
         assert_eq!(bulk.stats().posts, 0);
@@ -711,7 +706,7 @@ mod tests {
             LightPost::original(2, 3, NOW - 4),
         ]);
         assert_eq!(
-            shard.bulk_load(&posts, &by_created_at(&posts), 2),
+            shard.bulk_load(&posts, &in_timeline_order(&posts), 2),
             Err(BulkRefusal::ForeignAuthor)
         );
         assert_eq!(shard.stats().posts, 0);

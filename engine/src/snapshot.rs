@@ -810,11 +810,11 @@ impl PostStore {
             let reserve = |posts: usize| self.posts.reserve(posts, &crossbeam_epoch::pin());
             if threads == 1 {
                 reserve(posts.len());
-                return by_created_at(&posts);
+                return in_timeline_order(&posts);
             }
             let count = posts.len();
             let reserving = scope.spawn(move || reserve(count));
-            let order = by_created_at(&posts);
+            let order = in_timeline_order(&posts);
             if let Err(panic) = reserving.join() {
                 std::panic::resume_unwind(panic);
             }
@@ -938,17 +938,20 @@ fn author_share(author_id: i64, workers: usize) -> usize {
     ((author_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % workers
 }
 
-/// Indices of `posts` in ascending `created_at` (stable): a counting sort when the time span
-/// is small (it is at most the retention), a comparison sort otherwise.
-pub(crate) fn by_created_at(posts: &[CompactPost]) -> Vec<u32> {
+/// Indices of `posts` in timeline order: ascending `created_at`, then post id, file order among
+/// equal ids (a snapshot holds each id once, but a fuzzy scan can see two copies). A counting
+/// sort by time when the time span is small (it is at most the retention), a comparison sort
+/// otherwise; then each run of equal timestamps is put in id order.
+pub(crate) fn in_timeline_order(posts: &[CompactPost]) -> Vec<u32> {
     let Some(min) = posts.iter().map(|p| p.created_at).min() else {
         return Vec::new();
     };
     let max = posts.iter().map(|p| p.created_at).max().unwrap_or(min);
     let span = (max - min) as usize + 1;
+    let id = |i: &u32| posts[*i as usize].post_id;
     if span > 1 << 24 {
         let mut order: Vec<u32> = (0..posts.len() as u32).collect();
-        order.sort_by_key(|&i| posts[i as usize].created_at);
+        order.sort_by_key(|&i| (posts[i as usize].created_at, posts[i as usize].post_id));
         return order;
     }
     let mut starts = vec![0u32; span + 1];
@@ -963,6 +966,13 @@ pub(crate) fn by_created_at(posts: &[CompactPost]) -> Vec<u32> {
         let at = &mut starts[(p.created_at - min) as usize];
         order[*at as usize] = i as u32;
         *at += 1;
+    }
+    for run in
+        order.chunk_by_mut(|a, b| posts[*a as usize].created_at == posts[*b as usize].created_at)
+    {
+        if run.len() > 1 && !run.is_sorted_by_key(id) {
+            run.sort_by_key(id);
+        }
     }
     order
 }

@@ -29,6 +29,16 @@ pub(crate) struct TinyPost {
     pub slot: SlotId,
 }
 
+impl TinyPost {
+    /// The timeline order: `created_at`, then `post_id`. Total for distinct ids, so a
+    /// timeline's content and order do not depend on the order its posts arrived in, and a
+    /// reader walking it newest first meets its entries in the answer order.
+    #[inline]
+    pub fn key(&self) -> (u32, i64) {
+        (self.created_at, self.post_id)
+    }
+}
+
 /// One 16-byte cell: `post_id`, then `created_at << 32 | slot`.
 ///
 /// 8-byte aligned, not 16: crossbeam puts the slice length (8 bytes) before the first element,
@@ -36,7 +46,7 @@ pub(crate) struct TinyPost {
 /// 8-byte chunk header rounds to exactly `32 + 16n`; 16-byte alignment padded the length to 16
 /// and cost 16 more bytes per buffer. A cell may then straddle two cache lines (one in four);
 /// readers walk cells in order and an insert prefetches the newest cell's `created_at` word,
-/// the one it compares, so that costs little.
+/// the one it compares (the `post_id` word only on equal timestamps), so that costs little.
 #[repr(C, align(8))]
 pub(crate) struct Cell {
     post_id: AtomicU64,
@@ -74,9 +84,14 @@ impl Cell {
         self.packed.store(pack(entry), Ordering::Relaxed);
     }
 
-    /// The `created_at` half alone (the word an in-order insert compares).
-    fn created_at(&self) -> u32 {
-        (self.packed.load(Ordering::Relaxed) >> 32) as u32
+    /// True if this cell's entry goes no later than `entry` in key order. Reads the `post_id`
+    /// word only on equal timestamps: the in-order insert prefetched the `created_at` word.
+    fn not_after(&self, entry: &TinyPost) -> bool {
+        let created_at = (self.packed.load(Ordering::Relaxed) >> 32) as u32;
+        if created_at != entry.created_at {
+            return created_at < entry.created_at;
+        }
+        self.post_id.load(Ordering::Relaxed) as i64 <= entry.post_id
     }
 
     fn load(&self) -> TinyPost {
@@ -109,7 +124,7 @@ fn header_of(cells: &Buffer) -> &RingHeader {
     unsafe { &*cells.as_ptr().cast::<RingHeader>() }
 }
 
-/// A ring of `TinyPost`s ordered by `created_at` (insertion order among equals).
+/// A ring of `TinyPost`s in [`TinyPost::key`] order (`created_at`, then `post_id`).
 pub(crate) struct Timeline {
     buffer: Atomic<Buffer>,
     /// `len << 32 | newest created_at`, republished by the writer after every change, so a
@@ -358,7 +373,7 @@ impl Timeline {
         }
     }
 
-    /// Inserts `entry` at its `created_at` position (after equal timestamps). If the timeline
+    /// Inserts `entry` at its [`TinyPost::key`] position. If the timeline
     /// already holds `cap` entries, the oldest is evicted and returned; that may be `entry`
     /// itself when it is older than everything held, in which case nothing changes.
     ///
@@ -370,11 +385,11 @@ impl Timeline {
         };
         let len = snap.len();
         let full = len >= cap;
-        let in_order = len == 0 || snap.cell(snap.head - 1).created_at() <= entry.created_at;
+        let in_order = len == 0 || snap.cell(snap.head - 1).not_after(&entry);
         let capacity = snap.capacity as usize;
         if full {
             let oldest = snap.cell(snap.tail).load();
-            if entry.created_at < oldest.created_at {
+            if entry.key() < oldest.key() {
                 return Some(entry);
             }
         }
@@ -393,7 +408,7 @@ impl Timeline {
             let (mut lo, mut hi) = (from, snap.head);
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                if snap.cell(mid).load().created_at <= entry.created_at {
+                if snap.cell(mid).load().key() <= entry.key() {
                     lo = mid + 1;
                 } else {
                     hi = mid;
@@ -421,25 +436,22 @@ impl Timeline {
         let Some(snap) = self.snapshot(guard) else {
             return false;
         };
-        // Entries are ordered by `created_at`: binary search for the first one as old, then
-        // look through the equal ones for the id. Straight from the buffer, no copy of it.
+        // Entries are in key order: binary search for the first one not below the key.
+        // Straight from the buffer, no copy of it.
+        let key = (created_at, post_id);
         let (mut lo, mut hi) = (snap.tail, snap.head);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if snap.cell(mid).load().created_at < created_at {
+            if snap.cell(mid).load().key() < key {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        let Some(at) = (lo..snap.head)
-            .map(|seq| (seq, snap.cell(seq).load()))
-            .take_while(|(_, e)| e.created_at == created_at)
-            .find(|(_, e)| e.post_id == post_id)
-            .map(|(seq, _)| seq)
-        else {
+        if lo == snap.head || snap.cell(lo).load().key() != key {
             return false;
-        };
+        }
+        let at = lo;
         if at == snap.tail {
             snap.set_tail(snap.tail + 1);
             return true;

@@ -496,3 +496,44 @@ fn every_order_of_a_small_event_set_agrees() {
             .all(|o| { o.posts.iter().all(|p| p.post_id == 2) })
     );
 }
+
+/// One author's 80 originals of one second, beyond the 50-post per-author limit, arriving in
+/// ascending or descending id order, in one batch or one by one: every timeline is in
+/// `(created_at, post_id)` order, so every store keeps the 50 largest ids (before, the
+/// arrival order decided which 50 of the second were candidates, and replicas disagreed).
+#[test]
+fn a_per_author_limit_inside_one_second_keeps_the_largest_ids_whatever_the_arrival_order() {
+    let posts: Vec<LightPost> = (1..=80)
+        .map(|id| LightPost::original(id, 1, NOW - 5))
+        .collect();
+    let query = plain(false, vec![1]);
+    let expected: Vec<i64> = (31..=80).rev().collect();
+    for (name, order) in [
+        ("ascending", posts.clone()),
+        ("descending", posts.iter().rev().copied().collect()),
+        ("interleaved", {
+            let mut p: Vec<LightPost> = posts.iter().step_by(2).copied().collect();
+            p.extend(posts.iter().skip(1).step_by(2).rev().copied());
+            p
+        }),
+    ] {
+        let batched = PostStore::with_config(config());
+        batched.insert_posts(&order);
+        let one_by_one = PostStore::with_config(config());
+        for post in &order {
+            one_by_one.insert_posts(std::slice::from_ref(post));
+        }
+        let model = SharedModel::new(config());
+        for post in &order {
+            model.insert_posts(std::slice::from_ref(post));
+        }
+        for (store, kind) in [
+            (&batched as &dyn Store, "batched"),
+            (&one_by_one, "one by one"),
+            (&model, "model"),
+        ] {
+            let got: Vec<i64> = query.ask(store).posts.iter().map(|p| p.post_id).collect();
+            assert_eq!(got, expected, "{name}, {kind}");
+        }
+    }
+}

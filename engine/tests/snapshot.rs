@@ -750,23 +750,31 @@ fn a_repost_evicted_before_its_source_arrives_is_not_promoted() {
     assert_eq!(videos_of(&bulk, 1), vec![2]);
 }
 
-/// Among equal `created_at`, a repost promoted when its source arrives goes after the entries
-/// inserted before that: with 500 video posts of the same second, it is the one the 500-entry
-/// scan window reaches first.
+/// Among equal `created_at`, a repost promoted when its source arrives goes to its id's place,
+/// whenever it arrives: with 500 video posts of the same second, the 500-entry scan window
+/// reaches it first when its id is the largest of the second, and not at all when it is the
+/// smallest.
 #[test]
-fn a_promoted_repost_goes_after_the_entries_of_its_second() {
-    let clock = Arc::new(ManualClock::new(START_SECS));
-    let store = PostStore::with_config(config(&clock));
-    let t = START_SECS - 500;
-    store.insert_posts(&[repost(1, 1, 9_999, t)]);
-    let own: Vec<LightPost> = (0..500).map(|i| video(10 + i, 1, t)).collect();
-    store.insert_posts(&own);
-    store.insert_posts(&[video(9_999, 2, t + 1)]);
-    let (bulk, _) = bulk_and_per_post(&store, || config(&clock), None);
-    assert!(
-        videos_of(&bulk, 1).contains(&1),
-        "the promoted repost is in the window"
-    );
+fn a_promoted_repost_goes_to_its_ids_place_among_the_entries_of_its_second() {
+    for (repost_id, in_window) in [(10_000, true), (1, false)] {
+        let clock = Arc::new(ManualClock::new(START_SECS));
+        let store = PostStore::with_config(config(&clock));
+        let t = START_SECS - 500;
+        store.insert_posts(&[repost(repost_id, 1, 9_999, t)]);
+        let own: Vec<LightPost> = (0..500).map(|i| video(10 + i, 1, t)).collect();
+        store.insert_posts(&own);
+        store.insert_posts(&[video(9_999, 2, t + 1)]);
+        for store in [
+            &store,
+            &bulk_and_per_post(&store, || config(&clock), None).0,
+        ] {
+            assert_eq!(
+                videos_of(store, 1).contains(&repost_id),
+                in_window,
+                "repost {repost_id}"
+            );
+        }
+    }
 }
 
 /// More video entries possible for one author than the cap: the bulk build refuses and the

@@ -24,19 +24,18 @@ struct Entry {
     created_at_secs: i64,
 }
 
-/// A per-author timeline, oldest first; insertion order among equal `created_at`.
+/// A per-author timeline, oldest first by `created_at`, then by post id.
 #[derive(Clone, Debug, Default)]
 struct Timeline {
     entries: Vec<Entry>,
 }
 
 impl Timeline {
-    /// Inserts after every entry with `created_at <= entry.created_at`, then evicts from the
-    /// front while the timeline is over `cap`. Returns the evicted post ids.
+    /// Inserts at its `(created_at, post_id)` place, then evicts from the front while the
+    /// timeline is over `cap`. Returns the evicted post ids.
     fn insert(&mut self, entry: Entry, cap: usize) -> Vec<i64> {
-        let at = self
-            .entries
-            .partition_point(|e| e.created_at_secs <= entry.created_at_secs);
+        let key = |e: &Entry| (e.created_at_secs, e.post_id);
+        let at = self.entries.partition_point(|e| key(e) <= key(&entry));
         self.entries.insert(at, entry);
         let mut evicted = Vec::new();
         while self.entries.len() > cap {
@@ -99,8 +98,9 @@ struct RememberedRepost {
 /// same report types, built from `HashMap`/`BTreeMap`/`Vec` and single-threaded.
 ///
 /// Query answers are candidates in the answer order (newest first, larger post id first).
-/// Which of several posts with equal `created_at` survive a per-author limit or the scan window
-/// follows timeline insertion order, as in the engine; compare answers with [`answers_agree`].
+/// Timelines are in `(created_at, post_id)` order, as in the engine, so which of several posts
+/// with equal `created_at` survive a per-author limit or the scan window is defined too;
+/// compare answers with [`answers_agree`].
 #[derive(Debug)]
 pub struct ModelStore {
     retention_secs: i64,
@@ -585,17 +585,12 @@ fn finish(outcome: &mut QueryOutcome, query: &FeedQuery<'_>) {
     outcome.posts.truncate(query.max_results);
 }
 
-/// Checks that two answers to the same query agree, allowing for the one freedom the contract
-/// gives: the order among equal `created_at`, and which of those survive a cut at `max_results`.
-///
-/// Both must have the same length, at most `max_results`, no repeated post id, and be newest
-/// first. If both are shorter than `max_results` nothing was cut and they must hold the same
-/// records. Otherwise, with `cut` the `created_at` of the last post, the posts newer than `cut`
-/// must be the same records, and both must hold the same number of posts at `cut`.
+/// Checks that two answers to the same query agree: both at most `max_results` long, in the
+/// answer order (newest first, larger id first) without a repeated post id, and equal post for
+/// post. The contract leaves no freedom: timelines are in `(created_at, post_id)` order, so
+/// even which posts of a tie survive a per-author limit, the scan window or the cut at
+/// `max_results` is defined. The error names the first difference.
 pub fn answers_agree(a: &[LightPost], b: &[LightPost], max_results: usize) -> Result<(), String> {
-    if a.len() != b.len() {
-        return Err(format!("lengths differ: {} vs {}", a.len(), b.len()));
-    }
     for (name, answer) in [("first", a), ("second", b)] {
         if answer.len() > max_results {
             return Err(format!(
@@ -618,47 +613,28 @@ pub fn answers_agree(a: &[LightPost], b: &[LightPost], max_results: usize) -> Re
             return Err(format!("{name} answer repeats post {}", p.post_id));
         }
     }
-    let Some(last) = a.last() else { return Ok(()) };
-    let cut_may_split_a_tie = a.len() == max_results;
-    let by_id = |answer: &[LightPost], keep: &dyn Fn(&LightPost) -> bool| {
-        answer
-            .iter()
-            .filter(|p| keep(p))
-            .map(|p| (p.post_id, *p))
-            .collect::<BTreeMap<_, _>>()
-    };
-    let (kept_a, kept_b) = if cut_may_split_a_tie {
-        if b.last().map(|p| p.created_at) != Some(last.created_at) {
-            return Err(format!(
-                "the answers end at different times: {} vs {:?}",
-                last.created_at,
-                b.last().map(|p| p.created_at)
-            ));
-        }
-        let newer = |p: &LightPost| p.created_at > last.created_at;
-        (by_id(a, &newer), by_id(b, &newer))
-    } else {
-        (by_id(a, &|_| true), by_id(b, &|_| true))
-    };
-    if kept_a != kept_b {
-        let only_a: Vec<_> = kept_a
-            .iter()
-            .filter(|(id, p)| kept_b.get(id) != Some(p))
-            .collect();
-        let only_b: Vec<_> = kept_b
-            .iter()
-            .filter(|(id, p)| kept_a.get(id) != Some(p))
-            .collect();
+    if let Some(i) = (0..a.len().min(b.len())).find(|&i| a[i] != b[i]) {
         return Err(format!(
-            "the answers differ{}: only in the first {only_a:?}; only in the second {only_b:?}",
-            if cut_may_split_a_tie {
-                format!(" above the cut at {}", last.created_at)
-            } else {
-                String::new()
-            }
+            "the answers differ at position {i} of {} / {}: {:?} vs {:?}",
+            a.len(),
+            b.len(),
+            a[i],
+            b[i]
         ));
     }
-    // Equal lengths and equal sets above the cut imply equal counts at the cut.
+    if a.len() != b.len() {
+        let (longer, name) = if a.len() > b.len() {
+            (a, "first")
+        } else {
+            (b, "second")
+        };
+        return Err(format!(
+            "lengths differ: {} vs {}; the {name} goes on with {:?}",
+            a.len(),
+            b.len(),
+            longer[a.len().min(b.len())]
+        ));
+    }
     Ok(())
 }
 
@@ -1374,7 +1350,7 @@ mod tests {
     // ---- answers_agree ----
 
     #[test]
-    fn answers_agree_accepts_any_tie_cut_but_only_the_answer_order() {
+    fn answers_agree_leaves_ties_no_freedom() {
         let a = [
             original(1, 7, 10),
             original(4, 7, 9),
@@ -1391,10 +1367,10 @@ mod tests {
             original(4, 7, 9),
         ];
         assert!(answers_agree(&a, &b, 10).is_err());
-        // Cut at 3 inside the tie at 9: any two of {2, 3, 4} (per-author cuts among equal
-        // timestamps follow insertion order).
+        // Cut at 3 inside the tie at 9: only the two largest ids of it.
         let c = [original(1, 7, 10), original(4, 7, 9), original(2, 7, 9)];
-        assert_eq!(answers_agree(&a[..3], &c, 3), Ok(()));
+        assert!(answers_agree(&a[..3], &c, 3).is_err());
+        assert_eq!(answers_agree(&a[..3], &a[..3], 3), Ok(()));
         assert_eq!(answers_agree(&[], &[], 0), Ok(()));
     }
 
@@ -1415,8 +1391,8 @@ mod tests {
         }
         // Not cut: the oldest post must match too.
         assert!(answers_agree(&a, &other_post, 4).is_err());
-        // Cut at 8 with one post there on each side: either may be the survivor.
-        assert_eq!(answers_agree(&a, &other_post, 3), Ok(()));
+        // Cut at 8 with a different post there on each side: a difference too.
+        assert!(answers_agree(&a, &other_post, 3).is_err());
         assert!(answers_agree(&a, &a, 2).is_err());
     }
 }
