@@ -1,9 +1,11 @@
 //! [`AuthorDirectory`]: `author_id -> Author` (the author's three timelines).
 //!
-//! Authors live inline in fixed chunks of one-cache-line [`Author`] records addressed by a
+//! Authors live inline in fixed chunks of two-cache-line [`Author`] records addressed by a
 //! dense `u32` number; a [`TagIndex`] maps the author id to that number and the record's own
-//! `author_id` verifies a hit. A lookup is one bucket line plus the author's line, and both
-//! addresses can be computed (and prefetched) ahead, which is what the batched query does.
+//! `author_id` verifies a hit. A lookup is one bucket line plus the author's first line (its
+//! id and the two timelines a feed query reads; the videos timeline is in the second), and
+//! both addresses can be computed (and prefetched) ahead, which is what the batched query
+//! does.
 //!
 //! A dropped author's number is removed from the index at once and reused only after a
 //! crossbeam-epoch grace period, so a reader that found it while pinned never reads a
@@ -16,13 +18,15 @@ use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// log2 of the authors per chunk: 4096 records of 64 bytes (256 KiB).
+/// log2 of the authors per chunk: 4096 records of 128 bytes (512 KiB).
 const CHUNK_SHIFT: u32 = 12;
 const CHUNK_AUTHORS: usize = 1 << CHUNK_SHIFT;
 /// Most authors at once: 2^26 (64 Mi), in 16384 chunks.
 const MAX_CHUNKS: usize = 1 << (26 - CHUNK_SHIFT);
 
-/// One author's timelines, in one cache line. Readers use them freely; writers hold `writer`.
+/// One author's timelines, in two cache lines: the id, the writer lock, originals and
+/// secondary in the first (what a feed query ranks and reads by), videos in the second.
+/// Readers use them freely; writers hold `writer`.
 #[repr(C, align(64))]
 pub(crate) struct Author {
     /// The author this record belongs to (set before the record is indexed).
@@ -35,7 +39,11 @@ pub(crate) struct Author {
 
 // Loom's atomics are larger; the layout only matters (and only holds) for the real ones.
 #[cfg(not(thunder_loom))]
-const _: () = assert!(std::mem::size_of::<Author>() == 64);
+const _: () = assert!(std::mem::size_of::<Author>() == 128);
+// The feed's timelines end with the first line.
+#[cfg(not(thunder_loom))]
+const _: () =
+    assert!(std::mem::offset_of!(Author, timelines) + 2 * std::mem::size_of::<Timeline>() == 64);
 
 impl Author {
     fn unused() -> Self {

@@ -25,7 +25,7 @@ use crate::config::{
     MAX_VIDEO_POSTS_PER_AUTHOR,
 };
 use crate::index::Hashed;
-use crate::page::{AnswerWindow, order_ties_and_cut};
+use crate::page::AnswerWindow;
 use crate::post::LightPost;
 use crate::seen::SeenFilter;
 use crate::store::{Author, Kind, PostStore};
@@ -124,8 +124,9 @@ pub(crate) enum Ask {
 /// One timeline being read newest first.
 struct Stream<'g> {
     timeline: &'g Timeline,
-    /// Taken when the merge first reaches the stream; until then `current.created_at` is the
-    /// writer's published newest timestamp.
+    /// Taken when the merge first reaches the stream; until then `current` is its rank: the
+    /// newest entry's `created_at` and `post_id` as the writer published them, or an upper
+    /// bound of them (its `slot` is meaningless).
     snap: Option<Snapshot<'g>>,
     /// Sequence number of `current`.
     seq: u64,
@@ -149,18 +150,18 @@ struct Reader<'q> {
 }
 
 impl Reader<'_> {
-    /// Snapshots the stream's timeline and moves to its newest readable entry no newer than
-    /// the rank it was given (entries that arrived since are left for the next query, which
-    /// keeps the answer newest first). False when nothing is left.
+    /// Snapshots the stream's timeline and moves to its newest readable entry no later in
+    /// key order than the rank it was given (entries that arrived since are left for the
+    /// next query, which keeps the answer in order). False when nothing is left.
     fn materialize<'g>(&self, s: &mut Stream<'g>, guard: &'g crossbeam_epoch::Guard) -> bool {
         let Some(snap) = s.timeline.snapshot(guard) else {
             return false;
         };
-        let hint = s.current.created_at;
+        let hint = s.current.key();
         s.snap = Some(snap);
         s.seq = snap.head;
         while self.advance(s) {
-            if s.current.created_at <= hint {
+            if s.current.key() <= hint {
                 return true;
             }
         }
@@ -195,16 +196,30 @@ impl Reader<'_> {
     }
 }
 
-fn heap_key(created_at: u32, index: usize) -> u64 {
-    (u64::from(created_at) << 32) | index as u64
+/// A merge heap key: the stream's current entry in the answer order (`created_at`, then
+/// `post_id`, both larger first), then the stream's index. Ids are mapped to `u64` in order.
+#[inline]
+fn heap_key(entry: TinyPost, index: usize) -> u128 {
+    (u128::from(entry.created_at) << 96)
+        | (u128::from((entry.post_id as u64) ^ (1 << 63)) << 32)
+        | index as u128
 }
 
-fn sift_down(heap: &mut [u64], mut i: usize) {
+/// The stream a heap key belongs to.
+#[inline]
+fn stream_of(key: u128) -> usize {
+    (key & u128::from(u32::MAX)) as usize
+}
+
+/// Moves the key at `i` down to its place: the larger child moves up into the hole until the
+/// key is no smaller than both children (one write per level, no swaps).
+fn sift_down(heap: &mut [u128], mut i: usize) {
     let len = heap.len();
+    let Some(&key) = heap.get(i) else { return };
     loop {
         let left = 2 * i + 1;
         if left >= len {
-            return;
+            break;
         }
         let right = left + 1;
         let child = if right < len && heap[right] > heap[left] {
@@ -212,15 +227,16 @@ fn sift_down(heap: &mut [u64], mut i: usize) {
         } else {
             left
         };
-        if heap[child] <= heap[i] {
-            return;
+        if heap[child] <= key {
+            break;
         }
-        heap.swap(i, child);
+        heap[i] = heap[child];
         i = child;
     }
+    heap[i] = key;
 }
 
-fn heapify(heap: &mut [u64]) {
+fn heapify(heap: &mut [u128]) {
     for i in (0..heap.len() / 2).rev() {
         sift_down(heap, i);
     }
@@ -308,7 +324,7 @@ impl PostStore {
         outcome.as_of_secs = now;
         let mut streams: BumpVec<Stream<'_>> =
             BumpVec::with_capacity_in(query.authors.len() * limits.len(), bump);
-        let mut heap: BumpVec<u64> = BumpVec::with_capacity_in(streams.capacity(), bump);
+        let mut heap: BumpVec<u128> = BumpVec::with_capacity_in(streams.capacity(), bump);
         // Authors are resolved a window at a time, in three passes whose cache misses overlap
         // instead of chaining two per author: hash every id and prefetch its index bucket;
         // probe the buckets and prefetch each candidate's record line (which holds the
@@ -333,7 +349,13 @@ impl PostStore {
             for probe in probes.iter_mut() {
                 probe.2 = self.authors.probe(probe.1, &g.epoch);
                 if let Some(author) = probe.2.and_then(|n| self.authors.record(n)) {
+                    // The record's first line holds its id and the feed timelines; the videos
+                    // timeline is in the second.
                     prefetch((author as *const Author).cast());
+                    if matches!(ask, Ask::Videos) {
+                        let videos = &author.timelines[Kind::Videos as usize];
+                        prefetch((videos as *const Timeline).cast());
+                    }
                 }
             }
             for &(author_id, hashed, candidate) in probes.iter() {
@@ -350,9 +372,10 @@ impl PostStore {
                 };
                 for &(kind, limit) in limits {
                     let timeline = &author.timelines[kind as usize];
-                    let (len, newest) = timeline.summary();
-                    outcome.eligible += len as usize;
-                    if len == 0
+                    let summary = timeline.summary();
+                    let newest = summary.newest_created_at;
+                    outcome.eligible += summary.len as usize;
+                    if summary.len == 0
                         || limit == 0
                         || query.max_results == 0
                         || self.expired(newest, now)
@@ -360,19 +383,29 @@ impl PostStore {
                     {
                         continue;
                     }
-                    // Ranked no newer than the window: materializing finds the entry below it.
-                    let newest =
-                        newest.min(u32::try_from(reader.newest.max(0)).unwrap_or(u32::MAX));
-                    heap.push(heap_key(newest, streams.len()));
+                    // Ranked by the newest entry the writer published, or, past the window's
+                    // upper bound, above every entry of that second: materializing finds the
+                    // entry at or below it.
+                    let bound = u32::try_from(reader.newest.max(0)).unwrap_or(u32::MAX);
+                    let rank = if newest <= bound {
+                        TinyPost {
+                            post_id: summary.newest_post_id,
+                            created_at: newest,
+                            slot: 0,
+                        }
+                    } else {
+                        TinyPost {
+                            post_id: i64::MAX,
+                            created_at: bound,
+                            slot: 0,
+                        }
+                    };
+                    heap.push(heap_key(rank, streams.len()));
                     streams.push(Stream {
                         timeline,
                         snap: None,
                         seq: 0,
-                        current: TinyPost {
-                            post_id: 0,
-                            created_at: newest,
-                            slot: 0,
-                        },
+                        current: rank,
                         kind,
                         taken: 0,
                         limit: limit as u16,
@@ -383,17 +416,14 @@ impl PostStore {
         }
         heapify(&mut heap);
 
-        // Merge, newest first.
+        // Merge in the answer order. Every timeline is in key order (`created_at`, then
+        // `post_id`) and every stream is ranked by its newest entry's key before it is read,
+        // so the pops come out in the answer order and the merge stops at `max_results`
+        // exactly: a run of equal `created_at` (a busy second) is read only as far as the cut.
         let mut posts = Vec::with_capacity(query.max_results.min(4096));
         let mut pops = 0usize;
         while let Some(&top) = heap.first() {
-            if posts.len() >= query.max_results
-                && posts
-                    .last()
-                    .is_none_or(|last: &LightPost| (top >> 32) as i64 != last.created_at)
-            {
-                // Full, and no stream can still hold a post as old as the last one: the cut
-                // falls between two timestamps, so it is the same in the answer order.
+            if posts.len() >= query.max_results {
                 break;
             }
             pops += 1;
@@ -401,18 +431,18 @@ impl PostStore {
                 outcome.timed_out = true;
                 break;
             }
-            let index = (top & u64::from(u32::MAX)) as usize;
+            let index = stream_of(top);
             if streams[index].snap.is_none() {
                 // The next pops come from the root's children and grandchildren: start
                 // loading their buffers now so their misses overlap with this one.
                 for &near in heap.iter().skip(1).take(6) {
-                    let other = &streams[(near & u64::from(u32::MAX)) as usize];
+                    let other = &streams[stream_of(near)];
                     if other.snap.is_none() {
                         prefetch(other.timeline.buffer_ptr(&g.epoch));
                     }
                 }
                 let stream = &mut streams[index];
-                let hint = stream.current.created_at;
+                let rank = stream.current;
                 if !reader.materialize(stream, &g.epoch) {
                     let last = heap.len() - 1;
                     heap.swap(0, last);
@@ -420,14 +450,15 @@ impl PostStore {
                     sift_down(&mut heap, 0);
                     continue;
                 }
-                if stream.current.created_at < hint {
-                    // Older than the published hint (a delete or eviction since): re-rank.
-                    heap[0] = heap_key(stream.current.created_at, index);
+                if stream.current.key() != rank.key() {
+                    // Below its rank (an upper bound, or published before a delete or an
+                    // eviction): re-rank.
+                    heap[0] = heap_key(stream.current, index);
                     sift_down(&mut heap, 0);
                     continue;
                 }
             }
-            let stream = &mut streams[(top & u64::from(u32::MAX)) as usize];
+            let stream = &mut streams[index];
             let entry = stream.current;
             if let Some(record) = self.arena.read(entry.slot, entry.post_id)
                 && (stream.kind != Kind::Videos
@@ -448,10 +479,7 @@ impl PostStore {
                 && usize::from(stream.examined) < MAX_TINY_POSTS_PER_USER_SCAN
                 && reader.advance(stream);
             if more {
-                heap[0] = heap_key(
-                    stream.current.created_at,
-                    (top & u64::from(u32::MAX)) as usize,
-                );
+                heap[0] = heap_key(stream.current, index);
             } else {
                 let last = heap.len() - 1;
                 heap.swap(0, last);
@@ -459,8 +487,10 @@ impl PostStore {
             }
             sift_down(&mut heap, 0);
         }
-        // Whole groups of equal `created_at` were merged: order them by id, then cut.
-        order_ties_and_cut(&mut posts, query.max_results);
+        debug_assert!(
+            posts.is_sorted_by(|a, b| crate::page::answer_order(a, b).is_lt()),
+            "the merge left the answer order"
+        );
         outcome.posts = posts;
         outcome
     }

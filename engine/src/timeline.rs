@@ -127,10 +127,87 @@ fn header_of(cells: &Buffer) -> &RingHeader {
 /// A ring of `TinyPost`s in [`TinyPost::key`] order (`created_at`, then `post_id`).
 pub(crate) struct Timeline {
     buffer: Atomic<Buffer>,
-    /// `len << 32 | newest created_at`, republished by the writer after every change, so a
+    /// The length and newest entry, republished by the writer after every change, so a
     /// reader can rank this timeline without touching its buffer (a cache miss) until it
     /// actually needs an entry. A hint: the buffer is the truth.
-    summary: AtomicU64,
+    summary: Summary,
+}
+
+/// What a reader learns from a [`Summary`] without touching the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SummaryView {
+    /// Entries held (0: never written, or empty).
+    pub len: u32,
+    /// The newest entry's `created_at` (meaningless when `len` is 0).
+    pub newest_created_at: u32,
+    /// The newest entry's `post_id`, or `i64::MAX` (above every id) when the read overlapped
+    /// a republish and the id may belong to another entry than `newest_created_at`.
+    pub newest_post_id: i64,
+}
+
+/// A timeline's summary: one word `created_at << 32 | len << 17 | version` and the newest
+/// entry's id beside it, published as a sequence lock with one writer (the author's writer).
+/// The version is odd while the writer changes the id; a reader that sees an odd or changed
+/// version gets `i64::MAX` as the id, an upper bound, and never waits or retries.
+pub(crate) struct Summary {
+    word: AtomicU64,
+    newest_post_id: AtomicU64,
+}
+
+const SUMMARY_VERSION_BITS: u32 = 17;
+const SUMMARY_VERSION_MASK: u64 = (1 << SUMMARY_VERSION_BITS) - 1;
+// `len` (at most `MAX_CAPACITY`) fits between the version and `created_at`.
+const _: () = assert!(MAX_CAPACITY < 1 << (32 - SUMMARY_VERSION_BITS));
+
+impl Summary {
+    fn new() -> Self {
+        Self {
+            word: AtomicU64::new(0),
+            newest_post_id: AtomicU64::new(0),
+        }
+    }
+
+    /// Writer only (one writer at a time, serialised by the author's lock).
+    fn publish(&self, len: usize, newest: Option<TinyPost>) {
+        let (created_at, post_id) = newest.map_or((0, 0), |e| (e.created_at, e.post_id));
+        // Relaxed: the writer's own earlier store.
+        let old = self.word.load(Ordering::Relaxed);
+        let version = old & SUMMARY_VERSION_MASK;
+        // Odd: a republish is under way. The Release fence keeps this store before the id's,
+        // so a reader that loads the new id and then this word (after its Acquire fence) sees
+        // the odd version or a later one, never the version it started with.
+        self.word.store(
+            (old & !SUMMARY_VERSION_MASK) | ((version + 1) & SUMMARY_VERSION_MASK),
+            Ordering::Relaxed,
+        );
+        fence(Ordering::Release);
+        self.newest_post_id.store(post_id as u64, Ordering::Relaxed);
+        // Release: a reader whose Acquire load sees this word sees the id stored above.
+        self.word.store(
+            (u64::from(created_at) << 32)
+                | ((len as u64) << SUMMARY_VERSION_BITS)
+                | ((version + 2) & SUMMARY_VERSION_MASK),
+            Ordering::Release,
+        );
+    }
+
+    /// Any thread; never waits.
+    #[inline]
+    fn read(&self) -> SummaryView {
+        // Acquire pairs with the Release store that ends a republish: the id loaded next is
+        // that republish's or a later one's.
+        let word = self.word.load(Ordering::Acquire);
+        let post_id = self.newest_post_id.load(Ordering::Relaxed) as i64;
+        // Keeps the id's load before the second load of the word (the seqlock's read fence).
+        fence(Ordering::Acquire);
+        let again = self.word.load(Ordering::Relaxed);
+        let whole = word == again && word & 1 == 0;
+        SummaryView {
+            len: ((word >> SUMMARY_VERSION_BITS) as u32) & ((1 << (32 - SUMMARY_VERSION_BITS)) - 1),
+            newest_created_at: (word >> 32) as u32,
+            newest_post_id: if whole { post_id } else { i64::MAX },
+        }
+    }
 }
 
 impl std::fmt::Debug for Timeline {
@@ -307,7 +384,7 @@ impl Timeline {
     pub fn new() -> Self {
         Self {
             buffer: Atomic::null(),
-            summary: AtomicU64::new(0),
+            summary: Summary::new(),
         }
     }
 
@@ -510,26 +587,19 @@ impl Timeline {
 }
 
 impl Timeline {
-    /// Entries and newest `created_at` as last published by the writer (0 entries: never
-    /// written or empty).
+    /// Length and newest entry as last published by the writer. A hint: the newest entry
+    /// was the newest when published (or the id is `i64::MAX`), the buffer is the truth.
     #[inline]
-    pub fn summary(&self) -> (u32, u32) {
-        // Relaxed: a hint only; readers validate everything they use against the buffer.
-        let packed = self.summary.load(Ordering::Relaxed);
-        ((packed >> 32) as u32, packed as u32)
+    pub fn summary(&self) -> SummaryView {
+        self.summary.read()
     }
 
     fn publish_summary(&self, guard: &Guard) {
-        let packed = self.snapshot(guard).map_or(0, |snap| {
-            let len = snap.len() as u64;
-            let newest = if len == 0 {
-                0
-            } else {
-                u64::from(snap.cell(snap.head - 1).load().created_at)
-            };
-            len << 32 | newest
+        let (len, newest) = self.snapshot(guard).map_or((0, None), |snap| {
+            let len = snap.len();
+            (len, (len > 0).then(|| snap.cell(snap.head - 1).load()))
         });
-        self.summary.store(packed, Ordering::Relaxed);
+        self.summary.publish(len, newest);
     }
 
     /// Fills a timeline that never held anything with `entries` (oldest first, at most `cap`)
@@ -608,6 +678,54 @@ mod tests {
             created_at,
             slot: post_id as u32,
         }
+    }
+
+    #[test]
+    fn a_summary_reads_back_what_was_published_through_the_version_wrap() {
+        let summary = Summary::new();
+        assert_eq!(summary.read().len, 0);
+        // More republishes than the version counts (it wraps), with every field moving.
+        for n in 0..(1u64 << SUMMARY_VERSION_BITS) + 5 {
+            let len = (n as usize * 7) % (MAX_CAPACITY + 1);
+            let entry = tp(
+                i64::MIN + (n as i64) * 977,
+                (n as u32).wrapping_mul(2_654_435_761),
+            );
+            summary.publish(len, Some(entry));
+            let view = summary.read();
+            assert_eq!(
+                view,
+                SummaryView {
+                    len: len as u32,
+                    newest_created_at: entry.created_at,
+                    newest_post_id: entry.post_id,
+                },
+                "republish {n}"
+            );
+        }
+        summary.publish(0, None);
+        assert_eq!(summary.read().len, 0);
+    }
+
+    #[test]
+    fn a_timeline_publishes_its_newest_entry_in_key_order() {
+        let t = Timeline::new();
+        let guard = crossbeam_epoch::pin();
+        t.insert(tp(5, 10), 100, &guard);
+        t.insert(tp(9, 10), 100, &guard);
+        t.insert(tp(7, 10), 100, &guard); // out of order within its second
+        let view = t.summary();
+        assert_eq!(
+            (view.len, view.newest_created_at, view.newest_post_id),
+            (3, 10, 9)
+        );
+        assert_eq!(read_all(&t), vec![(5, 10), (7, 10), (9, 10)]);
+        assert!(t.remove(9, 10, &guard));
+        let view = t.summary();
+        assert_eq!(
+            (view.len, view.newest_created_at, view.newest_post_id),
+            (2, 10, 7)
+        );
     }
 
     fn read_all(t: &Timeline) -> Vec<(i64, u32)> {
@@ -851,6 +969,31 @@ mod loom_tests {
         for &(seq, got) in seen {
             assert_eq!(got, entry(expected(seq)), "seq {seq}: read {seen:?}");
         }
+    }
+
+    /// The summary's sequence lock: while the writer republishes twice, a reader's view is
+    /// one of the three published states, or one state's time and length with `i64::MAX`
+    /// (an upper bound) as the id; never a time with another state's id.
+    #[test]
+    fn loom_summary_never_pairs_a_time_with_another_entrys_id() {
+        loom::model(|| {
+            let summary = Arc::new(Summary::new());
+            summary.publish(1, Some(entry(1)));
+            let reader = {
+                let summary = Arc::clone(&summary);
+                thread::spawn(move || summary.read())
+            };
+            summary.publish(2, Some(entry(2)));
+            summary.publish(1, Some(entry(3)));
+            let view = reader.join().unwrap();
+            let states = [(1, entry(1)), (2, entry(2)), (1, entry(3))];
+            assert!(
+                states.iter().any(|&(len, e)| view.len == len
+                    && view.newest_created_at == e.created_at
+                    && (view.newest_post_id == e.post_id || view.newest_post_id == i64::MAX)),
+                "read {view:?}"
+            );
+        });
     }
 
     /// A full ring of 4: the writer appends twice at the cap, each time evicting the oldest

@@ -537,3 +537,43 @@ fn a_per_author_limit_inside_one_second_keeps_the_largest_ids_whatever_the_arriv
         }
     }
 }
+
+/// A busy second with more posts than the answer holds (300 authors, 5 posts each, in one
+/// second, ids scattered): the merge stops inside the second, and the answer is the second's
+/// largest ids, in the answer order, as the model gives it.
+#[test]
+fn a_busy_second_larger_than_the_answer_is_cut_at_its_largest_ids() {
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut posts: Vec<LightPost> = (0..1500)
+        .map(|i| LightPost::original(1_000 + i * 13 % 1500, i % 300, NOW - 3))
+        .collect();
+    // An older second every author also posted in, which no cut below reaches.
+    posts.extend((0..300).map(|a| LightPost::original(5_000 + a, a, NOW - 4)));
+    for i in (1..posts.len()).rev() {
+        posts.swap(i, rng.random_range(0..=i));
+    }
+    let engine = PostStore::with_config(config());
+    let model = SharedModel::new(config());
+    for chunk in posts.chunks(97) {
+        engine.insert_posts(chunk);
+        model.insert_posts(chunk);
+    }
+    let mut busy: Vec<i64> = posts
+        .iter()
+        .filter(|p| p.created_at == NOW - 3)
+        .map(|p| p.post_id)
+        .collect();
+    busy.sort_unstable_by(|a, b| b.cmp(a));
+    for max_results in [1, 100, 1200, 1499] {
+        let mut query = plain(false, (0..300).collect());
+        query.max_results = max_results;
+        let got = query.ask(&engine);
+        let ids: Vec<i64> = got.posts.iter().map(|p| p.post_id).collect();
+        assert_eq!(ids, busy[..max_results], "max_results {max_results}");
+        assert_eq!(
+            got.posts,
+            query.ask(&model).posts,
+            "max_results {max_results}"
+        );
+    }
+}
