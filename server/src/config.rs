@@ -77,8 +77,9 @@ pub struct Args {
     pub blocking_queries: bool,
     /// Runtime worker threads: they serve the connections and run the store queries (0: one
     /// per core). Fewer workers than cores cost less CPU per answer when other busy threads
-    /// share the machine, but with a single worker the query queue is the runtime's own
-    /// and overload is no longer shed (README, "Serving path").
+    /// share the machine; with a single worker the query queue is the runtime's own, and
+    /// overload is seen through each call's acceptance time, but refusals come only after
+    /// the call's wait in it (README, "Serving path").
     #[arg(long, env = "THUNDER_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
     /// Concurrent HTTP/2 streams per gRPC connection.

@@ -23,6 +23,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TlsConnectInfo;
 use tonic::{Code, Status};
 
+use crate::arrival::Accepted;
 use crate::codec::{PostsAnswer, PostsCodec};
 use crate::listener::ConnInfo;
 use crate::metrics::{Metrics, RequestSummary};
@@ -103,7 +104,7 @@ where
         let busy = connection_of(&req).map(|info| info.activity.begin());
         Box::pin(async move {
             let _busy = busy;
-            let started = Instant::now();
+            let started = Accepted::of(req.extensions());
             if req.uri().path() != METHOD_PATH {
                 return Ok(Status::unimplemented("unknown method").into_http());
             }

@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod arrival;
 pub mod author_counts;
 pub mod codec;
 pub mod config;

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Server;
 
 use crate::admission::Admission;
+use crate::arrival::ArrivalLayer;
 use crate::error::StartupError;
 use crate::following::FollowingSource;
 use crate::grpc::PostsServer;
@@ -214,6 +215,8 @@ pub async fn start(
             .tls_config(tls.server_config()?)
             .map_err(|e| StartupError::Tls(e.to_string()))?;
     }
+    // Stamps each call when its stream is accepted (deadlines and queue wait count from it).
+    let mut builder = builder.layer(ArrivalLayer);
 
     let grpc_listener = bind(options.grpc_addr).await?;
     let grpc_addr = local_addr(&grpc_listener, options.grpc_addr)?;

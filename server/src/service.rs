@@ -23,6 +23,7 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
 use crate::admission::Admission;
+use crate::arrival::Accepted;
 use crate::codec::PostsAnswer;
 use crate::convert::post_to_proto;
 use crate::error::ServiceError;
@@ -105,7 +106,11 @@ impl ThunderService {
         &self,
         request: Request<GetInNetworkPostsRequest>,
     ) -> Result<Answer, ServiceError> {
-        let started = Instant::now();
+        // From the stream's acceptance: the wait for this task to run counts.
+        let started = request
+            .extensions()
+            .get::<Accepted>()
+            .map_or_else(Instant::now, |a| a.0);
         let client_timeout = grpc_timeout(request.metadata());
         let client_deadline = client_timeout.and_then(|t| started.checked_add(t));
         let mut record = Recorder {
@@ -163,6 +168,7 @@ impl ThunderService {
         client_timeout: Option<Duration>,
         summary: &mut RequestSummary,
     ) -> Result<DegradeLevel, ServiceError> {
+        let entered = Instant::now();
         let _in_flight = self.admission.admit()?;
         let req = request.into_inner();
         summary.request = Some(RequestSize {
@@ -199,10 +205,17 @@ impl ThunderService {
 
         let after_fetch = Instant::now();
         let client_deadline = client_timeout.and_then(|t| arrival.checked_add(t));
-        let slot = self.overload.acquire(client_deadline).await.map_err(|_| {
-            self.metrics.rejected_requests.inc();
-            ServiceError::Overloaded
-        })?;
+        // Queue wait: before the handler ran and for an executor, not the follow-graph fetch.
+        let waited_before = entered.saturating_duration_since(arrival);
+        let queued_since = after_fetch.checked_sub(waited_before).unwrap_or(arrival);
+        let slot = self
+            .overload
+            .acquire(queued_since, client_deadline)
+            .await
+            .map_err(|_| {
+                self.metrics.rejected_requests.inc();
+                ServiceError::Overloaded
+            })?;
         if client_deadline.is_some_and(|d| Instant::now() >= d) {
             // Expired while it queued: not worth running.
             return Err(ServiceError::DeadlineExceeded);
