@@ -62,8 +62,7 @@ pub struct Args {
     /// Demo live events (creates and deletes) per second after the backlog.
     #[arg(long, env = "THUNDER_DEMO_EVENTS_PER_SEC", default_value_t = demo::DEFAULT_EVENTS_PER_SEC)]
     pub demo_events_per_sec: u32,
-    /// Store queries running at once (0: one per core but one, at least one); more calls wait
-    /// in a queue.
+    /// Store queries running at once (0: one per runtime worker); more calls wait in a queue.
     #[arg(long, env = "THUNDER_MAX_QUERIES_IN_FLIGHT", default_value_t = 0)]
     pub max_queries_in_flight: usize,
     /// Refuse a call (RESOURCE_EXHAUSTED) when the query queue's expected wait exceeds this, in ms.
@@ -165,9 +164,11 @@ impl Args {
                 .min(crate::overload::MAX_DEGRADE_LEVEL),
             ..defaults.overload.clone()
         };
-        if self.max_queries_in_flight > 0 {
-            overload.executors = self.max_queries_in_flight;
-        }
+        overload.executors = if self.max_queries_in_flight > 0 {
+            self.max_queries_in_flight
+        } else {
+            self.runtime_workers()
+        };
         ServerOptions {
             overload,
             inline_queries: !self.blocking_queries,
@@ -199,13 +200,28 @@ mod tests {
     }
 
     #[test]
-    fn runtime_workers_default_to_one_per_core() {
+    fn runtime_workers_and_query_executors_default_to_one_per_core() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let args = Args::try_parse_from(["thunder-server"]).expect("defaults parse");
         assert_eq!(args.runtime_workers(), cores);
+        assert_eq!(
+            args.server_options().expect("valid").overload.executors,
+            cores
+        );
+        // One executor per runtime worker unless set.
         let args =
             Args::try_parse_from(["thunder-server", "--worker-threads", "1"]).expect("parses");
         assert_eq!(args.runtime_workers(), 1);
+        assert_eq!(args.server_options().expect("valid").overload.executors, 1);
+        let args = Args::try_parse_from([
+            "thunder-server",
+            "--worker-threads",
+            "1",
+            "--max-queries-in-flight",
+            "3",
+        ])
+        .expect("parses");
+        assert_eq!(args.server_options().expect("valid").overload.executors, 3);
     }
 
     #[test]

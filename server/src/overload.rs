@@ -1,11 +1,12 @@
 //! Overload control of the query path: bounded work, degrade before reject.
 //!
 //! - **Executors**: at most [`OverloadConfig::executors`] store queries run at once (default:
-//!   the number of cores minus one, at least one: queries are CPU-bound, more at once only
-//!   adds latency, and one core stays free for the connections: HTTP/2, decoding, encoding,
-//!   refusing). The others wait in a FIFO queue ([`tokio::sync::Semaphore`]), the one queue
-//!   the controller measures; with every core inside a query, calls would queue unseen in the
-//!   runtime instead (measured: light calls waited 70-560 ms and nothing was refused).
+//!   one per core, so one per runtime worker: queries are CPU-bound, more at once only adds
+//!   latency). The others wait in a FIFO queue ([`tokio::sync::Semaphore`]). With every worker
+//!   inside a query, calls also wait in the runtime's run queue before their handler runs;
+//!   that wait counts too, since a call's clock starts when its stream is accepted
+//!   ([`crate::arrival`]). (Before the stamp the default kept one core out of the queries, as
+//!   the run-queue wait was unseen: light calls waited 70-560 ms and nothing was refused.)
 //! - **Adaptive queue limit**: a call is refused at once (`RESOURCE_EXHAUSTED`) when the
 //!   queue's expected wait, `waiting x mean service time / executors` (service time: an
 //!   exponentially weighted mean of measured query times), exceeds
@@ -51,12 +52,12 @@ pub struct OverloadConfig {
 }
 
 impl Default for OverloadConfig {
-    /// One executor per core but one (at least one), refuse beyond 50 ms of expected queue
+    /// One executor per core, refuse beyond 50 ms of expected queue
     /// wait or 1024 waiting calls, degrade on a standing queue of 5 ms over 100 ms intervals,
     /// up to level 3.
     fn default() -> Self {
         Self {
-            executors: cores_but_one(),
+            executors: one_per_core(),
             max_queue_wait: Duration::from_millis(50),
             max_queued: 1024,
             target_wait: Duration::from_millis(5),
@@ -66,9 +67,9 @@ impl Default for OverloadConfig {
     }
 }
 
-/// One per core but one, at least one: the default number of query executors.
-pub fn cores_but_one() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+/// One per core: the default number of query executors.
+pub fn one_per_core() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
 /// How much cheaper a call is answered (0: not at all). Applied to a request by
