@@ -76,6 +76,10 @@ pub struct Metrics {
     /// `get_in_network_posts_refusal_seconds`: time from a call's start to its overload
     /// refusal.
     pub refusal_duration: Histogram,
+    /// `get_in_network_posts_queue_wait_seconds`: time from a call's acceptance to its store
+    /// query starting (the follow-graph fetch left out): the queue wait the overload
+    /// controller acts on, run queue included.
+    pub queue_wait: Histogram,
     /// `get_in_network_posts_late_answers_total`: answers ready only after the client's
     /// deadline (answered `DEADLINE_EXCEEDED`).
     pub late_answers: IntCounter,
@@ -261,6 +265,12 @@ impl Metrics {
             refusal_duration: r.histogram(
                 "get_in_network_posts_refusal_seconds",
                 "Time from a GetInNetworkPosts call's start to its overload refusal",
+                exp_buckets(0.000_025, 2.0, 14),
+            ),
+            queue_wait: r.histogram(
+                "get_in_network_posts_queue_wait_seconds",
+                "Time from a GetInNetworkPosts call's acceptance to its store query starting \
+                 (follow-graph fetch excluded)",
                 exp_buckets(0.000_025, 2.0, 14),
             ),
             late_answers: r.counter(

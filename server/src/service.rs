@@ -220,6 +220,9 @@ impl ThunderService {
             // Expired while it queued: not worth running.
             return Err(ServiceError::DeadlineExceeded);
         }
+        self.metrics
+            .queue_wait
+            .observe(slot.queue_wait.as_secs_f64());
         let level = slot.level;
         validated.degrade(level);
         summary.degrade_level = Some(level);
