@@ -35,6 +35,14 @@ impl Accepted {
             .get::<Accepted>()
             .map_or_else(Instant::now, |a| a.0)
     }
+
+    /// The stamp of a decoded tonic request, or now when it has none.
+    pub fn of_request<T>(request: &tonic::Request<T>) -> Instant {
+        request
+            .extensions()
+            .get::<Accepted>()
+            .map_or_else(Instant::now, |a| a.0)
+    }
 }
 
 /// The layer that wraps a service in [`Arrival`].

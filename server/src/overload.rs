@@ -186,8 +186,8 @@ impl Overload {
     /// ([`crate::arrival`]): the wait before the handler ran (in the connection and the
     /// runtime's run queue) counts as queue wait. A call that already waited longer than
     /// [`OverloadConfig::max_queue_wait`] is refused while the ladder is at its top and the
-    /// queue standing: with one runtime worker running every query inline, the run queue is
-    /// the only queue, and this is how it is kept short.
+    /// queue standing: with an executor per runtime worker and queries run inline, the run
+    /// queue is where calls wait, and this is how it is kept short.
     pub async fn acquire(
         &self,
         accepted: Instant,

@@ -107,10 +107,7 @@ impl ThunderService {
         request: Request<GetInNetworkPostsRequest>,
     ) -> Result<Answer, ServiceError> {
         // From the stream's acceptance: the wait for this task to run counts.
-        let started = request
-            .extensions()
-            .get::<Accepted>()
-            .map_or_else(Instant::now, |a| a.0);
+        let started = Accepted::of_request(&request);
         let client_timeout = grpc_timeout(request.metadata());
         let client_deadline = client_timeout.and_then(|t| started.checked_add(t));
         let mut record = Recorder {
