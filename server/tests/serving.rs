@@ -68,6 +68,25 @@ async fn heavy_service_time(channel: tonic::transport::Channel, probes: u32) -> 
     started.elapsed() / probes.max(1)
 }
 
+/// `n` light calls (one author, 1 s deadline) 100 ms apart, each answered or refused
+/// (`RESOURCE_EXHAUSTED`): how long each took.
+async fn light_calls(channel: tonic::transport::Channel, n: usize) -> Vec<Duration> {
+    let mut light = InNetworkPostsServiceClient::new(channel);
+    let mut latencies = Vec::with_capacity(n);
+    for _ in 0..n {
+        let sent = Instant::now();
+        let result = light
+            .get_in_network_posts(with_timeout(request(&[1]), Duration::from_secs(1)))
+            .await;
+        latencies.push(sent.elapsed());
+        if let Err(status) = result {
+            assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    latencies
+}
+
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }
@@ -132,19 +151,7 @@ async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_deg
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Light calls (one author) while the load runs: each answered or refused quickly.
-    let mut light_latencies = Vec::new();
-    let mut light = InNetworkPostsServiceClient::new(channel.clone());
-    for _ in 0..10 {
-        let started = Instant::now();
-        let result = light
-            .get_in_network_posts(with_timeout(request(&[1]), Duration::from_secs(1)))
-            .await;
-        light_latencies.push(started.elapsed());
-        if let Err(status) = result {
-            assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut light_latencies = light_calls(channel.clone(), 10).await;
     let peak_threads = threads();
     let peak_rss = rss_kib();
     let mut totals = (0, 0, 0, 0);
@@ -326,19 +333,7 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
             }));
         }
         tokio::time::sleep(Duration::from_millis(700)).await;
-        let mut light = InNetworkPostsServiceClient::new(connect().await);
-        let mut light_latencies = Vec::new();
-        for _ in 0..8 {
-            let sent = Instant::now();
-            let result = light
-                .get_in_network_posts(with_timeout(request(&[1]), Duration::from_secs(1)))
-                .await;
-            light_latencies.push(sent.elapsed());
-            if let Err(status) = result {
-                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let mut light_latencies = light_calls(connect().await, 8).await;
         let mut totals = Outcomes::default();
         for h in handles {
             totals += h.await.expect("caller");
