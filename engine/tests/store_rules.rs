@@ -183,6 +183,7 @@ fn delete(id: i64, at: i64) -> DeleteEvent {
 rules!(
     reply_visibility_table_of_the_reference,
     answers_are_newest_first_and_truncated,
+    a_small_answer_over_many_authors_reaches_past_filtered_newest_posts,
     retention_filter_keeps_the_current_second_and_drops_the_future,
     duplicates_keep_the_first_record,
     out_of_order_arrivals_stay_ordered,
@@ -247,6 +248,38 @@ fn answers_are_newest_first_and_truncated<S: Subject>() {
         ..FeedQuery::new(0, &[1, 2])
     };
     assert_eq!(ids(&s.get_all_posts_by_users(&q).posts), vec![2, 3]);
+}
+
+/// Few results over many authors: the authors whose newest posts rank highest give nothing
+/// (excluded, or a self-repost of the viewer), so the answer comes from authors ranked far
+/// below them, and from the older posts of the filtered ones, still newest first.
+fn a_small_answer_over_many_authors_reaches_past_filtered_newest_posts<S: Subject>() {
+    let (s, _) = store::<S>();
+    let viewer = 999;
+    let mut posts = Vec::new();
+    // Author a (1..=20) posts at NOW - a and, older, at NOW - 100 - a.
+    for a in 1..=20i64 {
+        posts.push(original(a, a, NOW - a));
+        posts.push(original(100 + a, a, NOW - 100 - a));
+    }
+    // Author 3's newest is a repost of the viewer's own post: never shown to the viewer.
+    posts[4] = repost(3, 3, NOW - 3, 5000, viewer);
+    s.insert_posts(&posts);
+    let authors: Vec<i64> = (1..=20).collect();
+    let exclude: Vec<i64> = vec![1, 2, 4, 5, 6, 7, 8, 9, 10];
+    let q = FeedQuery {
+        max_results: 3,
+        exclude: &exclude,
+        ..FeedQuery::new(viewer, &authors)
+    };
+    assert_eq!(ids(&s.get_all_posts_by_users(&q).posts), vec![11, 12, 13]);
+    let exclude: Vec<i64> = (1..=20).filter(|&id| id != 17).collect();
+    let q = FeedQuery {
+        max_results: 3,
+        exclude: &exclude,
+        ..FeedQuery::new(viewer, &authors)
+    };
+    assert_eq!(ids(&s.get_all_posts_by_users(&q).posts), vec![17, 101, 102]);
 }
 
 fn retention_filter_keeps_the_current_second_and_drops_the_future<S: Subject>() {
