@@ -291,7 +291,7 @@ impl<'b> Merge<'b> {
     fn new(mut keys: BumpVec<'b, u128>, max_results: usize, bump: &'b Bump) -> Self {
         let keep = max_results.max(1);
         let mut reserve = BumpVec::new_in(bump);
-        if keys.len() > 2 * keep {
+        if keys.len() > keep.saturating_mul(2) {
             // Largest first: the best of the rest lands at `keep`.
             keys.select_nth_unstable_by(keep, |a, b| b.cmp(a));
             reserve.extend_from_slice(&keys[keep..]);
