@@ -4,7 +4,8 @@
 //! CPU time per query (median and quartiles over `--rounds` rounds of `--queries` queries),
 //! so two builds can be run alternately and compared without the gRPC stack around them.
 //!
-//! `cargo run --release -p thunder-benches --bin full_query -- [--scale 100] [--rounds 15]`
+//! `cargo run --release -p thunder-benches --bin full_query -- [--scale 100] [--rounds 15]
+//! [--evict-mib 16]`
 
 use clap::Parser;
 use std::time::Duration;
@@ -28,6 +29,11 @@ struct Args {
     /// Ask for videos instead of the feed.
     #[arg(long)]
     videos: bool,
+    /// Before each query, write over this many MiB (untimed), so the query finds the caches
+    /// as a server does after encoding, writing and serving other calls (0: back to back,
+    /// everything the query touched still cached).
+    #[arg(long, default_value_t = 0)]
+    evict_mib: usize,
 }
 
 fn thread_cpu() -> Duration {
@@ -70,24 +76,34 @@ fn main() -> anyhow::Result<()> {
         }
     };
     let posts = run().posts.len();
-    for _ in 0..args.queries {
+    let mut evict = vec![0u8; args.evict_mib << 20];
+    let mut sweep = 0u8;
+    let mut timed = || {
+        sweep = sweep.wrapping_add(1);
+        for line in evict.chunks_mut(64) {
+            line[0] = sweep;
+        }
+        std::hint::black_box(&evict);
+        let start = thread_cpu();
         std::hint::black_box(run());
+        thread_cpu() - start
+    };
+    for _ in 0..args.queries {
+        timed();
     }
     let mut means: Vec<f64> = (0..args.rounds)
         .map(|_| {
-            let start = thread_cpu();
-            for _ in 0..args.queries {
-                std::hint::black_box(run());
-            }
-            (thread_cpu() - start).as_secs_f64() * 1e6 / args.queries as f64
+            let total: Duration = (0..args.queries).map(|_| timed()).sum();
+            total.as_secs_f64() * 1e6 / args.queries as f64
         })
         .collect();
     means.sort_by(f64::total_cmp);
     let at = |q: f64| means[((means.len() - 1) as f64 * q).round() as usize];
     println!(
-        "scale {} follows {} posts/answer {posts}: thread CPU per query p25 / median / p75 {:.1} / {:.1} / {:.1} us ({} rounds of {})",
+        "scale {} follows {} evict {} MiB posts/answer {posts}: thread CPU per query p25 / median / p75 {:.1} / {:.1} / {:.1} us ({} rounds of {})",
         args.scale,
         args.follows,
+        args.evict_mib,
         at(0.25),
         at(0.5),
         at(0.75),
