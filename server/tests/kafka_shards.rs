@@ -6,10 +6,9 @@
 
 mod kafka_support;
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kafka_support::process::{ServerProcess, start_server, wait_serving};
 use kafka_support::*;
 use thunder_client::{ClientConfig, FeedAnswer, ThunderClient};
 use thunder_engine::LightPost;
@@ -17,81 +16,17 @@ use thunder_proto::shard::shard_of;
 use thunder_proto::{GetInNetworkPostsRequest, PerAuthorLimits};
 use thunder_testkit::model::answers_agree;
 use thunder_testkit::synth::SynthConfig;
-use tonic_health::pb::HealthCheckRequest;
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 
 /// Longer than the backlog's two days: nothing sits at the retention edge during the test.
 const RETENTION_SECS: i64 = 3 * 24 * 3600;
 
-/// A `thunder-server` process on free loopback ports; killed on drop.
-struct Node {
-    child: Child,
-    grpc: SocketAddr,
-}
-
-impl Node {
-    fn start(broker: &Broker, topic: &str, shard: Option<&str>) -> Self {
-        let free = || {
-            TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("free port")
-        };
-        let (grpc, admin) = (free(), free());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
-        command
-            .args([
-                "--kafka-brokers",
-                &broker.bootstrap(),
-                "--kafka-topic",
-                topic,
-            ])
-            .args(["--grpc-addr", &grpc.to_string()])
-            .args(["--admin-addr", &admin.to_string()])
-            .args(["--post-retention-seconds", &RETENTION_SECS.to_string()])
-            // Answers are compared exactly: a busy test machine must not degrade them.
-            .args(["--max-degrade-level", "0"])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null());
-        if let Some(shard) = shard {
-            command.env("THUNDER_SHARD", shard);
-        }
-        let child = command.spawn().expect("start thunder-server");
-        Self { child, grpc }
-    }
-
-    fn addr(&self) -> String {
-        self.grpc.to_string()
-    }
-
-    async fn wait_serving(&self) {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            if let Ok(channel) =
-                tonic::transport::Endpoint::from_shared(format!("http://{}", self.grpc))
-                    .expect("uri")
-                    .connect()
-                    .await
-            {
-                let status = HealthClient::new(channel)
-                    .check(HealthCheckRequest::default())
-                    .await
-                    .map(|r| r.into_inner().status);
-                if status.ok() == Some(ServingStatus::Serving as i32) {
-                    return;
-                }
-            }
-            assert!(Instant::now() < deadline, "{} never SERVING", self.grpc);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A `thunder-server` reading `topic`, as a full replica (`shard: None`) or one author shard.
+fn start_node(broker: &Broker, topic: &str, shard: Option<&str>) -> ServerProcess {
+    let flags: &[&str] = match shard {
+        Some(shard) => &["--shard", shard],
+        None => &[],
+    };
+    start_server(broker, topic, RETENTION_SECS, flags)
 }
 
 fn posts(answer: &FeedAnswer) -> Vec<LightPost> {
@@ -155,22 +90,25 @@ fn two_shards_answer_like_a_full_server_and_fail_open_without_one() {
     flush(&producer, events.len() as u64);
     let viewers = viewers_for(&config, 40, &events);
 
-    let full = Node::start(&broker, topic, None);
-    let shard0 = Node::start(&broker, topic, Some("0/2"));
-    let mut shard1 = Node::start(&broker, topic, Some("1/2"));
+    let full = start_node(&broker, topic, None);
+    let shard0 = start_node(&broker, topic, Some("0/2"));
+    let mut shard1 = start_node(&broker, topic, Some("1/2"));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         for node in [&full, &shard0, &shard1] {
-            node.wait_serving().await;
+            wait_serving(node.grpc).await;
         }
         let client_config = ClientConfig {
             hedge_percentile: None,
             ..ClientConfig::default()
         };
-        let replica = ThunderClient::replicas(&[full.addr()], &client_config).expect("client");
-        let sharded =
-            ThunderClient::sharded(&[vec![shard0.addr()], vec![shard1.addr()]], &client_config)
-                .expect("client");
+        let replica =
+            ThunderClient::replicas(&[full.grpc.to_string()], &client_config).expect("client");
+        let sharded = ThunderClient::sharded(
+            &[vec![shard0.grpc.to_string()], vec![shard1.grpc.to_string()]],
+            &client_config,
+        )
+        .expect("client");
         let deadline = Duration::from_secs(10);
         let mut compared = 0;
         let mut cross_shard = 0;
@@ -217,7 +155,7 @@ fn two_shards_answer_like_a_full_server_and_fail_open_without_one() {
         let _ = shard1.child.kill();
         let _ = shard1.child.wait();
         let only_shard0 =
-            ThunderClient::replicas(&[shard0.addr()], &client_config).expect("client");
+            ThunderClient::replicas(&[shard0.grpc.to_string()], &client_config).expect("client");
         let budget = Duration::from_millis(500);
         let mut partial = 0;
         for request in requests(&viewers, &events).into_iter().take(30) {

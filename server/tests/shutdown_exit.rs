@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::task::{Context, Poll};
@@ -11,12 +11,8 @@ use std::time::{Duration, Instant};
 
 use http_body::Frame;
 use thunder_server::server::EXIT_DRAIN_CUT;
+use thunder_testkit::process::spawn_listening;
 use tonic::codegen::{Bytes, Service, http};
-
-fn free_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr")
-}
 
 /// A demo-mode server (small scale) that drains for at most `drain_ms`.
 struct ServerProcess {
@@ -26,21 +22,29 @@ struct ServerProcess {
 
 impl ServerProcess {
     async fn start(drain_ms: u64) -> Self {
-        let (grpc, admin) = (free_addr(), free_addr());
-        let server = Command::new(env!("CARGO_BIN_EXE_thunder-server"))
-            .args([
-                "--grpc-addr",
-                &grpc.to_string(),
-                "--admin-addr",
-                &admin.to_string(),
-            ])
-            .args(["--demo-scale", "1000", "--demo-events-per-sec", "0"])
-            .args(["--shutdown-timeout-ms", &drain_ms.to_string()])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .spawn()
-            .map(|child| Self { child, grpc })
-            .expect("start thunder-server");
+        let started = spawn_listening(
+            |grpc, admin| {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
+                command
+                    .args([
+                        "--grpc-addr",
+                        &grpc.to_string(),
+                        "--admin-addr",
+                        &admin.to_string(),
+                    ])
+                    .args(["--demo-scale", "1000", "--demo-events-per-sec", "0"])
+                    .args(["--shutdown-timeout-ms", &drain_ms.to_string()])
+                    .env("RUST_LOG", "warn")
+                    .stdin(Stdio::null());
+                command
+            },
+            Duration::from_secs(60),
+        );
+        let admin = started.admin;
+        let server = Self {
+            child: started.child,
+            grpc: started.grpc,
+        };
         let until = Instant::now() + Duration::from_secs(60);
         while Instant::now() < until {
             if std::net::TcpStream::connect(admin).is_ok()

@@ -1,25 +1,19 @@
 //! A real `thunder-server` process fed by a broker, killed (SIGKILL) on drop, and its gRPC
 //! health as a balancer sees it.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use thunder_engine::LightPost;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
+use thunder_testkit::process::spawn_listening;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use super::{Broker, TIMEOUT};
-
-/// A free 127.0.0.1 port.
-pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-}
 
 /// The server process and its addresses; killed on drop.
 pub struct ServerProcess {
@@ -46,35 +40,43 @@ pub fn start_server(
     retention_secs: i64,
     extra: &[&str],
 ) -> ServerProcess {
-    let (grpc, admin) = (free_addr(), free_addr());
-    let child = Command::new(env!("CARGO_BIN_EXE_thunder-server"))
-        .args([
-            "--kafka-brokers",
-            &broker.bootstrap(),
-            "--kafka-topic",
-            topic,
-        ])
-        .args([
-            "--grpc-addr",
-            &grpc.to_string(),
-            "--admin-addr",
-            &admin.to_string(),
-        ])
-        .args([
-            "--kafka-num-threads",
-            "2",
-            "--kafka-stall-timeout-secs",
-            "2",
-        ])
-        .args(["--post-retention-seconds", &retention_secs.to_string()])
-        // Answers are compared exactly: a busy test machine must not degrade them.
-        .args(["--max-degrade-level", "0"])
-        .args(extra)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start thunder-server");
-    ServerProcess { child, grpc, admin }
+    let started = spawn_listening(
+        |grpc, admin| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
+            command
+                .args([
+                    "--kafka-brokers",
+                    &broker.bootstrap(),
+                    "--kafka-topic",
+                    topic,
+                ])
+                .args([
+                    "--grpc-addr",
+                    &grpc.to_string(),
+                    "--admin-addr",
+                    &admin.to_string(),
+                ])
+                .args([
+                    "--kafka-num-threads",
+                    "2",
+                    "--kafka-stall-timeout-secs",
+                    "2",
+                ])
+                .args(["--post-retention-seconds", &retention_secs.to_string()])
+                // Answers are compared exactly: a busy test machine must not degrade them.
+                .args(["--max-degrade-level", "0"])
+                .args(extra)
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null());
+            command
+        },
+        TIMEOUT,
+    );
+    ServerProcess {
+        child: started.child,
+        grpc: started.grpc,
+        admin: started.admin,
+    }
 }
 
 /// The gRPC health status, `None` while the server does not answer.
