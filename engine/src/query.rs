@@ -105,6 +105,12 @@ thread_local! {
 /// How often (in authors or popped entries) the deadline is looked at.
 const DEADLINE_STRIDE: usize = 64;
 
+/// How far behind the merge's top a ranked stream is materialized.
+const MATERIALIZE_AHEAD: usize = 2;
+
+/// How far behind that a ranked stream's buffer is prefetched.
+const PREFETCH_AHEAD: usize = 4;
+
 /// Hints the CPU to load the line holding `ptr`.
 #[inline(always)]
 pub(crate) fn prefetch(ptr: *const u8) {
@@ -141,6 +147,8 @@ struct Stream<'g> {
     taken: u16,
     limit: u16,
     examined: u16,
+    /// Materialized and found nothing readable at or below its rank.
+    done: bool,
 }
 
 /// Everything a stream needs to advance.
@@ -284,6 +292,8 @@ struct Merge<'b> {
     reserve_best: Option<u128>,
     /// Whether the last `top` came from the heap.
     top_in_heap: bool,
+    /// `ranked` positions below this were handed out by `next_ahead`.
+    ahead: usize,
 }
 
 impl<'b> Merge<'b> {
@@ -305,6 +315,7 @@ impl<'b> Merge<'b> {
             reserve_best: reserve.first().copied(),
             reserve,
             top_in_heap: false,
+            ahead: 0,
         }
     }
 
@@ -323,6 +334,7 @@ impl<'b> Merge<'b> {
             self.next = 0;
             self.reserve.clear();
             self.reserve_best = None;
+            self.ahead = 0;
             ranked = self.ranked.first().copied();
         }
         // Keys are distinct (they end in the stream index).
@@ -330,11 +342,23 @@ impl<'b> Merge<'b> {
         ranked.max(heap)
     }
 
-    /// The keys that leave the queue next after the top, for prefetching.
-    fn after_top(&self) -> impl Iterator<Item = u128> + '_ {
-        let ranked = self.ranked.iter().skip(self.next + 1).take(2);
-        let heap = self.heap.iter().skip(1).take(2);
-        ranked.chain(heap).copied()
+    /// The next key of `ranked` after the top and at most `depth` places behind it that was
+    /// not handed out yet, for work ahead of the merge.
+    #[inline]
+    fn next_ahead(&mut self, depth: usize) -> Option<u128> {
+        self.ahead = self.ahead.max(self.next + 1);
+        if self.ahead > self.next + depth {
+            return None;
+        }
+        let key = self.ranked.get(self.ahead).copied()?;
+        self.ahead += 1;
+        Some(key)
+    }
+
+    /// The key of `ranked` `depth` places behind the top, if any.
+    #[inline]
+    fn ranked_behind(&self, depth: usize) -> Option<u128> {
+        self.ranked.get(self.next + depth).copied()
     }
 
     /// Takes the top out (its stream is done).
@@ -533,6 +557,7 @@ impl PostStore {
                         taken: 0,
                         limit: limit as u16,
                         examined: 0,
+                        done: false,
                     });
                 }
             }
@@ -556,27 +581,38 @@ impl PostStore {
                 break;
             }
             let index = stream_of(top);
-            if streams[index].snap.is_none() {
-                // Start loading the buffers of the streams that come next so their misses
-                // overlap with this one.
-                for near in queue.after_top() {
-                    let other = &streams[stream_of(near)];
-                    if other.snap.is_none() {
-                        prefetch(other.timeline.buffer_ptr(&g.epoch));
-                    }
+            // Work ahead on the ranked streams that leave the queue next, so that the misses
+            // of a stream's first steps (its buffer, then its newest entry's record) overlap
+            // with the merge instead of following one another: a stream `MATERIALIZE_AHEAD`
+            // places behind the top is materialized (which prefetches its entry's record),
+            // one `PREFETCH_AHEAD` places further has its buffer prefetched.
+            while let Some(key) = queue.next_ahead(MATERIALIZE_AHEAD) {
+                let stream = &mut streams[stream_of(key)];
+                if stream.snap.is_none() && !stream.done {
+                    stream.done = !reader.materialize(stream, &g.epoch);
                 }
-                let stream = &mut streams[index];
-                let rank = stream.current;
-                if !reader.materialize(stream, &g.epoch) {
-                    queue.pop();
-                    continue;
+            }
+            if let Some(key) = queue.ranked_behind(MATERIALIZE_AHEAD + PREFETCH_AHEAD) {
+                let stream = &streams[stream_of(key)];
+                if stream.snap.is_none() {
+                    prefetch(stream.timeline.buffer_ptr(&g.epoch));
                 }
-                if stream.current.key() != rank.key() {
-                    // Below its rank (an upper bound, or published before a delete or an
-                    // eviction): re-rank.
-                    queue.replace(heap_key(stream.current, index));
-                    continue;
-                }
+            }
+            let stream = &mut streams[index];
+            if stream.snap.is_none() && !stream.done {
+                stream.done = !reader.materialize(stream, &g.epoch);
+            }
+            if stream.done {
+                queue.pop();
+                continue;
+            }
+            let key = heap_key(stream.current, index);
+            if key != top {
+                // Materialized below its rank (an upper bound, or published before a delete
+                // or an eviction): re-rank. A stream already read is always keyed by its
+                // current entry.
+                queue.replace(key);
+                continue;
             }
             let stream = &mut streams[index];
             let entry = stream.current;
