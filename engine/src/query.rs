@@ -614,7 +614,6 @@ impl PostStore {
                 queue.replace(key);
                 continue;
             }
-            let stream = &mut streams[index];
             let entry = stream.current;
             if let Some(record) = self.arena.read(entry.slot, entry.post_id)
                 && (stream.kind != Kind::Videos
