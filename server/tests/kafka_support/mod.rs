@@ -10,7 +10,7 @@
 pub mod process;
 
 use std::collections::HashSet;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -72,13 +72,6 @@ pub fn broker_binary() -> PathBuf {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free 127.0.0.1 port")
-}
-
 /// A broker process on 127.0.0.1 with its own data directory; stopped (and the data
 /// removed) on drop.
 pub struct Broker {
@@ -97,7 +90,7 @@ impl Broker {
             .expect("temp dir");
         let mut broker = Self {
             bin: broker_binary(),
-            port: free_port(),
+            port: thunder_testkit::process::free_addr().port(),
             data,
             child: None,
         };
