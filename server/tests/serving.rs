@@ -374,7 +374,7 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
     // DEADLINE_EXCEEDED at 90% of the deadline, but with one worker the answer's write also
     // waits in the run queue, and the client (in this process, a debug build, on the same two
     // cores) decodes 1200-post answers for up to 64 callers: some `ok` arrive late. Measured
-    // on one machine in nine runs: 17-36% of the calls answered in time, 21-47% of the `ok`
+    // on one machine in twelve runs: 17-42% of the calls answered in time, 21-47% of the `ok`
     // late (on another, earlier: 3-15% late; unstamped 37%, so the late share alone does not
     // tell the stamp's effect: the in-time share does). Bounds with room beyond the worst.
     let calls = totals.ok + totals.exhausted + totals.deadline_exceeded + totals.other;
