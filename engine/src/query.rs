@@ -182,6 +182,16 @@ impl Reader<'_> {
         false
     }
 
+    /// Materializes `s` the first time it is reached (at the top or working ahead); false when
+    /// it has nothing readable at or below its rank.
+    #[inline]
+    fn reach<'g>(&self, s: &mut Stream<'g>, guard: &'g crossbeam_epoch::Guard) -> bool {
+        if s.snap.is_none() && !s.done {
+            s.done = !self.materialize(s, guard);
+        }
+        !s.done
+    }
+
     /// Moves to the next older entry that is neither excluded nor expired; false when none.
     #[inline]
     fn advance(&self, s: &mut Stream<'_>) -> bool {
@@ -587,10 +597,7 @@ impl PostStore {
             // places behind the top is materialized (which prefetches its entry's record),
             // one `PREFETCH_AHEAD` places further has its buffer prefetched.
             while let Some(key) = queue.next_ahead(MATERIALIZE_AHEAD) {
-                let stream = &mut streams[stream_of(key)];
-                if stream.snap.is_none() && !stream.done {
-                    stream.done = !reader.materialize(stream, &g.epoch);
-                }
+                reader.reach(&mut streams[stream_of(key)], &g.epoch);
             }
             if let Some(key) = queue.ranked_behind(MATERIALIZE_AHEAD + PREFETCH_AHEAD) {
                 let stream = &streams[stream_of(key)];
@@ -599,10 +606,7 @@ impl PostStore {
                 }
             }
             let stream = &mut streams[index];
-            if stream.snap.is_none() && !stream.done {
-                stream.done = !reader.materialize(stream, &g.epoch);
-            }
-            if stream.done {
+            if !reader.reach(stream, &g.epoch) {
                 queue.pop();
                 continue;
             }
