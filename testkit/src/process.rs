@@ -3,8 +3,9 @@
 //! A port found free by binding port 0 and letting it go can be taken again before the
 //! server binds it (another test's listener, or an outgoing connection given the same
 //! ephemeral port), and the server then exits with "Address already in use". The helper here
-//! starts the process, waits until it listens on both ports, and starts it again on new ports
-//! when it exited first.
+//! starts the process, waits until it listens on both ports (its own listening sockets, read
+//! from /proc, not merely something accepting there), and starts it again on new ports when
+//! it exited first.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus};
@@ -55,12 +56,20 @@ pub fn spawn_listening(
             }
             let listening = |addr| TcpStream::connect_timeout(&addr, Duration::from_secs(1));
             if listening(grpc).is_ok() && listening(admin).is_ok() {
-                // Someone listens there; a process that lost a port to another listener
-                // exits at once, so look again after a moment.
-                std::thread::sleep(Duration::from_millis(100));
-                match child.try_wait() {
-                    Ok(Some(status)) => break Some(status),
-                    _ => break None,
+                // Someone listens there: the process itself, or another listener that took a
+                // port first (then the process exits soon, and the loop sees it).
+                match holds_listeners(child.id(), [grpc.port(), admin.port()]) {
+                    Some(true) => break None,
+                    Some(false) => {}
+                    None => {
+                        // No /proc to ask: a process that lost a port exits at once, so
+                        // look again after a moment.
+                        std::thread::sleep(Duration::from_millis(100));
+                        match child.try_wait() {
+                            Ok(Some(status)) => break Some(status),
+                            _ => break None,
+                        }
+                    }
                 }
             }
             if Instant::now() >= until {
@@ -74,6 +83,36 @@ pub fn spawn_listening(
         }
     }
     panic!("the process exited before listening, {ATTEMPTS} times on new ports: {exits:?}");
+}
+
+/// Whether process `pid` holds a listening TCP socket on each of `ports` (`None` when /proc
+/// cannot tell). Answered at once, unlike waiting to see whether the process exits: a test
+/// that polls the process right after start (readiness, say) sees it from its first moments.
+fn holds_listeners(pid: u32, ports: [u16; 2]) -> Option<bool> {
+    use procfs::net::TcpState;
+    use procfs::process::{FDTarget, Process};
+    let listeners: Vec<(u16, u64)> = procfs::net::tcp()
+        .ok()?
+        .into_iter()
+        .chain(procfs::net::tcp6().unwrap_or_default())
+        .filter(|e| e.state == TcpState::Listen)
+        .map(|e| (e.local_address.port(), e.inode))
+        .filter(|(port, _)| ports.contains(port))
+        .collect();
+    let held: Vec<u64> = Process::new(i32::try_from(pid).ok()?)
+        .ok()?
+        .fd()
+        .ok()?
+        .filter_map(|fd| match fd.ok()?.target {
+            FDTarget::Socket(inode) => Some(inode),
+            _ => None,
+        })
+        .collect();
+    Some(ports.iter().all(|port| {
+        listeners
+            .iter()
+            .any(|(p, inode)| p == port && held.contains(inode))
+    }))
 }
 
 #[cfg(test)]
@@ -116,6 +155,26 @@ mod tests {
         assert_eq!(started.child.try_wait().expect("status"), None);
         started.child.kill().expect("kill");
         started.child.wait().expect("wait");
+    }
+
+    #[test]
+    fn the_listeners_are_told_apart_by_their_process() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let other = free_addr().port();
+        assert_eq!(
+            holds_listeners(std::process::id(), [port, port]),
+            Some(true)
+        );
+        // A port nobody listens on, and a process that holds none of them.
+        assert_eq!(
+            holds_listeners(std::process::id(), [port, other]),
+            Some(false)
+        );
+        let mut sleeper = Command::new("sleep").arg("30").spawn().expect("sleep");
+        assert_eq!(holds_listeners(sleeper.id(), [port, port]), Some(false));
+        sleeper.kill().expect("kill");
+        sleeper.wait().expect("wait");
     }
 
     #[test]
