@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thunder_benches::baseline::TimelineKind;
-use thunder_benches::memory::{peak_rss_bytes, release_free_memory, rss_bytes};
+use thunder_benches::memory::{self, peak_rss_bytes, release_free_memory, rss_bytes};
 use thunder_benches::{BaselineStore, DEFAULT_BATCH_EVENTS, batches, cpu_time, load};
 use thunder_engine::config::{
     DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
@@ -483,12 +483,9 @@ fn run_store(
     (run, agreements)
 }
 
-/// Waits `--settle-secs`, so that the memory freed before a timed load has gone back to the
-/// host and every load faults in pages that cost the same.
+/// Waits `--settle-secs` before a timed load ([`memory::settle`]).
 fn settle(args: &Args) {
-    if args.settle_secs > 0.0 {
-        std::thread::sleep(Duration::from_secs_f64(args.settle_secs));
-    }
+    memory::settle(args.settle_secs);
 }
 
 /// How many viewers (the first ones) the query-under-ingest phase queries.

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use serde_json::json;
-use thunder_benches::memory::{release_free_memory, rss_bytes};
+use thunder_benches::memory::{release_free_memory, rss_bytes, settle};
 use thunder_benches::{DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::{DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN};
 use thunder_engine::snapshot::{
@@ -55,6 +55,11 @@ struct Args {
     /// side-by-side figure.
     #[arg(long)]
     per_post_too: bool,
+    /// Seconds to wait before each timed load, with the memory freed before it released
+    /// (as `compare --settle-secs`): without the wait, a load that follows a freed store runs
+    /// partly on pages that are cheap to fault in again, and the first load does not.
+    #[arg(long, default_value_t = 5.0)]
+    settle_secs: f64,
 }
 
 /// CPU time of the whole process (every thread), in seconds: on a shared machine the load's
@@ -196,6 +201,8 @@ fn main() -> Result<()> {
         write.as_secs_f64()
     );
 
+    release_free_memory();
+    settle(args.settle_secs);
     let (loaded, report, load_secs) = load_file(&path, &clock, args.load_threads, true)?;
     eprintln!(
         "load vs in-process replay of the same events: {load_secs:.2}s vs {:.2}s ({:.1}x faster)",
@@ -212,10 +219,11 @@ fn main() -> Result<()> {
     drop(loaded);
     let mut per_post_secs = None;
     if args.per_post_too {
-        // The per-post path, then the bulk build again: the first load of a process takes
-        // fresh pages from the kernel, later ones may reuse freed memory, so the bulk build
-        // is measured both before and after the per-post load.
+        // The per-post path, then the bulk build again, each after the settling wait; the
+        // bulk build is measured both before and after the per-post load, so that what is
+        // left of an order effect shows.
         release_free_memory();
+        settle(args.settle_secs);
         let (per_post, _, secs) = load_file(&path, &clock, args.load_threads, false)?;
         let (differ, _) = disagreements(&store, &per_post, &viewers);
         if differ > 0 {
@@ -223,6 +231,7 @@ fn main() -> Result<()> {
         }
         drop(per_post);
         release_free_memory();
+        settle(args.settle_secs);
         let (_, _, again) = load_file(&path, &clock, args.load_threads, true)?;
         eprintln!(
             "bulk load vs per-post load: {load_secs:.2}s (again after it: {again:.2}s) vs {secs:.2}s ({:.1}x / {:.1}x faster)",
@@ -287,6 +296,7 @@ fn main() -> Result<()> {
             "query_during_snapshot_p50_ms": ms(&during, 0.5),
             "query_during_snapshot_p99_ms": ms(&during, 0.99),
             "p99_ratio": ratio, "pace_mib_per_sec": args.pace_mib_per_sec,
+            "settle_secs": args.settle_secs,
         })
     );
     Ok(())
