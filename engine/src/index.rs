@@ -25,8 +25,8 @@
 //! Overflow bits are sticky until the next growth rebuilds them; removal just clears a word.
 
 use crate::counter::StripedCount;
-use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use crate::sync::{Mutex, Retirer};
 use crossbeam_epoch::Guard;
 use std::hash::BuildHasher;
 
@@ -263,9 +263,8 @@ pub(crate) struct TagIndex {
     /// Serialises growth.
     grow_lock: Mutex<()>,
     seed: u64,
-    /// Tables replaced under loom, freed on drop (loom does not model crossbeam-epoch).
-    #[cfg(thunder_loom)]
-    graveyard: Mutex<Vec<usize>>,
+    /// Frees replaced tables.
+    retirer: Retirer<Table>,
 }
 
 impl std::fmt::Debug for TagIndex {
@@ -275,13 +274,6 @@ impl std::fmt::Debug for TagIndex {
             .finish_non_exhaustive()
     }
 }
-
-/// The old table, handed to the epoch to free once no reader can hold it.
-struct Retired(*mut Table);
-// SAFETY: the pointer is owned (it came from `Box::into_raw` and is no longer reachable from
-// the index); moving it to the thread that runs the deferred drop is moving a `Box<Table>`,
-// and `Table` is `Send` (atomics and boxes of atomics).
-unsafe impl Send for Retired {}
 
 impl TagIndex {
     /// An empty index with room for about `capacity` keys before its first growth.
@@ -300,8 +292,7 @@ impl TagIndex {
             len: StripedCount::default(),
             grow_lock: Mutex::new(()),
             seed,
-            #[cfg(thunder_loom)]
-            graveyard: Mutex::new(Vec::new()),
+            retirer: Retirer::new(),
         }
     }
 
@@ -557,28 +548,9 @@ impl TagIndex {
         let old_ptr = self
             .table
             .swap(Box::into_raw(Box::new(new)), Ordering::AcqRel);
-        self.retire(Retired(old_ptr), guard);
-    }
-
-    #[cfg(not(thunder_loom))]
-    fn retire(&self, old: Retired, guard: &Guard) {
-        // SAFETY: `old` is no longer reachable from the index (the swap above replaced it);
-        // readers that loaded it hold guards pinned before now, and the epoch runs this only
-        // after all of those are gone.
-        unsafe {
-            guard.defer_unchecked(move || {
-                let old = old;
-                drop(Box::from_raw(old.0));
-            });
-        }
-    }
-
-    #[cfg(thunder_loom)]
-    fn retire(&self, old: Retired, _guard: &Guard) {
-        self.graveyard
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(old.0 as usize);
+        // SAFETY: `old_ptr` came from `Box::into_raw` and the swap above made it unreachable
+        // for new readers; it is retired here once.
+        unsafe { self.retirer.retire(old_ptr, guard) };
     }
 }
 
@@ -588,16 +560,6 @@ impl Drop for TagIndex {
         // SAFETY: `&mut self`: no reader or writer is left; the table came from `Box::into_raw`
         // and is freed only here (replaced ones were handed to `retire`).
         drop(unsafe { Box::from_raw(table) });
-        #[cfg(thunder_loom)]
-        for old in self
-            .graveyard
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .drain(..)
-        {
-            // SAFETY: each came from `Box::into_raw` and was put here once, by `retire`.
-            drop(unsafe { Box::from_raw(old as *mut Table) });
-        }
     }
 }
 

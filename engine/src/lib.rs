@@ -74,6 +74,7 @@ pub mod snapshot;
 mod store;
 mod sync;
 mod timeline;
+mod tombstone_filter;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::Store;

@@ -32,3 +32,77 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 /// `std::sync::Mutex`, or loom's model of it under `cfg(thunder_loom)`.
 #[cfg(thunder_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
+
+/// Frees boxes that concurrent readers may still hold (a replaced index table, a renewed
+/// tombstone filter) once they are gone: through crossbeam-epoch, or, under loom (which does
+/// not model the epoch), in a graveyard freed with the owner.
+pub(crate) struct Retirer<T> {
+    #[cfg(thunder_loom)]
+    graveyard: Mutex<Vec<usize>>,
+    _boxes: std::marker::PhantomData<fn(Box<T>)>,
+}
+
+/// A retired box on its way to the epoch's deferred drop.
+#[cfg(not(thunder_loom))]
+struct RetiredBox<T>(*mut T);
+
+// SAFETY: the pointer is owned (it came from `Box::into_raw` and is unreachable for new
+// readers); moving it to the thread that runs the deferred drop moves a `Box<T>`, which is
+// `Send` when `T` is.
+#[cfg(not(thunder_loom))]
+unsafe impl<T: Send> Send for RetiredBox<T> {}
+
+impl<T: Send + 'static> Retirer<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            #[cfg(thunder_loom)]
+            graveyard: Mutex::new(Vec::new()),
+            _boxes: std::marker::PhantomData,
+        }
+    }
+
+    /// Frees `old` once every guard pinned before now (such as `guard`) is gone.
+    ///
+    /// # Safety
+    /// `old` came from `Box::into_raw`, no new reader can reach it any more, and it is
+    /// retired once.
+    #[cfg(not(thunder_loom))]
+    pub(crate) unsafe fn retire(&self, old: *mut T, guard: &crossbeam_epoch::Guard) {
+        let old = RetiredBox(old);
+        // SAFETY: readers that loaded `old` hold guards pinned before now (the caller's
+        // contract), and the epoch runs this only after all of those are gone.
+        unsafe {
+            guard.defer_unchecked(move || {
+                let old = old;
+                drop(Box::from_raw(old.0));
+            });
+        }
+    }
+
+    /// Keeps `old` until this retirer is dropped (loom models take no epoch).
+    ///
+    /// # Safety
+    /// As the non-loom `retire`.
+    #[cfg(thunder_loom)]
+    pub(crate) unsafe fn retire(&self, old: *mut T, _guard: &crossbeam_epoch::Guard) {
+        self.graveyard
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(old as usize);
+    }
+}
+
+#[cfg(thunder_loom)]
+impl<T> Drop for Retirer<T> {
+    fn drop(&mut self) {
+        for old in self
+            .graveyard
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+        {
+            // SAFETY: each came from `Box::into_raw` and was put here once, by `retire`.
+            drop(unsafe { Box::from_raw(old as *mut T) });
+        }
+    }
+}

@@ -209,6 +209,7 @@ rules!(
     a_delete_older_than_the_retention_still_blocks_its_create_when_it_arrives,
     a_dropped_create_raises_the_tombstone_basis_to_its_created_at,
     tombstones_outlive_the_entries_they_cover,
+    tombstones_hold_across_rounds_of_expiry_and_trim,
     trim_counts_every_timeline_and_returns_memory,
     trim_only_touches_its_shard,
     repeated_authors_are_read_once_and_unknown_ones_are_fine,
@@ -858,6 +859,57 @@ fn tombstones_outlive_the_entries_they_cover<S: Subject>() {
         }
         .of::<S>()
     );
+}
+
+fn tombstones_hold_across_rounds_of_expiry_and_trim<S: Subject>() {
+    // Enough deletes for the engine's trims to renew its tombstone filter on the way (once
+    // the ids added since the last renewal reach twice the live tombstones, and 65,536; see
+    // `tombstone_filter.rs`): a tombstone live at a trim, or written after it, must still
+    // block its create.
+    let (s, clock) = store::<S>();
+    let per_round = 70_000i64;
+    let mut now = NOW;
+    for round in 0..3 {
+        let first = round * 1_000_000;
+        let deletes: Vec<DeleteEvent> = (first..first + per_round)
+            .map(|id| delete(id, now))
+            .collect();
+        for batch in deletes.chunks(1000) {
+            s.mark_as_deleted(batch);
+        }
+        // This round's tombstones outlive the trim; the round before's expire at it.
+        clock.advance(RETENTION * 3 / 4);
+        now += RETENTION * 3 / 4;
+        s.mark_as_deleted(&[delete(first + 900_000, now)]);
+        let expired = s.trim_all().tombstones_expired;
+        if round == 0 {
+            assert_eq!(expired, 0);
+        } else {
+            assert!(
+                expired >= per_round as usize - 4,
+                "round {round}: {expired}"
+            );
+        }
+        s.mark_as_deleted(&[delete(first + 900_001, now)]);
+        let held = [
+            first,
+            first + per_round - 1,
+            first + 900_000,
+            first + 900_001,
+        ];
+        let creates: Vec<LightPost> = held.iter().map(|&id| original(id, 1, now - 1)).collect();
+        let r = s.insert_posts(&creates);
+        assert_eq!((r.tombstoned, r.inserted), (4, 0), "round {round}");
+        if round > 0 {
+            // The round before's tombstones expired: their creates go in.
+            let before = first - 1_000_000;
+            let r = s.insert_posts(&[
+                original(before + 5, 1, now - 1),
+                original(before + 6, 1, now - 1),
+            ]);
+            assert_eq!((r.tombstoned, r.inserted), (0, 2), "round {round}");
+        }
+    }
 }
 
 fn trim_counts_every_timeline_and_returns_memory<S: Subject>() {
