@@ -120,9 +120,10 @@ impl TombstoneFilter {
     /// The filter checks read now; valid while `_guard` is pinned.
     #[inline]
     fn current<'g>(&self, _guard: &'g Guard) -> &'g Words {
-        // SAFETY: `current` is never null and points to a live `Words` from `Box::into_raw`;
-        // a replaced filter is freed only through the epoch (`retire`), after every guard
-        // pinned before the replacement (such as `_guard`, which outlives `'g`) is gone.
+        // SAFETY: `current` is never null and points to a `Words` from `Box::into_raw`; a
+        // replaced filter is freed only through the epoch (`renew`), after every guard pinned
+        // before the replacement is gone. `_guard` was pinned before this load, and the
+        // reference lives no longer than its borrow.
         unsafe { &*self.current.load(SeqCst) }
     }
 
@@ -145,8 +146,8 @@ impl TombstoneFilter {
         fence(SeqCst);
         let next = self.next.load(SeqCst);
         if !next.is_null() {
-            // SAFETY: a renewal retires its `next` (then `current`) filter only through the
-            // epoch, after clearing this pointer; `guard` was pinned before this load.
+            // SAFETY: the filter `next` names becomes `current` and is freed only after a
+            // later renewal replaces it, through the epoch; `guard` was pinned before this load.
             unsafe { &*next }.set(post_id);
         }
         self.current(guard).set(post_id);
