@@ -36,6 +36,7 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use crossbeam_epoch::Guard;
 
+use crate::counter::StripedCount;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, fence};
 use crate::sync::{Mutex, Retirer};
 
@@ -90,8 +91,8 @@ pub(crate) struct TombstoneFilter {
     current: AtomicPtr<Words>,
     /// The filter a renewal is filling, or null. From `Box::into_raw`; owned by the renewal.
     next: AtomicPtr<Words>,
-    /// Adds since the store was made.
-    adds: AtomicU64,
+    /// Adds since the store was made (striped: every writer's deletes count here).
+    adds: StripedCount,
     /// `adds` when the current filter was built; held while renewing (one renewal at a time).
     renewed_at: Mutex<u64>,
     /// Frees replaced filters.
@@ -101,7 +102,7 @@ pub(crate) struct TombstoneFilter {
 impl std::fmt::Debug for TombstoneFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TombstoneFilter")
-            .field("adds", &self.adds.load(Relaxed))
+            .field("adds", &self.adds)
             .finish_non_exhaustive()
     }
 }
@@ -111,7 +112,7 @@ impl TombstoneFilter {
         Self {
             current: AtomicPtr::new(Box::into_raw(Box::new(Words::new()))),
             next: AtomicPtr::new(std::ptr::null_mut()),
-            adds: AtomicU64::new(0),
+            adds: StripedCount::default(),
             renewed_at: Mutex::new(0),
             retirer: Retirer::new(),
         }
@@ -151,7 +152,7 @@ impl TombstoneFilter {
             unsafe { &*next }.set(post_id);
         }
         self.current(guard).set(post_id);
-        self.adds.fetch_add(1, Relaxed);
+        self.adds.add(1);
     }
 
     /// Renews the filter if the bits set since the last renewal reach twice the `live`
@@ -171,8 +172,8 @@ impl TombstoneFilter {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => return false,
         };
-        let adds = self.adds.load(Relaxed);
-        if adds - *renewed_at < (2 * live as u64).max(RENEW_MIN_ADDS) {
+        let adds = self.adds.sum_usize() as u64;
+        if adds.saturating_sub(*renewed_at) < (2 * live as u64).max(RENEW_MIN_ADDS) {
             return false;
         }
         *renewed_at = adds;

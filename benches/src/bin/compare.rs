@@ -319,7 +319,7 @@ fn run_store(
 
     // One writer: ingest rate, then resident bytes of what stays.
     release_free_memory();
-    settle(args);
+    memory::settle(args.settle_secs);
     let rss_before = rss_bytes();
     let clock = Arc::new(ManualClock::new(w.config.now_secs));
     let built = Built::new(kind, Arc::clone(&clock));
@@ -465,7 +465,7 @@ fn run_store(
     // Two writers, on a fresh store, last: a store freed before the one-writer load could
     // leave memory behind that the RSS delta would then miss.
     release_free_memory();
-    settle(args);
+    memory::settle(args.settle_secs);
     let built = Built::new(kind, Arc::new(ManualClock::new(w.config.now_secs)));
     let cpu_before = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID);
     let presized = built.presize(args, w.events as usize);
@@ -481,11 +481,6 @@ fn run_store(
     drop(built);
     release_free_memory();
     (run, agreements)
-}
-
-/// Waits `--settle-secs` before a timed load ([`memory::settle`]).
-fn settle(args: &Args) {
-    memory::settle(args.settle_secs);
 }
 
 /// How many viewers (the first ones) the query-under-ingest phase queries.
