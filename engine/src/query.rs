@@ -111,6 +111,11 @@ const MATERIALIZE_AHEAD: usize = 2;
 /// How far behind that a ranked stream's buffer is prefetched.
 const PREFETCH_AHEAD: usize = 4;
 
+/// How far behind that a ranked stream's timeline (in its author's record) is prefetched: the
+/// record was read when the authors were resolved, but a large request's records have left
+/// the cache by the time the merge reaches them, and the buffer's address is in the record.
+const RECORD_AHEAD: usize = 4;
+
 /// Hints the CPU to load the line holding `ptr`.
 #[inline(always)]
 pub(crate) fn prefetch(ptr: *const u8) {
@@ -707,7 +712,9 @@ impl PostStore {
             // of a stream's first steps (its buffer, then its newest entry's record) overlap
             // with the merge instead of following one another: a stream `MATERIALIZE_AHEAD`
             // places behind the top is materialized (which prefetches its entry's record),
-            // one `PREFETCH_AHEAD` places further has its buffer prefetched.
+            // one `PREFETCH_AHEAD` places further has its buffer prefetched, and one
+            // `RECORD_AHEAD` places further still has its timeline (the line of its author's
+            // record that holds the buffer's address) prefetched.
             while let Some(key) = queue.next_ahead(MATERIALIZE_AHEAD) {
                 reader.reach(&mut streams[stream_of(key)], &g.epoch);
             }
@@ -715,6 +722,14 @@ impl PostStore {
                 let stream = &streams[stream_of(key)];
                 if stream.snap.is_none() {
                     prefetch(stream.timeline.buffer_ptr(&g.epoch));
+                }
+            }
+            if let Some(key) =
+                queue.ranked_behind(MATERIALIZE_AHEAD + PREFETCH_AHEAD + RECORD_AHEAD)
+            {
+                let stream = &streams[stream_of(key)];
+                if stream.snap.is_none() {
+                    prefetch((stream.timeline as *const Timeline).cast());
                 }
             }
             let stream = &mut streams[index];
