@@ -44,7 +44,7 @@ start_and_time() {
     admin="$(free_port)"
     grpc="$(free_port)"
     started="$(date +%s.%N)"
-    RUST_LOG=warn "$BIN/thunder-server" --kafka-brokers "$KAFKA_BROKERS" \
+    RUST_LOG=warn,thunder_server::snapshot=info "$BIN/thunder-server" --kafka-brokers "$KAFKA_BROKERS" \
         --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
         --snapshot-dir "$WORK/snapshots" --snapshot-interval-secs 0 >"$WORK/server.log" 2>&1 &
     SERVER_PID=$!
@@ -74,5 +74,9 @@ bytes="$(stat -c %s "$snapshot")"
 start_and_time
 warm="$ELAPSED"
 echo "from the snapshot: ready in ${warm}s, ${CPU}s of server CPU, ${OVERSIZED:-?} oversized fetch responses" >&2
+# The load's own share of that (the rest is start-up and the Kafka catch-up).
+sed 's/\x1b\[[0-9;]*m//g' "$WORK/server.log" | grep 'snapshot loaded' \
+    | grep -oE ' (posts|took_secs|read_secs)=[0-9.]+' | tr -d '\n' | sed 's/^/  load:/' >&2 || true
+echo >&2
 stop_server
 echo "scale $SCALE: ready after a cold replay in ${cold}s, after loading a ${bytes}-byte snapshot in ${warm}s ($(python3 -c "print(round($cold / $warm, 1))")x faster)"
