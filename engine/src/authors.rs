@@ -19,10 +19,11 @@ use crossbeam_queue::SegQueue;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// log2 of the authors per chunk: 16384 records of 128 bytes, one 2 MiB huge page (see
-/// `ensure_chunk`). Loom's records are larger and boxed, so its chunks stay small.
-#[cfg(not(thunder_loom))]
+/// `ensure_chunk`). Loom's records are larger and boxed, so its chunks stay small; so do a
+/// fuzzing build's, which makes a store per input and would map and fill 2 MiB for each.
+#[cfg(not(any(thunder_loom, fuzzing)))]
 const CHUNK_SHIFT: u32 = 14;
-#[cfg(thunder_loom)]
+#[cfg(any(thunder_loom, fuzzing))]
 const CHUNK_SHIFT: u32 = 12;
 const CHUNK_AUTHORS: usize = 1 << CHUNK_SHIFT;
 /// Most authors at once: 2^26 (64 Mi), in 16384 chunks.
@@ -222,7 +223,7 @@ impl AuthorDirectory {
     /// (`huge_memory`). A query probes thousands of records scattered over the chunks (128
     /// MiB at a million authors); on 4 KiB pages nearly every probe also missed the TLB and
     /// walked the page table.
-    #[cfg(not(thunder_loom))]
+    #[cfg(not(any(thunder_loom, fuzzing)))]
     fn chunk_layout() -> std::alloc::Layout {
         const HUGE_PAGE: usize = 2 << 20;
         let bytes = (CHUNK_AUTHORS * std::mem::size_of::<Author>()).next_multiple_of(HUGE_PAGE);
@@ -230,7 +231,7 @@ impl AuthorDirectory {
     }
 
     /// A chunk of `CHUNK_AUTHORS` unused records.
-    #[cfg(not(thunder_loom))]
+    #[cfg(not(any(thunder_loom, fuzzing)))]
     fn new_chunk() -> *mut Author {
         let layout = Self::chunk_layout();
         let Some(base) = crate::huge_memory::allocate_zeroed(layout) else {
@@ -246,7 +247,7 @@ impl AuthorDirectory {
         base
     }
 
-    #[cfg(thunder_loom)]
+    #[cfg(any(thunder_loom, fuzzing))]
     fn new_chunk() -> *mut Author {
         let records: Box<[Author]> = (0..CHUNK_AUTHORS).map(|_| Author::unused()).collect();
         Box::into_raw(records).cast::<Author>()
@@ -302,7 +303,7 @@ impl Drop for AuthorDirectory {
             let base = cell.load(Ordering::Relaxed);
             if !base.is_null() {
                 let slice = std::ptr::slice_from_raw_parts_mut(base, CHUNK_AUTHORS);
-                #[cfg(not(thunder_loom))]
+                #[cfg(not(any(thunder_loom, fuzzing)))]
                 // SAFETY: `&mut self`: no reader is left; `base` holds CHUNK_AUTHORS initialised
                 // records that `new_chunk` wrote into a mapping of `chunk_layout`, dropped and
                 // freed only here.
@@ -310,7 +311,7 @@ impl Drop for AuthorDirectory {
                     std::ptr::drop_in_place(slice);
                     crate::huge_memory::free(base.cast(), Self::chunk_layout());
                 }
-                #[cfg(thunder_loom)]
+                #[cfg(any(thunder_loom, fuzzing))]
                 // SAFETY: as above, the records being a boxed slice that `new_chunk` leaked.
                 drop(unsafe { Box::from_raw(slice) });
             }
@@ -318,7 +319,7 @@ impl Drop for AuthorDirectory {
     }
 }
 
-#[cfg(all(test, not(thunder_loom)))]
+#[cfg(all(test, not(any(thunder_loom, fuzzing))))]
 mod tests {
     use super::*;
 
