@@ -454,6 +454,8 @@ enum Chunk {
     Tombstones(Vec<(i64, i64)>),
     Facts(Vec<FactRecord>),
     Posts(Vec<CompactPost>),
+    /// A posts chunk decoded straight onto the end of the caller's vector.
+    PostsAppended,
     End,
 }
 
@@ -463,6 +465,8 @@ pub struct SnapshotReader<R: Read> {
     header: SnapshotHeader,
     counts: SnapshotCounts,
     ended: bool,
+    /// The chunk being read, its buffer reused from one chunk to the next.
+    payload: Vec<u8>,
 }
 
 impl<R: Read> SnapshotReader<R> {
@@ -477,6 +481,7 @@ impl<R: Read> SnapshotReader<R> {
                 ..SnapshotCounts::default()
             },
             ended: false,
+            payload: Vec::new(),
         })
     }
 
@@ -488,11 +493,16 @@ impl<R: Read> SnapshotReader<R> {
     /// Reads every remaining chunk, checking every checksum, the counts in the end chunk and
     /// that nothing follows it. The counts of the whole stream.
     pub fn verify(mut self) -> Result<(SnapshotHeader, SnapshotCounts), SnapshotError> {
-        while !matches!(self.next_chunk()?, Chunk::End) {}
+        while !matches!(self.next_chunk(None)?, Chunk::End) {}
         Ok((self.header, self.counts))
     }
 
-    fn next_chunk(&mut self) -> Result<Chunk, SnapshotError> {
+    /// The next chunk, verified. A posts chunk is decoded onto the end of `posts_into` when
+    /// that has room for it without growing (no second copy, no allocation per chunk).
+    fn next_chunk(
+        &mut self,
+        posts_into: Option<&mut Vec<CompactPost>>,
+    ) -> Result<Chunk, SnapshotError> {
         if self.ended {
             return Ok(Chunk::End);
         }
@@ -505,8 +515,6 @@ impl<R: Read> SnapshotReader<R> {
         let count = u32::from_le_bytes(word);
         word.copy_from_slice(&head[8..12]);
         let len = u32::from_le_bytes(word);
-        word.copy_from_slice(&head[12..16]);
-        let stored_crc = u32::from_le_bytes(word);
         let record_bytes = match kind {
             KIND_TOMBSTONES => TOMBSTONE_BYTES,
             KIND_POSTS => POST_BYTES,
@@ -528,9 +536,36 @@ impl<R: Read> SnapshotReader<R> {
                 "chunk {index}: bad chunk header (kind {kind:#04x}, {count} records, {len} bytes)"
             )));
         }
-        let mut payload = vec![0u8; len as usize];
-        read_exact(&mut self.input, &mut payload, "a chunk")?;
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..12]), &payload);
+        let mut payload = std::mem::take(&mut self.payload);
+        payload.clear();
+        // At most 64 MiB (MAX_CHUNK_RECORDS records, checked above).
+        payload.reserve(len as usize);
+        // Reads into the buffer's spare room without zeroing it first.
+        (&mut self.input)
+            .take(u64::from(len))
+            .read_to_end(&mut payload)?;
+        if payload.len() != len as usize {
+            return Err(SnapshotError::Truncated("a chunk"));
+        }
+        let chunk = self.decode_chunk(kind, count, &head, &payload, posts_into);
+        self.payload = payload;
+        chunk
+    }
+
+    /// Checks and decodes the payload of a chunk whose header `next_chunk` read.
+    fn decode_chunk(
+        &mut self,
+        kind: u8,
+        count: u32,
+        head: &[u8; CHUNK_HEADER_BYTES],
+        payload: &[u8],
+        posts_into: Option<&mut Vec<CompactPost>>,
+    ) -> Result<Chunk, SnapshotError> {
+        let index = self.counts.chunks;
+        let mut word = [0u8; 4];
+        word.copy_from_slice(&head[12..16]);
+        let stored_crc = u32::from_le_bytes(word);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..12]), payload);
         if crc != stored_crc {
             return Err(SnapshotError::Corrupt(format!(
                 "chunk {index}: checksum mismatch"
@@ -551,11 +586,18 @@ impl<R: Read> SnapshotReader<R> {
             KIND_POSTS => {
                 self.counts.chunks += 1;
                 self.counts.posts += u64::from(count);
-                let posts = payload
-                    .chunks_exact(POST_BYTES)
-                    .map(decode_post)
-                    .collect::<Result<_, _>>()?;
-                Ok(Chunk::Posts(posts))
+                let records = payload.chunks_exact(POST_BYTES);
+                match posts_into {
+                    Some(posts) if posts.capacity() - posts.len() >= records.len() => {
+                        for record in records {
+                            posts.push(decode_post(record)?);
+                        }
+                        Ok(Chunk::PostsAppended)
+                    }
+                    _ => Ok(Chunk::Posts(
+                        records.map(decode_post).collect::<Result<_, _>>()?,
+                    )),
+                }
             }
             KIND_FACTS => {
                 self.counts.chunks += 1;
@@ -574,10 +616,10 @@ impl<R: Read> SnapshotReader<R> {
             }
             _ => {
                 let claimed = [
-                    le_i64(&payload, 0),
-                    le_i64(&payload, 8),
-                    le_i64(&payload, 16),
-                    le_i64(&payload, 24),
+                    le_i64(payload, 0),
+                    le_i64(payload, 8),
+                    le_i64(payload, 16),
+                    le_i64(payload, 24),
                 ];
                 let seen = [
                     self.counts.tombstones,
@@ -765,15 +807,12 @@ impl PostStore {
         }
         let mut post_chunks = Vec::new();
         loop {
-            match reader.next_chunk()? {
+            // In file order: once a chunk did not fit, every later one waits too.
+            let into = post_chunks.is_empty().then_some(&mut posts);
+            match reader.next_chunk(into)? {
                 Chunk::Tombstones(chunk) => tombstones.extend(chunk),
                 Chunk::Facts(chunk) => facts.extend(chunk),
-                // In file order: once a chunk did not fit, every later one waits too.
-                Chunk::Posts(chunk)
-                    if post_chunks.is_empty() && posts.capacity() - posts.len() >= chunk.len() =>
-                {
-                    posts.extend(chunk);
-                }
+                Chunk::PostsAppended => {}
                 Chunk::Posts(chunk) => post_chunks.push(chunk),
                 Chunk::End => break,
             }
