@@ -16,13 +16,16 @@
 //!
 //! The bulk build computes that result directly, on `threads` threads:
 //! 1. each thread takes a range of ranks and publishes and indexes those records in load order
-//!    (dropping tombstoned ones), keeping a small build record per post and a key
+//!    (dropping tombstoned ones), keeping each one's slot by rank and a key
 //!    `author hash << 32 | rank` in the share of the thread that will build its author;
-//! 2. each share's keys are radix-sorted by author hash and the build records gathered once
-//!    into author order (each author's posts together, in rank order), and no author may
-//!    reach the videos cap (see below);
+//! 2. each share's keys are radix-sorted by author hash (each author's posts together, in
+//!    rank order), and no author may reach the videos cap (see below);
 //! 3. each share's authors get their three timelines, each written whole in one buffer; the
-//!    repost rules above decide from the ranks of a repost and of its source;
+//!    repost rules above decide from the ranks of a repost and of its source. What the build
+//!    needs of a post is read back from the load's posts through its rank, a block of keys at
+//!    a time, rather than kept per post by phase 1 and gathered into author order: those two
+//!    copies took 40 bytes a post each, the largest fresh memory of the load after the posts
+//!    and the store themselves (see the README's *Snapshot and fast restart*);
 //! 4. the records no timeline holds are freed, the pending reposts stored by source.
 //!
 //! It refuses (and leaves the store as it found it, apart from tombstone bases raised by the
@@ -107,8 +110,8 @@ impl Published {
 struct Publishing {
     /// `author hash << 32 | rank` of each published post, per share.
     shares: Vec<Vec<u64>>,
-    /// What the build keeps of each post of the range, by rank (a default for one dropped).
-    published: Vec<Published>,
+    /// The slot of each post of the range, by rank (0 for one dropped, which no key names).
+    slots: Vec<SlotId>,
     report: InsertReport,
     overflow_ranks: Vec<(SlotId, u32)>,
     refused: Option<BulkRefusal>,
@@ -116,9 +119,83 @@ struct Publishing {
 
 /// One thread's share of the authors, grouped.
 struct Share {
-    /// Grouped by author (each author's posts contiguous), in rank order within an author.
-    posts: Vec<Published>,
+    /// `author hash << 32 | rank`, sorted: each author hash's posts together, in rank order.
+    /// Authors sharing a hash are split apart when their posts are read ([`Loaded::block`]).
+    keys: Vec<u64>,
     refused: Option<BulkRefusal>,
+}
+
+/// What the build reads a post back from: the load's posts, their load order and the slots
+/// phase 1 gave them.
+struct Loaded<'a> {
+    posts: &'a [CompactPost],
+    order: &'a [u32],
+    /// Per phase-1 thread, the slots of its `per_thread` ranks.
+    slots: Vec<Vec<SlotId>>,
+    per_thread: usize,
+}
+
+impl Loaded<'_> {
+    fn post(&self, rank: u32) -> &CompactPost {
+        &self.posts[self.order[rank as usize] as usize]
+    }
+
+    fn slot(&self, rank: u32) -> SlotId {
+        let rank = rank as usize;
+        self.slots[rank / self.per_thread][rank % self.per_thread]
+    }
+
+    fn published(&self, key: u64) -> Published {
+        let rank = key as u32;
+        let post = self.post(rank);
+        Published {
+            post_id: post.post_id,
+            author_id: post.author_id,
+            source_post_id: post.source_post_id,
+            created_at: post.created_at,
+            rank,
+            slot: self.slot(rank),
+            primary: Kind::primary_of(post) as u8,
+            own_video: has_own_video(post),
+            video_repost: is_video_repost(post),
+        }
+    }
+
+    /// The posts `keys` name (sorted keys, whole author hashes), into `out` grouped by author:
+    /// in key order, with the posts of authors sharing a hash put in author order (stably, so
+    /// each author's stay in rank order). Reads ahead: the load order and slot of the key
+    /// [`READ_AHEAD`] places on, the post of the key half as far.
+    fn block(&self, keys: &[u64], out: &mut Vec<Published>) {
+        out.clear();
+        let rank_of = |i: usize| keys.get(i).map(|&key| key as u32);
+        for (i, &key) in keys.iter().enumerate() {
+            if let Some(rank) = rank_of(i + READ_AHEAD) {
+                let rank = rank as usize;
+                prefetch(self.order.as_ptr().wrapping_add(rank).cast());
+                let slots = &self.slots[rank / self.per_thread];
+                prefetch(slots.as_ptr().wrapping_add(rank % self.per_thread).cast());
+            }
+            if let Some(rank) = rank_of(i + READ_AHEAD / 2) {
+                prefetch((self.post(rank) as *const CompactPost).cast());
+            }
+            out.push(self.published(key));
+        }
+        for group in out.chunk_by_mut(|a, b| author_hash(a.author_id) == author_hash(b.author_id)) {
+            if group.iter().any(|p| p.author_id != group[0].author_id) {
+                group.sort_by_key(|p| p.author_id);
+            }
+        }
+    }
+}
+
+/// The keys of one block of the build: `size` keys from `start` (fewer at the end), extended
+/// to the end of the author hash the block would otherwise cut.
+fn next_block(keys: &[u64], start: usize, size: usize) -> &[u64] {
+    let mut end = (start + size).min(keys.len());
+    while end < keys.len() && keys[end] >> 32 == keys[end - 1] >> 32 {
+        end += 1;
+    }
+    &keys[start..end]
 }
 
 /// What phase 2 of one share leaves for the end.
@@ -167,7 +244,7 @@ fn sort_by_author_hash(keys: &mut Vec<u64>) {
     }
 }
 
-/// The share's posts of one author each, in order (see [`Share::posts`]).
+/// The posts of one author each, in order (of a block read by [`Loaded::block`]).
 fn authors(posts: &[Published]) -> impl Iterator<Item = &[Published]> {
     posts.chunk_by(|a, b| a.author_id == b.author_id)
 }
@@ -214,6 +291,10 @@ impl Ranks {
 const LOOKAHEAD: usize = 8;
 /// How many posts ahead phase 2 prefetches the index buckets of repost sources.
 const SOURCE_LOOKAHEAD: usize = 32;
+/// How many keys ahead the build reads a post's load order and slot (its post half as far).
+const READ_AHEAD: usize = 16;
+/// Keys the build reads back at a time (a block's posts stay in the core's own caches).
+const BLOCK_KEYS: usize = 2048;
 
 fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, T>>) -> Vec<T> {
     handles
@@ -272,9 +353,9 @@ impl PostStore {
         let mut report = InsertReport::default();
         let mut refusal = None;
         let mut parts: Vec<Vec<Vec<u64>>> = vec![Vec::new(); workers];
-        let mut by_rank = Vec::with_capacity(workers);
+        let mut slots = Vec::with_capacity(workers);
         for mut publishing in publishing {
-            by_rank.push(std::mem::take(&mut publishing.published));
+            slots.push(std::mem::take(&mut publishing.slots));
             report.inserted += publishing.report.inserted;
             report.tombstoned += publishing.report.tombstoned;
             refusal = refusal.or(publishing.refused);
@@ -283,28 +364,33 @@ impl PostStore {
                 parts[w].push(part);
             }
         }
+        let loaded = Loaded {
+            posts,
+            order,
+            slots,
+            per_thread,
+        };
         // Group each share by author, and check no author can exceed the videos cap.
         let shares: Vec<Share> = std::thread::scope(|scope| {
             let handles = parts
                 .into_iter()
                 .map(|parts| {
-                    let by_rank = &by_rank;
-                    scope.spawn(move || self.group_share(by_rank, per_thread, parts))
+                    let loaded = &loaded;
+                    scope.spawn(move || self.group_share(loaded, parts))
                 })
                 .collect();
             join_all(handles)
         });
-        drop(by_rank);
         if let Some(refusal) = refusal.or_else(|| shares.iter().find_map(|s| s.refused)) {
-            self.unpublish(&shares);
+            self.unpublish(&shares, &loaded);
             return Err(refusal);
         }
         let built: Vec<Built> = std::thread::scope(|scope| {
             let handles = shares
                 .iter()
                 .map(|share| {
-                    let ranks = &ranks;
-                    scope.spawn(move || self.build_share(share, ranks))
+                    let (ranks, loaded) = (&ranks, &loaded);
+                    scope.spawn(move || self.build_share(share, loaded, ranks))
                 })
                 .collect();
             join_all(handles)
@@ -328,7 +414,11 @@ impl PostStore {
         let g = self.guards();
         let mut out = Publishing {
             shares: vec![Vec::with_capacity(chunk.len() / workers + 16); workers],
-            published: Vec::with_capacity(chunk.len()),
+            slots: {
+                let slots = vec![0; chunk.len()];
+                crate::huge_memory::advise_huge(&slots);
+                slots
+            },
             report: InsertReport::default(),
             overflow_ranks: Vec::new(),
             refused: None,
@@ -376,94 +466,76 @@ impl PostStore {
             }
             let hash = author_hash(post.author_id);
             out.shares[hash as usize % workers].push(u64::from(hash) << 32 | u64::from(rank));
-            out.published.resize(offset, Published::default());
-            out.published.push(Published {
-                post_id,
-                author_id: post.author_id,
-                source_post_id: post.source_post_id,
-                created_at: post.created_at,
-                rank,
-                slot,
-                primary: Kind::primary_of(post) as u8,
-                own_video,
-                video_repost: is_video_repost(post),
-            });
+            out.slots[offset] = slot;
         }
         out
     }
 
-    /// Groups one share's posts (`parts`: keys in rank order; `by_rank`: what phase 1 kept of
-    /// each rank, `per_thread` ranks a part) by author and checks that no author could hold
-    /// more than `cap` video entries.
-    fn group_share(
-        &self,
-        by_rank: &[Vec<Published>],
-        per_thread: usize,
-        parts: Vec<Vec<u64>>,
-    ) -> Share {
+    /// Sorts one share's keys (`parts`: in rank order) by author hash and checks that no
+    /// author could hold more than `cap` video entries (only an author hash with more than
+    /// `cap` posts can hold one that could: just those posts are read).
+    fn group_share(&self, loaded: &Loaded<'_>, parts: Vec<Vec<u64>>) -> Share {
         let mut keys = parts.concat();
         drop(parts);
         sort_by_author_hash(&mut keys);
-        // One gather into author order, so that everything after reads the posts in order.
-        let mut posts: Vec<Published> = keys
-            .iter()
-            .map(|&key| {
-                let rank = key as u32 as usize;
-                by_rank[rank / per_thread][rank % per_thread]
-            })
-            .collect();
-        drop(keys);
-        // Authors sharing a hash: each author's posts together (stable: in rank order).
-        for group in posts.chunk_by_mut(|a, b| author_hash(a.author_id) == author_hash(b.author_id))
-        {
-            if group.iter().any(|p| p.author_id != group[0].author_id) {
-                group.sort_by_key(|p| p.author_id);
-            }
-        }
-        let refused = authors(&posts)
-            .any(|author| {
-                author
-                    .iter()
-                    .filter(|p| p.own_video || p.video_repost)
-                    .count()
-                    > self.cap
+        let mut posts = Vec::new();
+        let refused = keys
+            .chunk_by(|a, b| a >> 32 == b >> 32)
+            .filter(|hashed| hashed.len() > self.cap)
+            .any(|hashed| {
+                loaded.block(hashed, &mut posts);
+                authors(&posts).any(|author| {
+                    author
+                        .iter()
+                        .filter(|p| p.own_video || p.video_repost)
+                        .count()
+                        > self.cap
+                })
             })
             .then_some(BulkRefusal::VideosOverCap);
-        Share { posts, refused }
+        Share { keys, refused }
     }
 
     /// Undoes phase 1 after a refusal: every published record leaves the index and the arena.
-    fn unpublish(&self, shares: &[Share]) {
+    fn unpublish(&self, shares: &[Share], loaded: &Loaded<'_>) {
         let epoch = crossbeam_epoch::pin();
         let mut retired = Vec::new();
-        for post in shares.iter().flat_map(|s| &s.posts) {
+        for &key in shares.iter().flat_map(|s| &s.keys) {
+            let (post_id, slot) = (loaded.post(key as u32).post_id, loaded.slot(key as u32));
             self.posts
-                .remove_exact(self.posts.hash(post.post_id), post.slot, &epoch);
-            if self.arena.free(post.slot, post.post_id) {
-                retired.push(post.slot);
+                .remove_exact(self.posts.hash(post_id), slot, &epoch);
+            if self.arena.free(slot, post_id) {
+                retired.push(slot);
             }
         }
         self.arena.retire(retired, &epoch);
     }
 
-    /// Phase 2 for one share: each author's timelines, built whole.
-    fn build_share(&self, share: &Share, ranks: &Ranks) -> Built {
+    /// Phase 2 for one share: each author's timelines, built whole, a block of keys at a time.
+    fn build_share(&self, share: &Share, loaded: &Loaded<'_>, ranks: &Ranks) -> Built {
         let g = self.guards();
         let mut built = Built::default();
         let mut scratch = AuthorScratch::default();
-        let (mut done, mut prefetched) = (0, 0);
-        for author in authors(&share.posts) {
-            // The index buckets of the sources the next few dozen posts look up.
-            let until = (done + author.len() + SOURCE_LOOKAHEAD).min(share.posts.len());
-            for post in &share.posts[prefetched.max(done)..until] {
-                if post.video_repost {
-                    let hashed = self.posts.hash(post.source_post_id);
-                    prefetch(self.posts.bucket_ptr(hashed, &g.epoch));
+        let mut posts = Vec::with_capacity(BLOCK_KEYS);
+        let mut start = 0;
+        while start < share.keys.len() {
+            let keys = next_block(&share.keys, start, BLOCK_KEYS);
+            start += keys.len();
+            loaded.block(keys, &mut posts);
+            let (mut done, mut prefetched) = (0, 0);
+            for author in authors(&posts) {
+                // The index buckets of the sources the next few dozen posts look up.
+                let until = (done + author.len() + SOURCE_LOOKAHEAD).min(posts.len());
+                for post in &posts[prefetched.max(done)..until] {
+                    if post.video_repost {
+                        let hashed = self.posts.hash(post.source_post_id);
+                        prefetch(self.posts.bucket_ptr(hashed, &g.epoch));
+                    }
                 }
+                prefetched = until;
+                self.build_author(author, ranks, &g, &mut scratch, &mut built);
+                done += author.len();
             }
-            prefetched = until;
-            self.build_author(author, ranks, &g, &mut scratch, &mut built);
-            done += author.len();
         }
         built
     }
@@ -748,6 +820,64 @@ mod tests {
                 .collect()
         });
         assert!(slots.iter().all(|&slot| ranks.cell(slot).is_some()));
+    }
+
+    /// Two authors with one author hash (their posts share a run of sorted keys, and here a
+    /// block boundary): each gets its own timelines, as the per-post path gives them.
+    #[test]
+    fn authors_sharing_a_hash_are_built_apart() {
+        const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+        // The inverse of GOLDEN mod 2^64 (Newton's iteration): b * GOLDEN = a * GOLDEN + 1.
+        let mut inverse = GOLDEN;
+        for _ in 0..6 {
+            inverse = inverse.wrapping_mul(2u64.wrapping_sub(GOLDEN.wrapping_mul(inverse)));
+        }
+        let a = 7i64;
+        let b = a.wrapping_add(inverse as i64);
+        assert_ne!(a, b);
+        assert_eq!(author_hash(a), author_hash(b));
+        // Enough posts that the run of the shared hash is longer than a block, interleaved
+        // in time, with replies, videos and reposts of each other's videos among them.
+        let light: Vec<LightPost> = (0..(BLOCK_KEYS as i64 + 700))
+            .map(|i| {
+                let author = if i % 3 == 0 { a } else { b };
+                let mut post = LightPost::original(i + 1, author, NOW - 5_000 + i);
+                match i % 7 {
+                    0 => post.has_video = true,
+                    1 => {
+                        post.is_reply = true;
+                        post.in_reply_to_post_id = Some(i);
+                    }
+                    2 if i > 10 => {
+                        post.is_retweet = true;
+                        post.source_post_id = Some(i - 1);
+                    }
+                    _ => {}
+                }
+                post
+            })
+            .collect();
+        let posts = records(&light);
+        let (bulk, per_post) = (store(), store());
+        let report = bulk
+            .bulk_load(&posts, &in_timeline_order(&posts), 2)
+            .expect("built in bulk");
+        assert_eq!(report, per_post.insert_posts(&light));
+        for authors in [&[a][..], &[b], &[a, b]] {
+            let all = feed(&per_post, authors);
+            assert!(!all.is_empty());
+            assert_eq!(feed(&bulk, authors), all, "authors {authors:?}");
+            let videos = |s: &PostStore| -> Vec<i64> {
+                let query = FeedQuery::new(-1, authors);
+                s.get_videos_by_users(&query)
+                    .posts
+                    .iter()
+                    .map(|p| p.post_id)
+                    .collect()
+            };
+            assert!(!videos(&per_post).is_empty());
+            assert_eq!(videos(&bulk), videos(&per_post), "videos of {authors:?}");
+        }
     }
 
     #[test]

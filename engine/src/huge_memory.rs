@@ -86,6 +86,28 @@ mod imp {
 
 pub(crate) use imp::{allocate_zeroed, free};
 
+/// Advises huge pages for the whole 2 MiB pages inside `vec`'s capacity, for a large vector
+/// whose pages were not touched yet (one just reserved, or made by `vec![0; n]`, which maps
+/// fresh zero pages) and that is read in random order: each first touch then maps a 2 MiB
+/// page, and the reads miss the TLB far less. A hint: contents are unchanged, and nothing
+/// happens elsewhere than on Linux.
+pub(crate) fn advise_huge<T>(vec: &Vec<T>) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = vec.as_ptr() as usize;
+        let end = start + vec.capacity() * size_of::<T>();
+        let (from, to) = (start.next_multiple_of(HUGE), end / HUGE * HUGE);
+        if to > from {
+            // SAFETY: `from..to` lies inside the vector's allocation, which lives across the
+            // call; the advice changes how its pages are backed, never their contents.
+            unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = vec;
+}
+
 #[cfg(not(thunder_loom))]
 pub(crate) use ahead::Spare;
 

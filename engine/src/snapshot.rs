@@ -1001,6 +1001,8 @@ pub(crate) fn in_timeline_order(posts: &[CompactPost]) -> Vec<u32> {
         starts[i] += starts[i - 1];
     }
     let mut order = vec![0u32; posts.len()];
+    // The bulk build reads it back in random order.
+    crate::huge_memory::advise_huge(&order);
     for (i, p) in posts.iter().enumerate() {
         let at = &mut starts[(p.created_at - min) as usize];
         order[*at as usize] = i as u32;
