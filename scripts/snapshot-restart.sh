@@ -3,14 +3,20 @@
 # topic against a restart from the snapshot written at graceful shutdown.
 #
 #   scripts/snapshot-restart.sh [SCALE]     feed-2d at SCALE (default 20: 50k authors, 1M posts)
+#   THUNDER_SERVER_BIN=PATH scripts/snapshot-restart.sh [SCALE]
+#       times that thunder-server binary instead of this tree's (to alternate two builds)
 #
 # Builds the release binaries, starts a broker (scripts/kafka-broker.sh), produces the backlog
 # into an 8-partition topic, then times, from process start to /readyz 200:
 #   1. a server with --snapshot-dir replaying the whole topic (no snapshot yet), stopped with
 #      SIGTERM (it writes its snapshot on the way out);
 #   2. the same server started again, loading that snapshot and resuming Kafka from its offsets.
-# For each it also prints the server's own CPU time to ready (/proc) and the fetch responses it
-# found larger than its receive.message.max.bytes (kafka_oversized_fetch_responses_total).
+# For each it also prints the server's own CPU time to ready (/proc), the fetch responses it
+# found larger than its receive.message.max.bytes (kafka_oversized_fetch_responses_total) and
+# the broker's CPU time meanwhile. The broker shares this machine's cores and keeps busy for
+# tens of seconds after a run (it persists its whole log after consumer commits), so each
+# timed start first waits, up to 300 s, until the broker has used under 0.1 s of CPU in 2 s:
+# on a deployment the broker runs on other machines.
 # Full scale (SCALE 1, 20.2M events) needs about 3 GB of memory per server and 2.5 GB of disk.
 set -euo pipefail
 
@@ -19,6 +25,7 @@ SCALE="${1:-20}"
 cd "$ROOT"
 cargo build --release -q -p thunder-server --bins
 BIN="$ROOT/target/release"
+SERVER_BIN="${THUNDER_SERVER_BIN:-$BIN/thunder-server}"
 WORK="$(mktemp -d)"
 SERVER_PID=""
 cleanup() {
@@ -37,14 +44,35 @@ free_port() {
     python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'
 }
 
+BROKER_PID="$(cat "$ROOT/target/kafka-broker/pid")"
+broker_ticks() { awk '{print $14 + $15}' "/proc/$BROKER_PID/stat"; }
+
+# Waits until the broker is quiet (see the top), at most 300 s.
+wait_for_quiet_broker() {
+    local before after waited=0
+    while [ "$waited" -lt 300 ]; do
+        before="$(broker_ticks)"
+        sleep 2
+        waited=$((waited + 2))
+        after="$(broker_ticks)"
+        if [ $((after - before)) -lt $(($(getconf CLK_TCK) / 10)) ]; then
+            echo "  (waited ${waited}s for the broker to go quiet)" >&2
+            return
+        fi
+    done
+    echo "  (the broker was still busy after 300s)" >&2
+}
+
 # Starts the server, sets ELAPSED to the seconds from start to /readyz 200, CPU to its CPU
 # seconds until then and OVERSIZED to its oversized fetch responses; leaves it running.
 start_and_time() {
-    local admin grpc started ticks
+    local admin grpc started ticks broker_before
     admin="$(free_port)"
     grpc="$(free_port)"
+    wait_for_quiet_broker
+    broker_before="$(broker_ticks)"
     started="$(date +%s.%N)"
-    RUST_LOG=warn,thunder_server::snapshot=info "$BIN/thunder-server" --kafka-brokers "$KAFKA_BROKERS" \
+    RUST_LOG=warn,thunder_server::snapshot=info "$SERVER_BIN" --kafka-brokers "$KAFKA_BROKERS" \
         --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
         --snapshot-dir "$WORK/snapshots" --snapshot-interval-secs 0 >"$WORK/server.log" 2>&1 &
     SERVER_PID=$!
@@ -55,6 +83,7 @@ start_and_time() {
     ELAPSED="$(python3 -c "import sys;print(round($(date +%s.%N) - $started, 2))")"
     ticks="$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")"
     CPU="$(python3 -c "print(round($ticks / $(getconf CLK_TCK), 2))")"
+    BROKER_CPU="$(python3 -c "print(round(($(broker_ticks) - $broker_before) / $(getconf CLK_TCK), 2))")"
     OVERSIZED="$(curl -sf "http://127.0.0.1:$admin/metrics" |
         awk '$1 == "kafka_oversized_fetch_responses_total" {print $2}')"
 }
@@ -67,13 +96,13 @@ stop_server() {
 
 start_and_time
 cold="$ELAPSED"
-echo "cold replay: ready in ${cold}s, ${CPU}s of server CPU, ${OVERSIZED:-?} oversized fetch responses" >&2
+echo "cold replay: ready in ${cold}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), ${OVERSIZED:-?} oversized fetch responses" >&2
 stop_server
 snapshot="$(ls -1 "$WORK"/snapshots/*.thsnap | tail -1)"
 bytes="$(stat -c %s "$snapshot")"
 start_and_time
 warm="$ELAPSED"
-echo "from the snapshot: ready in ${warm}s, ${CPU}s of server CPU, ${OVERSIZED:-?} oversized fetch responses" >&2
+echo "from the snapshot: ready in ${warm}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), ${OVERSIZED:-?} oversized fetch responses" >&2
 # The load's own share of that (the rest is start-up and the Kafka catch-up).
 sed 's/\x1b\[[0-9;]*m//g' "$WORK/server.log" | grep 'snapshot loaded' \
     | grep -oE ' (posts|took_secs|read_secs)=[0-9.]+' | tr -d '\n' | sed 's/^/  load:/' >&2 || true
