@@ -734,7 +734,7 @@ mod tests {
             assert!(s.restore_tombstone(2, NOW - 500, &g));
         }
         let report = bulk
-            .bulk_load(&posts, &in_timeline_order(&posts), 2)
+            .bulk_load(&posts, &in_timeline_order(&posts, 2), 2)
             .expect("built in bulk");
         let light: Vec<LightPost> = posts.iter().map(|p| p.to_light()).collect();
         assert_eq!(report, per_post.insert_posts(&light));
@@ -760,7 +760,7 @@ mod tests {
         )));
         let bulk = store();
         assert_eq!(
-            bulk.bulk_load(&posts, &in_timeline_order(&posts), 2),
+            bulk.bulk_load(&posts, &in_timeline_order(&posts, 2), 2),
             Err(BulkRefusal::DuplicatePostId)
         );
         assert_eq!(bulk.stats().posts, 0);
@@ -778,7 +778,7 @@ mod tests {
             LightPost::original(2, 3, NOW - 4),
         ]);
         assert_eq!(
-            shard.bulk_load(&posts, &in_timeline_order(&posts), 2),
+            shard.bulk_load(&posts, &in_timeline_order(&posts, 2), 2),
             Err(BulkRefusal::ForeignAuthor)
         );
         assert_eq!(shard.stats().posts, 0);
@@ -860,7 +860,7 @@ mod tests {
         let posts = records(&light);
         let (bulk, per_post) = (store(), store());
         let report = bulk
-            .bulk_load(&posts, &in_timeline_order(&posts), 2)
+            .bulk_load(&posts, &in_timeline_order(&posts, 2), 2)
             .expect("built in bulk");
         assert_eq!(report, per_post.insert_posts(&light));
         for authors in [&[a][..], &[b], &[a, b]] {

@@ -39,6 +39,7 @@
 //! or a snapshot the bulk build refuses, through that insert path, split by author.
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::arena::CompactPost;
@@ -849,11 +850,11 @@ impl PostStore {
             let reserve = |posts: usize| self.posts.reserve(posts, &crossbeam_epoch::pin());
             if threads == 1 {
                 reserve(posts.len());
-                return in_timeline_order(&posts);
+                return in_timeline_order(&posts, 1);
             }
             let count = posts.len();
             let reserving = scope.spawn(move || reserve(count));
-            let order = in_timeline_order(&posts);
+            let order = in_timeline_order(&posts, threads);
             if let Err(panic) = reserving.join() {
                 std::panic::resume_unwind(panic);
             }
@@ -981,41 +982,138 @@ fn author_share(author_id: i64, workers: usize) -> usize {
 /// equal ids (a snapshot holds each id once, but a fuzzy scan can see two copies). A counting
 /// sort by time when the time span is small (it is at most the retention), a comparison sort
 /// otherwise; then each run of equal timestamps is put in id order.
-pub(crate) fn in_timeline_order(posts: &[CompactPost]) -> Vec<u32> {
-    let Some(min) = posts.iter().map(|p| p.created_at).min() else {
+///
+/// The counting sort runs on `threads` threads (at least one), each over its own range of
+/// `posts`: each counts its range per second, the counts give every range its own place in
+/// each second (ranges in file order, so equal keys keep file order), each scatters its range,
+/// and then each puts the runs of a range of seconds in id order.
+pub(crate) fn in_timeline_order(posts: &[CompactPost], threads: usize) -> Vec<u32> {
+    let parts = threads.clamp(1, MAX_ORDER_THREADS);
+    let per_part = posts.len().div_ceil(parts).max(1);
+    let ranges: Vec<&[CompactPost]> = posts.chunks(per_part).collect();
+    let bounds = on_each(&ranges, |range| {
+        let times = range.iter().map(|p| p.created_at);
+        times.clone().min().zip(times.max())
+    });
+    let Some((min, max)) = bounds
+        .into_iter()
+        .flatten()
+        .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
+    else {
         return Vec::new();
     };
-    let max = posts.iter().map(|p| p.created_at).max().unwrap_or(min);
     let span = (max - min) as usize + 1;
-    let id = |i: &u32| posts[*i as usize].post_id;
     if span > 1 << 24 {
         let mut order: Vec<u32> = (0..posts.len() as u32).collect();
         order.sort_by_key(|&i| (posts[i as usize].created_at, posts[i as usize].post_id));
         return order;
     }
-    let mut starts = vec![0u32; span + 1];
-    for p in posts {
-        starts[(p.created_at - min) as usize + 1] += 1;
-    }
-    for i in 1..starts.len() {
-        starts[i] += starts[i - 1];
-    }
-    let mut order = vec![0u32; posts.len()];
-    // The bulk build reads it back in random order.
-    crate::huge_memory::advise_huge(&order);
-    for (i, p) in posts.iter().enumerate() {
-        let at = &mut starts[(p.created_at - min) as usize];
-        order[*at as usize] = i as u32;
-        *at += 1;
-    }
-    for run in
-        order.chunk_by_mut(|a, b| posts[*a as usize].created_at == posts[*b as usize].created_at)
-    {
-        if run.len() > 1 && !run.is_sorted_by_key(id) {
-            run.sort_by_key(id);
+    let mut starts = on_each(&ranges, |range| {
+        let mut counts = vec![0u32; span];
+        for p in *range {
+            counts[(p.created_at - min) as usize] += 1;
+        }
+        counts
+    });
+    // Each range's first place in each second: after the earlier seconds, and after the
+    // earlier ranges' posts of the same second.
+    let mut at = 0u32;
+    for second in 0..span {
+        for counts in starts.iter_mut() {
+            let count = counts[second];
+            counts[second] = at;
+            at += count;
         }
     }
+    let mut order = Vec::with_capacity(posts.len());
+    // The bulk build reads it back in random order.
+    crate::huge_memory::advise_huge(&order);
+    order.extend((0..posts.len()).map(|_| AtomicU32::new(0)));
+    let mut scattering: Vec<(usize, Vec<u32>)> = starts
+        .into_iter()
+        .enumerate()
+        .map(|(part, starts)| (part * per_part, starts))
+        .collect();
+    on_each_mut(&mut scattering, |(first, starts)| {
+        let first = *first;
+        let range = &posts[first..posts.len().min(first + per_part)];
+        for (i, p) in range.iter().enumerate() {
+            let at = &mut starts[(p.created_at - min) as usize];
+            // Relaxed: every range writes its own places; the join orders them for the reads.
+            order[*at as usize].store((first + i) as u32, Ordering::Relaxed);
+            *at += 1;
+        }
+    });
+    // In place (the same layout): no second buffer.
+    let mut order: Vec<u32> = order.into_iter().map(AtomicU32::into_inner).collect();
+    // The runs of equal seconds, in ranges cut between seconds.
+    let second = |i: u32| posts[i as usize].created_at;
+    let mut runs = Vec::with_capacity(parts);
+    let mut rest = order.as_mut_slice();
+    for part in (1..=parts).rev() {
+        let mut cut = rest.len() / part;
+        while cut > 0 && cut < rest.len() && second(rest[cut]) == second(rest[cut - 1]) {
+            cut += 1;
+        }
+        let (head, tail) = rest.split_at_mut(cut);
+        runs.push(head);
+        rest = tail;
+    }
+    on_each_mut(&mut runs, |range| {
+        let id = |i: &u32| posts[*i as usize].post_id;
+        for run in range.chunk_by_mut(|a, b| second(*a) == second(*b)) {
+            if run.len() > 1 && !run.is_sorted_by_key(id) {
+                run.sort_by_key(id);
+            }
+        }
+    });
     order
+}
+
+/// At most this many threads order a load's posts.
+const MAX_ORDER_THREADS: usize = 16;
+
+/// `work` of each of `items`, the first on this thread and each other on a thread of its own.
+fn on_each<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let Some((first, others)) = items.split_first() else {
+        return Vec::new();
+    };
+    std::thread::scope(|scope| {
+        let work = &work;
+        let handles: Vec<_> = others
+            .iter()
+            .map(|item| scope.spawn(move || work(item)))
+            .collect();
+        let mut results = vec![work(first)];
+        for handle in handles {
+            results.push(
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            );
+        }
+        results
+    })
+}
+
+/// [`on_each`] of mutable items.
+fn on_each_mut<T: Send>(items: &mut [T], work: impl Fn(&mut T) + Sync) {
+    let Some((first, others)) = items.split_first_mut() else {
+        return;
+    };
+    std::thread::scope(|scope| {
+        let work = &work;
+        let handles: Vec<_> = others
+            .iter_mut()
+            .map(|item| scope.spawn(move || work(item)))
+            .collect();
+        work(first);
+        for handle in handles {
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
 }
 
 /// A writer that keeps to at most `bytes_per_sec` on average by sleeping when ahead, so a
@@ -1078,5 +1176,59 @@ pub fn lower_current_thread_priority() {
         unsafe {
             libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::post::LightPost;
+
+    fn post(post_id: i64, created_at: i64) -> CompactPost {
+        CompactPost::from_light(&LightPost::original(post_id, 1, created_at))
+    }
+
+    /// The reference order: a stable sort by (time, id), file order among equal ids.
+    fn reference(posts: &[CompactPost]) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..posts.len() as u32).collect();
+        order.sort_by_key(|&i| (posts[i as usize].created_at, posts[i as usize].post_id));
+        order
+    }
+
+    /// On any number of threads, including more than there are posts: times repeated within
+    /// and across the threads' ranges, ids out of order within a second and an id twice.
+    #[test]
+    fn timeline_order_is_the_same_on_any_number_of_threads() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut posts: Vec<CompactPost> = (0..5_000)
+            .map(|_| {
+                post(
+                    (next() % 3_000) as i64,
+                    1_700_000_000 + (next() % 40) as i64,
+                )
+            })
+            .collect();
+        posts.push(posts[17]);
+        for threads in [1, 2, 3, 7, 16, 40] {
+            assert_eq!(
+                in_timeline_order(&posts, threads),
+                reference(&posts),
+                "{threads} threads"
+            );
+            assert_eq!(
+                in_timeline_order(&posts[..3], threads),
+                reference(&posts[..3])
+            );
+        }
+        assert!(in_timeline_order(&[], 2).is_empty());
+        // A span too wide for the counting sort.
+        let wide = [post(5, 4_000_000_000), post(4, 1), post(3, 4_000_000_000)];
+        assert_eq!(in_timeline_order(&wide, 2), vec![1, 2, 0]);
     }
 }
