@@ -86,6 +86,8 @@ mod imp {
 
 pub(crate) use imp::{allocate_zeroed, free};
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 /// Advises huge pages for the whole 2 MiB pages inside `vec`'s capacity, for a large vector
 /// whose pages were not touched yet (one just reserved, or made by `vec![0; n]`, which maps
 /// fresh zero pages) and that is read in random order: each first touch then maps a 2 MiB
@@ -106,6 +108,47 @@ pub(crate) fn advise_huge<T>(vec: &Vec<T>) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = vec;
+}
+
+/// How far [`populate_ahead`] runs ahead of the writer it serves.
+const POPULATE_AHEAD: usize = 64 << 20;
+/// How much [`populate_ahead`] faults in per call.
+const POPULATE_STEP: usize = 4 << 20;
+
+/// Faults in, for writing, the pages of the region of `len` bytes at address `start` (spare
+/// capacity another thread is filling in order) at most [`POPULATE_AHEAD`] bytes ahead of
+/// `written` (the bytes that thread has filled so far), until the region is done or `stop` is
+/// set; called on an otherwise idle core, so the kernel's page clearing runs there instead of
+/// on the filling thread. Contents are never changed (`MADV_POPULATE_WRITE` only maps pages).
+/// Stops at the first refusal (a kernel before 5.14, or no memory: the filling thread then
+/// faults its pages in itself). Does nothing elsewhere than on Linux.
+pub(crate) fn populate_ahead(start: usize, len: usize, written: &AtomicUsize, stop: &AtomicBool) {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        let (first, end) = (start.next_multiple_of(PAGE), start + len);
+        let mut at = first;
+        // Relaxed: progress hints only; nothing is read through them.
+        while at + PAGE <= end && !stop.load(Ordering::Relaxed) {
+            let limit = (start + written.load(Ordering::Relaxed) + POPULATE_AHEAD).min(end);
+            if at + PAGE > limit {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                continue;
+            }
+            let step = ((limit - at) / PAGE * PAGE).min(POPULATE_STEP);
+            // SAFETY: the caller's region lies in an allocation it keeps alive until this
+            // returns; populating maps its pages without changing any byte of them.
+            let refused =
+                unsafe { libc::madvise(at as *mut libc::c_void, step, libc::MADV_POPULATE_WRITE) }
+                    != 0;
+            if refused {
+                return;
+            }
+            at += step;
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, len, written, stop);
 }
 
 #[cfg(not(thunder_loom))]

@@ -39,7 +39,7 @@
 //! or a snapshot the bulk build refuses, through that insert path, split by author.
 
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::arena::CompactPost;
@@ -797,27 +797,53 @@ impl PostStore {
         // The posts go into one allocation of their final size: growing a vector of a
         // gigabyte by doubling copies it again and faults in fresh pages each time. With the
         // input's length the buffer is reserved up front for as many posts as the input could
-        // hold (pages beyond the posts read are never touched) and each chunk is appended as
+        // hold (pages more than 64 MiB beyond the posts read are never touched) and each chunk is appended as
         // it is read, its buffer reused for the next; without it the chunks are kept and
         // copied once at the end (also when the reservation is refused: a length is only a
         // hint, and no allocation failure should abort the process here).
+        //
+        // With more than one thread, another faults the reserved pages in ahead of the
+        // decoding (the kernel clearing them was about half of the read phase). The vector
+        // does not move meanwhile: chunks are appended to it only within its capacity, and
+        // the scope ends before anything else changes it.
         let mut posts = Vec::new();
         if let Some(bytes) = input_bytes {
             let most = usize::try_from(bytes).unwrap_or(usize::MAX) / POST_BYTES;
             let _ = posts.try_reserve_exact(most);
         }
         let mut post_chunks = Vec::new();
-        loop {
-            // In file order: once a chunk did not fit, every later one waits too.
-            let into = post_chunks.is_empty().then_some(&mut posts);
-            match reader.next_chunk(into)? {
-                Chunk::Tombstones(chunk) => tombstones.extend(chunk),
-                Chunk::Facts(chunk) => facts.extend(chunk),
-                Chunk::PostsAppended => {}
-                Chunk::Posts(chunk) => post_chunks.push(chunk),
-                Chunk::End => break,
+        let region = (
+            posts.as_ptr() as usize,
+            posts.capacity() * size_of::<CompactPost>(),
+        );
+        let (written, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
+        std::thread::scope(|scope| {
+            if threads > 1 && region.1 > 0 {
+                let (written, stop) = (&written, &stop);
+                scope.spawn(move || {
+                    crate::huge_memory::populate_ahead(region.0, region.1, written, stop)
+                });
             }
-        }
+            let read = (|| -> Result<(), SnapshotError> {
+                loop {
+                    // In file order: once a chunk did not fit, every later one waits too.
+                    let into = post_chunks.is_empty().then_some(&mut posts);
+                    match reader.next_chunk(into)? {
+                        Chunk::Tombstones(chunk) => tombstones.extend(chunk),
+                        Chunk::Facts(chunk) => facts.extend(chunk),
+                        Chunk::PostsAppended => {
+                            // Relaxed: a progress hint for the populating thread.
+                            let bytes = posts.len() * size_of::<CompactPost>();
+                            written.store(bytes, Ordering::Relaxed);
+                        }
+                        Chunk::Posts(chunk) => post_chunks.push(chunk),
+                        Chunk::End => return Ok(()),
+                    }
+                }
+            })();
+            stop.store(true, Ordering::Relaxed);
+            read
+        })?;
         if !post_chunks.is_empty() {
             posts.reserve_exact(post_chunks.iter().map(Vec::len).sum());
             for chunk in post_chunks {
