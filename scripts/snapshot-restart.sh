@@ -11,9 +11,9 @@
 #   1. a server with --snapshot-dir replaying the whole topic (no snapshot yet), stopped with
 #      SIGTERM (it writes its snapshot on the way out);
 #   2. the same server started again, loading that snapshot and resuming Kafka from its offsets.
-# For each it also prints the server's own CPU time to ready (/proc), the fetch responses it
-# found larger than its receive.message.max.bytes (kafka_oversized_fetch_responses_total) and
-# the broker's CPU time meanwhile. The broker shares this machine's cores and keeps busy for
+# For each it also prints the server's own CPU time to ready and its peak resident memory so
+# far (/proc), the fetch responses it found larger than its receive.message.max.bytes
+# (kafka_oversized_fetch_responses_total) and the broker's CPU time meanwhile. The broker shares this machine's cores and keeps busy for
 # tens of seconds after a run (it persists its whole log after consumer commits), so each
 # timed start first waits, up to 300 s, until the broker has used under 0.1 s of CPU in 2 s:
 # on a deployment the broker runs on other machines.
@@ -84,6 +84,7 @@ start_and_time() {
     ticks="$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")"
     CPU="$(python3 -c "print(round($ticks / $(getconf CLK_TCK), 2))")"
     BROKER_CPU="$(python3 -c "print(round(($(broker_ticks) - $broker_before) / $(getconf CLK_TCK), 2))")"
+    PEAK_MIB="$(awk '$1 == "VmHWM:" {print int($2 / 1024)}' "/proc/$SERVER_PID/status")"
     OVERSIZED="$(curl -sf "http://127.0.0.1:$admin/metrics" |
         awk '$1 == "kafka_oversized_fetch_responses_total" {print $2}')"
 }
@@ -96,13 +97,13 @@ stop_server() {
 
 start_and_time
 cold="$ELAPSED"
-echo "cold replay: ready in ${cold}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), ${OVERSIZED:-?} oversized fetch responses" >&2
+echo "cold replay: ready in ${cold}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), peak RSS ${PEAK_MIB} MiB, ${OVERSIZED:-?} oversized fetch responses" >&2
 stop_server
 snapshot="$(ls -1 "$WORK"/snapshots/*.thsnap | tail -1)"
 bytes="$(stat -c %s "$snapshot")"
 start_and_time
 warm="$ELAPSED"
-echo "from the snapshot: ready in ${warm}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), ${OVERSIZED:-?} oversized fetch responses" >&2
+echo "from the snapshot: ready in ${warm}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), peak RSS ${PEAK_MIB} MiB, ${OVERSIZED:-?} oversized fetch responses" >&2
 # The load's own share of that (the rest is start-up and the Kafka catch-up).
 sed 's/\x1b\[[0-9;]*m//g' "$WORK/server.log" | grep 'snapshot loaded' \
     | grep -oE ' (posts|took_secs|read_secs)=[0-9.]+' | tr -d '\n' | sed 's/^/  load:/' >&2 || true
