@@ -136,12 +136,11 @@ pub(crate) fn populate_ahead(start: usize, len: usize, written: &AtomicUsize, st
                 continue;
             }
             let step = ((limit - at) / PAGE * PAGE).min(POPULATE_STEP);
+            let addr = at as *mut libc::c_void;
             // SAFETY: the caller's region lies in an allocation it keeps alive until this
             // returns; populating maps its pages without changing any byte of them.
-            let refused =
-                unsafe { libc::madvise(at as *mut libc::c_void, step, libc::MADV_POPULATE_WRITE) }
-                    != 0;
-            if refused {
+            let result = unsafe { libc::madvise(addr, step, libc::MADV_POPULATE_WRITE) };
+            if result != 0 {
                 return;
             }
             at += step;

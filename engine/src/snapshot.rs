@@ -1060,7 +1060,7 @@ pub(crate) fn in_timeline_order(posts: &[CompactPost], threads: usize) -> Vec<u3
         .enumerate()
         .map(|(part, starts)| (part * per_part, starts))
         .collect();
-    on_each_mut(&mut scattering, |(first, starts)| {
+    on_each(&mut scattering, |(first, starts)| {
         let first = *first;
         let range = &posts[first..posts.len().min(first + per_part)];
         for (i, p) in range.iter().enumerate() {
@@ -1085,7 +1085,7 @@ pub(crate) fn in_timeline_order(posts: &[CompactPost], threads: usize) -> Vec<u3
         runs.push(head);
         rest = tail;
     }
-    on_each_mut(&mut runs, |range| {
+    on_each(&mut runs, |range| {
         let id = |i: &u32| posts[*i as usize].post_id;
         for run in range.chunk_by_mut(|a, b| second(*a) == second(*b)) {
             if run.len() > 1 && !run.is_sorted_by_key(id) {
@@ -1099,17 +1099,21 @@ pub(crate) fn in_timeline_order(posts: &[CompactPost], threads: usize) -> Vec<u3
 /// At most this many threads order a load's posts.
 const MAX_ORDER_THREADS: usize = 16;
 
-/// `work` of each of `items`, the first on this thread and each other on a thread of its own.
-fn on_each<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let Some((first, others)) = items.split_first() else {
+/// `work` of each of `items`, the first on this thread and each other on a thread of its own;
+/// the results in the items' order.
+fn on_each<I, R>(items: I, work: impl Fn(I::Item) -> R + Sync) -> Vec<R>
+where
+    I: IntoIterator,
+    I::Item: Send,
+    R: Send,
+{
+    let mut items = items.into_iter();
+    let Some(first) = items.next() else {
         return Vec::new();
     };
     std::thread::scope(|scope| {
         let work = &work;
-        let handles: Vec<_> = others
-            .iter()
-            .map(|item| scope.spawn(move || work(item)))
-            .collect();
+        let handles: Vec<_> = items.map(|item| scope.spawn(move || work(item))).collect();
         let mut results = vec![work(first)];
         for handle in handles {
             results.push(
@@ -1120,26 +1124,6 @@ fn on_each<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<
         }
         results
     })
-}
-
-/// [`on_each`] of mutable items.
-fn on_each_mut<T: Send>(items: &mut [T], work: impl Fn(&mut T) + Sync) {
-    let Some((first, others)) = items.split_first_mut() else {
-        return;
-    };
-    std::thread::scope(|scope| {
-        let work = &work;
-        let handles: Vec<_> = others
-            .iter_mut()
-            .map(|item| scope.spawn(move || work(item)))
-            .collect();
-        work(first);
-        for handle in handles {
-            if let Err(panic) = handle.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-    });
 }
 
 /// A writer that keeps to at most `bytes_per_sec` on average by sleeping when ahead, so a
