@@ -13,10 +13,10 @@
 #   2. the same server started again, loading that snapshot and resuming Kafka from its offsets.
 # For each it also prints the server's own CPU time to ready and its peak resident memory so
 # far (/proc), the fetch responses it found larger than its receive.message.max.bytes
-# (kafka_oversized_fetch_responses_total) and the broker's CPU time meanwhile. The broker shares this machine's cores and keeps busy for
-# tens of seconds after a run (it persists its whole log after consumer commits), so each
-# timed start first waits, up to 300 s, until the broker has used under 0.1 s of CPU in 2 s:
-# on a deployment the broker runs on other machines.
+# (kafka_oversized_fetch_responses_total) and the broker's CPU time meanwhile. The broker
+# shares this machine's cores and keeps busy for tens of seconds after a run (it persists its
+# whole log after consumer commits), so each timed start first waits, up to 300 s, until the
+# broker has used under 0.1 s of CPU in 2 s: on a deployment the broker runs on other machines.
 # Full scale (SCALE 1, 20.2M events) needs about 3 GB of memory per server and 2.5 GB of disk.
 set -euo pipefail
 

@@ -79,8 +79,8 @@ impl BulkRefusal {
     }
 }
 
-/// What the build keeps of a published post, in its author's share.
-#[derive(Clone, Copy, Default)]
+/// What the build reads back of a published post ([`Loaded::published`]).
+#[derive(Clone, Copy)]
 struct Published {
     post_id: i64,
     author_id: i64,
@@ -296,7 +296,8 @@ const READ_AHEAD: usize = 16;
 /// Keys the build reads back at a time (a block's posts stay in the core's own caches).
 const BLOCK_KEYS: usize = 2048;
 
-fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, T>>) -> Vec<T> {
+/// The results of scoped threads, in order; a thread's panic goes on in the caller.
+pub(crate) fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, T>>) -> Vec<T> {
     handles
         .into_iter()
         .map(|h| {

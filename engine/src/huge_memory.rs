@@ -126,8 +126,7 @@ pub(crate) fn populate_ahead(start: usize, len: usize, written: &AtomicUsize, st
     #[cfg(target_os = "linux")]
     {
         const PAGE: usize = 4096;
-        let (first, end) = (start.next_multiple_of(PAGE), start + len);
-        let mut at = first;
+        let (mut at, end) = (start.next_multiple_of(PAGE), start + len);
         // Relaxed: progress hints only; nothing is read through them.
         while at + PAGE <= end && !stop.load(Ordering::Relaxed) {
             let limit = (start + written.load(Ordering::Relaxed) + POPULATE_AHEAD).min(end);

@@ -1115,13 +1115,7 @@ where
         let work = &work;
         let handles: Vec<_> = items.map(|item| scope.spawn(move || work(item))).collect();
         let mut results = vec![work(first)];
-        for handle in handles {
-            results.push(
-                handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            );
-        }
+        results.extend(crate::bulk::join_all(handles));
         results
     })
 }
