@@ -32,6 +32,9 @@ fi
 step "Loom models (arena slot reuse, timeline ring: every interleaving, two preemptions)"
 # `--cfg thunder_loom` swaps the engine's atomics for loom's (engine/src/sync.rs); only the
 # models run under it (the `loom` filter). Its own target dir keeps the normal build cached.
+# The code compiled only under that cfg gets the same lints.
+RUSTFLAGS="${RUSTFLAGS:-} --cfg thunder_loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
+    cargo clippy --locked -p thunder-engine --lib --tests -- -D warnings
 RUSTFLAGS="${RUSTFLAGS:-} --cfg thunder_loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     LOOM_MAX_PREEMPTIONS=2 cargo test --locked -p thunder-engine --release --lib loom
 

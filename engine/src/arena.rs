@@ -482,6 +482,7 @@ struct SlotClass<S: PostSlot> {
     chunk_count: AtomicUsize,
     /// Never reused in the process, so a thread's bump run (`bump_run`) cannot be mistaken
     /// for one of a later class that happens to sit at the same address.
+    #[cfg(not(thunder_loom))]
     id: u64,
     /// The next chunk, made and faulted in on a background thread once the class is large.
     #[cfg(not(thunder_loom))]
@@ -501,6 +502,7 @@ const SPARE_AFTER_CHUNKS: usize = 2;
 const BUMP_RUN_SLOTS: u32 = 32;
 
 /// Source of [`SlotClass`] ids; 0 is never handed out (an empty run names it).
+#[cfg(not(thunder_loom))]
 static NEXT_CLASS_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<S: PostSlot> SlotClass<S> {
@@ -516,6 +518,7 @@ impl<S: PostSlot> SlotClass<S> {
             free: Arc::new(SegQueue::new()),
             live: StripedCount::default(),
             chunk_count: AtomicUsize::new(0),
+            #[cfg(not(thunder_loom))]
             id: NEXT_CLASS_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             #[cfg(not(thunder_loom))]
             spare: Self::chunk_layout().map(crate::huge_memory::Spare::new),

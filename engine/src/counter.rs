@@ -10,7 +10,7 @@
 //! Under `cfg(thunder_loom)` there is one stripe, so the models see the single counter they
 //! were written for.
 
-use crate::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicIsize, Ordering};
 
 /// Stripes per counter: more than the writer threads this store runs with.
 #[cfg(not(thunder_loom))]
@@ -73,6 +73,7 @@ impl StripedCount {
 fn stripe_index() -> usize {
     #[cfg(not(thunder_loom))]
     {
+        use crate::sync::atomic::AtomicUsize;
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         thread_local! {
             static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;

@@ -28,7 +28,6 @@ use crate::counter::StripedCount;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use crate::sync::{Mutex, Retirer};
 use crossbeam_epoch::Guard;
-use std::hash::BuildHasher;
 
 /// Words per bucket: one 64-byte cache line.
 const BUCKET_WORDS: usize = 8;
@@ -282,8 +281,10 @@ impl TagIndex {
         // Seeded per index, so crafted ids cannot aim at one chain across stores; fixed under
         // loom, whose models must run the same way every time.
         #[cfg(not(thunder_loom))]
-        let seed =
-            std::collections::hash_map::RandomState::new().hash_one(0x0074_6875_6e64_6572_u64);
+        let seed = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            0x0074_6875_6e64_6572_u64,
+        );
         #[cfg(thunder_loom)]
         let seed = 0x0074_6875_6e64_6572_u64;
         Self {
