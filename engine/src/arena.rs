@@ -1037,12 +1037,7 @@ mod tests {
             "slot reused while a reader was pinned"
         );
         drop(reader);
-        for _ in 0..1024 {
-            if !arena.large.free.is_empty() {
-                break;
-            }
-            crossbeam_epoch::pin().flush();
-        }
+        crate::sync::flush_epoch_until(|| !arena.large.free.is_empty());
         assert_eq!(arena.large.free.pop(), Some(id));
     }
 
@@ -1208,12 +1203,7 @@ mod tests {
         assert_eq!(arena.read(id, 1), None);
         assert_eq!(arena.live(), 0);
         arena.retire(vec![id], &crossbeam_epoch::pin());
-        for _ in 0..1024 {
-            if !arena.small.free.is_empty() {
-                break;
-            }
-            crossbeam_epoch::pin().flush();
-        }
+        crate::sync::flush_epoch_until(|| !arena.small.free.is_empty());
         assert!(arena.large.free.is_empty(), "retired to the wrong class");
         // The large class does not take the small slot; the small class does.
         assert_eq!(arena.publish(&post(2), IN_PRIMARY), Some(0));

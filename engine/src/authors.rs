@@ -369,12 +369,7 @@ mod tests {
         }
         drop(guard);
         // After the grace period the freed numbers are handed out again before new ones.
-        for _ in 0..10_000 {
-            if directory.free.len() == (count as usize).div_ceil(3) {
-                break;
-            }
-            crossbeam_epoch::pin().flush();
-        }
+        crate::sync::flush_epoch_until(|| directory.free.len() == (count as usize).div_ceil(3));
         assert_eq!(directory.free.len(), (count as usize).div_ceil(3));
         let handed_out = directory.next.load(Ordering::Relaxed);
         let guard = crossbeam_epoch::pin();

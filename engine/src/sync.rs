@@ -106,3 +106,23 @@ impl<T> Drop for Retirer<T> {
         }
     }
 }
+
+/// Advances crossbeam-epoch (pinning and flushing this thread) until `done` holds, for up to
+/// 10 s: a test that waits for something retired to be reclaimed. Other tests in the same
+/// process can hold pins for a while, so a fixed number of flushes is not enough.
+#[cfg(test)]
+pub(crate) fn flush_epoch_until(done: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        for _ in 0..64 {
+            crossbeam_epoch::pin().flush();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
