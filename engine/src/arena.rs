@@ -680,8 +680,9 @@ impl<S: PostSlot> SlotClass<S> {
         (self.bump.load(Ordering::Relaxed) as usize).div_ceil(1 << SCAN_UNIT_SHIFT)
     }
 
-    /// Appends a validated copy of every post live in scan unit `unit` to `out`.
-    fn scan_unit(&self, unit: usize, out: &mut Vec<CompactPost>) {
+    /// Calls `each` with the index and a validated copy of every post live in scan unit
+    /// `unit`.
+    fn scan_unit(&self, unit: usize, mut each: impl FnMut(u32, CompactPost)) {
         let first = unit << SCAN_UNIT_SHIFT;
         for offset in 0..1 << SCAN_UNIT_SHIFT {
             let index = match u32::try_from(first + offset) {
@@ -689,7 +690,11 @@ impl<S: PostSlot> SlotClass<S> {
                 _ => return,
             };
             match self.slot(index) {
-                Some(slot) => out.extend(slot.read_live()),
+                Some(slot) => {
+                    if let Some(post) = slot.read_live() {
+                        each(index, post);
+                    }
+                }
                 // The chunk is not allocated (yet): nothing is live in it.
                 None => return,
             }
@@ -840,17 +845,25 @@ impl Arena {
         2 * self.large.scan_units().max(self.small.scan_units())
     }
 
-    /// Appends a consistent copy of every post live in scan unit `index` (at most 32768
-    /// posts, all of one class) to `out` (a fuzzy scan: posts published or freed while it runs
-    /// may or may not be seen, but each copy is one whole post). Needs no epoch pin: chunks
-    /// are never freed while the arena lives, and every copy is validated seqlock-style like
-    /// `read`.
-    pub fn scan_chunk(&self, index: usize, out: &mut Vec<CompactPost>) {
+    /// Calls `each` with the slot id and a consistent copy of every post live in scan unit
+    /// `index` (at most 32768 posts, all of one class), in slot order (a fuzzy scan: posts
+    /// published or freed while it runs may or may not be seen, but each copy is one whole
+    /// post). Needs no epoch pin: chunks are never freed while the arena lives, and every copy
+    /// is validated seqlock-style like `read`.
+    pub fn scan_chunk(&self, index: usize, mut each: impl FnMut(SlotId, CompactPost)) {
         if index.is_multiple_of(2) {
-            self.large.scan_unit(index / 2, out);
+            self.large.scan_unit(index / 2, &mut each);
         } else {
-            self.small.scan_unit(index / 2, out);
+            self.small
+                .scan_unit(index / 2, |slot, post| each(slot | SMALL_CLASS, post));
         }
+    }
+
+    /// A consistent copy of whatever post slot `id` holds, if it is live (for a reader that
+    /// knows the slot but not the post, as a scan's second pass). Needs no epoch pin, as
+    /// `scan_chunk`.
+    pub fn read_live(&self, id: SlotId) -> Option<CompactPost> {
+        with_class!(self, id, |class, index| class.slot(index)?.read_live())
     }
 
     /// Frees the slot of `post_id` whoever holds it (a delete). True if this call freed it;
@@ -1051,13 +1064,18 @@ mod tests {
         // One large unit (0) and its small partner (1), empty.
         assert_eq!(arena.scan_chunks(), 2);
         let mut seen = Vec::new();
-        arena.scan_chunk(0, &mut seen);
-        let seen: Vec<i64> = seen.iter().map(|p| p.post_id).collect();
+        arena.scan_chunk(0, |slot, post| seen.push((slot, post)));
+        let slots: Vec<SlotId> = seen.iter().map(|&(slot, _)| slot).collect();
+        assert_eq!(slots, vec![ids[0], ids[2], ids[3], ids[4]]);
+        let seen: Vec<i64> = seen.iter().map(|(_, p)| p.post_id).collect();
         assert_eq!(seen, vec![1, 3, 4, 5]);
+        // Read back by slot alone: the live posts, and nothing from the freed slot.
+        assert_eq!(arena.read_live(ids[2]).map(|p| p.post_id), Some(3));
+        assert_eq!(arena.read_live(ids[1]), None);
         for unit in 1..4 {
-            let mut beyond = Vec::new();
-            arena.scan_chunk(unit, &mut beyond);
-            assert!(beyond.is_empty(), "unit {unit}");
+            let mut beyond = 0;
+            arena.scan_chunk(unit, |_, _| beyond += 1);
+            assert_eq!(beyond, 0, "unit {unit}");
         }
     }
 
@@ -1237,7 +1255,12 @@ mod tests {
         let mut all = Vec::new();
         for index in 0..arena.scan_chunks() {
             let mut out = Vec::new();
-            arena.scan_chunk(index, &mut out);
+            arena.scan_chunk(index, |slot, post| {
+                // Each slot id handed out names the slot the post is in, in either class.
+                assert_eq!(arena.read_live(slot).as_ref(), Some(&post));
+                assert_eq!(arena.read(slot, post.post_id).as_ref(), Some(&post));
+                out.push(post);
+            });
             assert!(out.len() <= unit);
             per_unit.push(out.len());
             all.extend(out);

@@ -22,8 +22,12 @@
 //!   payload. Tombstones first (16 bytes each: `post_id`, basis secs), then, on an author
 //!   shard, the fact directory (24 bytes each: `post_id`, the packed `created_at` and flags,
 //!   parent id; see `directory.rs`), then posts (64 bytes each whatever the arena's slot class,
-//!   one chunk per arena scan unit of 32768 slots, at most 2 MiB), then one end chunk whose payload counts the tombstones,
+//!   at most 32768 a chunk, 2 MiB), then one end chunk whose payload counts the tombstones,
 //!   posts, chunks and facts before it. A file without its end chunk is truncated.
+//!
+//! The posts are written in timeline order (`created_at`, then post id), the order a load
+//! builds them in: it then reads them front to back and sorts nothing. A loader takes posts in
+//! any order (files written before this order was, for one), at the cost of that sort.
 //!
 //! A shard's snapshot holds its own authors' posts and its facts of the others'; it loads only
 //! into a store of the same shard ([`PostStore::with_author_shard`]), and a full store's only
@@ -42,7 +46,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::arena::CompactPost;
+use crate::arena::{CompactPost, SlotId};
 pub use crate::bulk::BulkRefusal;
 use crate::directory::{FACT_SHARDS, FactRecord, ShardId, fact_record_is_valid};
 use crate::store::{InsertReport, PostStore};
@@ -69,6 +73,10 @@ const END_PAYLOAD_BYTES: usize = 32;
 const TOMBSTONES_PER_CHUNK: usize = 1 << 16;
 /// Facts per chunk (1.5 MiB).
 const FACTS_PER_CHUNK: usize = 1 << 16;
+/// Posts per posts chunk (2 MiB), the last one of a snapshot fewer.
+const POSTS_PER_CHUNK: usize = 1 << 15;
+/// How many posts ahead of its reads the writer's second pass prefetches their slots.
+const WRITE_READ_AHEAD: usize = 16;
 /// Largest record count a chunk may claim; bounds what a corrupt length can make us allocate.
 const MAX_CHUNK_RECORDS: u32 = 1 << 20;
 /// Largest header body a file may claim.
@@ -654,10 +662,11 @@ impl PostStore {
     /// Writes a snapshot of this store to `out` while it keeps serving (see the module docs).
     ///
     /// `meta.offsets` must have been taken *before* this call: they are what a loader replays
-    /// from. Posts expired at the start of the scan are left out. The scan reads one arena scan unit
-    /// (32768 slots of one class) at a time and holds no lock and no epoch pin: no reader or writer waits
-    /// for it. `out` is written in chunks of at most 2 MiB; the caller does the buffering,
-    /// `fsync` and renaming.
+    /// from. Posts expired at the start of the scan are left out. The scan holds no lock and no
+    /// epoch pin (every slot read is validated): no reader or writer waits for it. Besides
+    /// its 2 MiB chunk buffer it holds 8 bytes per post while it runs, to write the posts in
+    /// timeline order. `out` is written in chunks of at most 2 MiB; the caller does the
+    /// buffering, `fsync` and renaming.
     pub fn write_snapshot(
         &self,
         meta: &SnapshotMeta,
@@ -685,7 +694,7 @@ impl PostStore {
                 bytes: encoded.len() as u64,
                 ..SnapshotCounts::default()
             },
-            buf: Vec::with_capacity(POST_BYTES << 15),
+            buf: Vec::with_capacity(POST_BYTES * POSTS_PER_CHUNK),
         };
         writer.out.write_all(&encoded)?;
         // Tombstones first: a post deleted while the scan runs then either is in the scan and
@@ -714,20 +723,7 @@ impl PostStore {
                 writer.counts.facts += chunk.len() as u64;
             }
         }
-        let mut posts = Vec::with_capacity(1 << 15);
-        for index in 0..self.arena.scan_chunks() {
-            posts.clear();
-            self.arena.scan_chunk(index, &mut posts);
-            let mut kept = 0;
-            for post in posts.iter().filter(|p| !self.expired(p.created_at, now)) {
-                encode_post(post, &mut writer.buf);
-                kept += 1;
-            }
-            if kept > 0 {
-                writer.write(KIND_POSTS, kept)?;
-                writer.counts.posts += kept as u64;
-            }
-        }
+        self.write_posts_in_timeline_order(now, &mut writer)?;
         let counts = writer.counts;
         for n in [counts.tombstones, counts.posts, counts.chunks, counts.facts] {
             writer.buf.extend_from_slice(&n.to_le_bytes());
@@ -739,6 +735,69 @@ impl PostStore {
             counts: writer.counts,
             duration: started.elapsed(),
         })
+    }
+
+    /// The posts part of a snapshot: every post live and unexpired at `now`, in timeline order
+    /// (`created_at`, then post id), so that a load reads them in the order it builds them
+    /// and needs no sort of its own (see `in_timeline_order`).
+    ///
+    /// Two passes over the arena, neither holding an epoch pin (arena chunks are never freed
+    /// while the store lives): the first scans it for each live post's second and slot (8
+    /// bytes a post, sorted), the second reads the slots back in that order, a second's posts
+    /// at a time, sorted by id. A slot that holds another post by then (its post deleted or
+    /// expired since, the slot reused) is written only if the new post is of the same
+    /// second, else skipped: either way the change is after the recorded offsets, and the
+    /// replay from them repeats it.
+    fn write_posts_in_timeline_order<W: Write>(
+        &self,
+        now: i64,
+        writer: &mut ChunkWriter<W>,
+    ) -> Result<(), SnapshotError> {
+        let live = self.arena.live();
+        let mut keys: Vec<u64> = Vec::with_capacity(live + live / 64 + 1024);
+        for index in 0..self.arena.scan_chunks() {
+            self.arena.scan_chunk(index, |slot, post| {
+                if !self.expired(post.created_at, now) {
+                    keys.push(u64::from(post.created_at) << 32 | u64::from(slot));
+                }
+            });
+        }
+        keys.sort_unstable();
+        let second_of = |key: u64| (key >> 32) as u32;
+        let mut second = Vec::new();
+        let mut in_chunk = 0;
+        for (i, &key) in keys.iter().enumerate() {
+            // The slots are read in no order the hardware can guess: ask for them ahead.
+            if let Some(&ahead) = keys.get(i + WRITE_READ_AHEAD) {
+                crate::query::prefetch(self.arena.slot_ptr(ahead as SlotId));
+            }
+            if let Some(post) = self.arena.read_live(key as SlotId)
+                && post.created_at == second_of(key)
+            {
+                second.push(post);
+            }
+            let last_of_second = keys
+                .get(i + 1)
+                .is_none_or(|&next| second_of(next) != second_of(key));
+            if !last_of_second {
+                continue;
+            }
+            second.sort_unstable_by_key(|p| p.post_id);
+            for post in second.drain(..) {
+                encode_post(&post, &mut writer.buf);
+                in_chunk += 1;
+                if in_chunk == POSTS_PER_CHUNK {
+                    writer.write(KIND_POSTS, in_chunk)?;
+                    writer.counts.posts += in_chunk as u64;
+                    in_chunk = 0;
+                }
+            }
+        }
+        if in_chunk > 0 {
+            writer.write(KIND_POSTS, in_chunk)?;
+            writer.counts.posts += in_chunk as u64;
+        }
+        Ok(())
     }
 
     /// Loads a snapshot into this store, which should be empty, on `threads` threads (at least
@@ -1012,11 +1071,22 @@ fn author_share(author_id: i64, workers: usize) -> usize {
 /// The counting sort runs on `threads` threads (at least one), each over its own range of
 /// `posts`: each counts its range per second, the counts give every range its own place in
 /// each second (ranges in file order, so equal keys keep file order), each scatters its range,
-/// and then each puts the runs of a range of seconds in id order.
+/// and then each puts the runs of a range of seconds in id order. Posts already in timeline
+/// order, as `write_snapshot` writes them, are only checked (on the same threads).
 pub(crate) fn in_timeline_order(posts: &[CompactPost], threads: usize) -> Vec<u32> {
     let parts = threads.clamp(1, MAX_ORDER_THREADS);
     let per_part = posts.len().div_ceil(parts).max(1);
     let ranges: Vec<&[CompactPost]> = posts.chunks(per_part).collect();
+    // Snapshots are written in this order: then there is nothing to sort.
+    let key = |p: &CompactPost| (p.created_at, p.post_id);
+    let in_order = on_each(&ranges, |range| range.is_sorted_by_key(key));
+    if in_order.into_iter().all(|sorted| sorted)
+        && ranges
+            .windows(2)
+            .all(|pair| pair[0].last().map(key) <= pair[1].first().map(key))
+    {
+        return (0..posts.len() as u32).collect();
+    }
     let bounds = on_each(&ranges, |range| {
         let times = range.iter().map(|p| p.created_at);
         times.clone().min().zip(times.max())
@@ -1187,9 +1257,73 @@ pub fn lower_current_thread_priority() {
 mod tests {
     use super::*;
     use crate::post::LightPost;
+    use std::sync::Arc;
 
     fn post(post_id: i64, created_at: i64) -> CompactPost {
         CompactPost::from_light(&LightPost::original(post_id, 1, created_at))
+    }
+
+    /// Whatever order posts arrived in, and whichever arena class holds them, a snapshot's
+    /// posts are written in timeline order, without the deleted and the expired ones.
+    #[test]
+    fn snapshots_are_written_in_timeline_order() {
+        const NOW: i64 = 1_700_000_000;
+        let clock = Arc::new(crate::ManualClock::new(NOW));
+        let store = PostStore::with_clock(1_000, clock.clone());
+        // Ids and times in scrambled orders; many posts share a second; every third post
+        // is a reply (a large slot), the others originals (small slots).
+        let batch: Vec<LightPost> = (0..6_000i64)
+            .map(|n| {
+                let (id, at) = ((n * 7_919) % 6_007 + 1, NOW - 990 + (n * 37) % 600);
+                let mut post = LightPost::original(id, 1 + n % 50, at);
+                if n % 3 == 0 {
+                    post.is_reply = true;
+                    post.in_reply_to_post_id = Some(id + 100_000);
+                }
+                post
+            })
+            .collect();
+        assert_eq!(store.insert_posts(&batch).inserted, batch.len());
+        let deleted: Vec<crate::DeleteEvent> = (1..=6_007)
+            .step_by(11)
+            .map(|post_id| crate::DeleteEvent {
+                post_id,
+                deleted_at: NOW,
+            })
+            .collect();
+        store.mark_as_deleted(&deleted);
+        // Posts created in the first 60 s of the batch's span are expired by now.
+        clock.set(NOW + 70);
+        let mut bytes = Vec::new();
+        let summary = store
+            .write_snapshot(&SnapshotMeta::default(), &mut bytes)
+            .unwrap();
+        let mut reader = SnapshotReader::new(bytes.as_slice()).unwrap();
+        let mut written = Vec::new();
+        loop {
+            match reader.next_chunk(None).unwrap() {
+                Chunk::Posts(chunk) => written.extend(chunk),
+                Chunk::End => break,
+                _ => {}
+            }
+        }
+        assert!(written.is_sorted_by_key(|p| (p.created_at, p.post_id)));
+        let mut expected: Vec<i64> = batch
+            .iter()
+            .filter(|p| p.created_at >= NOW + 70 - 1_000 && (p.post_id - 1) % 11 != 0)
+            .map(|p| p.post_id)
+            .collect();
+        let mut ids: Vec<i64> = written.iter().map(|p| p.post_id).collect();
+        expected.sort_unstable();
+        ids.sort_unstable();
+        assert_eq!(ids, expected);
+        assert_eq!(summary.counts.posts, expected.len() as u64);
+        assert!(written.iter().any(|p| p.is_reply) && written.iter().any(|p| !p.is_reply));
+        // Each post whole, as it went in.
+        for post in &written {
+            let sent = batch.iter().find(|p| p.post_id == post.post_id).unwrap();
+            assert_eq!(*post, CompactPost::from_light(sent));
+        }
     }
 
     /// The reference order: a stable sort by (time, id), file order among equal ids.
@@ -1234,5 +1368,34 @@ mod tests {
         // A span too wide for the counting sort.
         let wide = [post(5, 4_000_000_000), post(4, 1), post(3, 4_000_000_000)];
         assert_eq!(in_timeline_order(&wide, 2), vec![1, 2, 0]);
+        // Already in order (as snapshots are written), a repeated key included: the identity,
+        // whatever the threads; one pair out of order, at a range's edge or inside one, and
+        // the sort runs again.
+        let mut sorted: Vec<CompactPost> = reference(&posts)
+            .into_iter()
+            .map(|i| posts[i as usize])
+            .collect();
+        let identity: Vec<u32> = (0..sorted.len() as u32).collect();
+        for threads in [1, 2, 3, 7, 16, 40] {
+            assert_eq!(in_timeline_order(&sorted, threads), identity, "{threads}");
+        }
+        for at in [0, sorted.len() / 2 - 1, sorted.len() / 3 + 5] {
+            let mut swapped = sorted.clone();
+            let (a, b) = (swapped[at], swapped[at + 1]);
+            if (a.created_at, a.post_id) == (b.created_at, b.post_id) {
+                continue;
+            }
+            swapped.swap(at, at + 1);
+            for threads in [1, 2, 3] {
+                assert_eq!(
+                    in_timeline_order(&swapped, threads),
+                    reference(&swapped),
+                    "{at} {threads}"
+                );
+                assert_ne!(in_timeline_order(&swapped, threads), identity);
+            }
+        }
+        sorted.clear();
+        assert!(in_timeline_order(&sorted, 2).is_empty());
     }
 }
