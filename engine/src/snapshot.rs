@@ -744,10 +744,11 @@ impl PostStore {
     /// Two passes over the arena, neither holding an epoch pin (arena chunks are never freed
     /// while the store lives): the first scans it for each live post's second and slot (8
     /// bytes a post, sorted), the second reads the slots back in that order, a second's posts
-    /// at a time, sorted by id. A slot that holds another post by then (its post deleted or
-    /// expired since, the slot reused) is written only if the new post is of the same
-    /// second, else skipped: either way the change is after the recorded offsets, and the
-    /// replay from them repeats it.
+    /// at a time, sorted by id. A slot whose post is gone by then (deleted after the recorded
+    /// offsets, so the replay from them deletes it again, or expired, which a load skips
+    /// anyway) is left out; if the slot holds a newer post by then, that one is written when
+    /// it is of the same second (the replay would bring it anyway) and left out otherwise.
+    /// A post is in one slot for its whole life, so none is written twice.
     fn write_posts_in_timeline_order<W: Write>(
         &self,
         now: i64,
