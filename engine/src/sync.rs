@@ -111,15 +111,9 @@ impl<T> Drop for Retirer<T> {
 /// 10 s: a test that waits for something retired to be reclaimed. Other tests in the same
 /// process can hold pins for a while, so a fixed number of flushes is not enough.
 #[cfg(test)]
-pub(crate) fn flush_epoch_until(done: impl Fn() -> bool) -> bool {
+pub(crate) fn flush_epoch_until(done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        if done() {
-            return true;
-        }
-        if std::time::Instant::now() > deadline {
-            return false;
-        }
+    while !done() && std::time::Instant::now() < deadline {
         for _ in 0..64 {
             crossbeam_epoch::pin().flush();
         }
