@@ -857,10 +857,10 @@ impl PostStore {
         // The posts go into one allocation of their final size: growing a vector of a
         // gigabyte by doubling copies it again and faults in fresh pages each time. With the
         // input's length the buffer is reserved up front for as many posts as the input could
-        // hold (pages more than 64 MiB beyond the posts read are never touched) and each chunk is appended as
-        // it is read, its buffer reused for the next; without it the chunks are kept and
-        // copied once at the end (also when the reservation is refused: a length is only a
-        // hint, and no allocation failure should abort the process here).
+        // hold (pages more than 64 MiB beyond the posts read are never touched) and each
+        // chunk is appended as it is read, its buffer reused for the next; without it the
+        // chunks are kept and copied once at the end (also when the reservation is refused:
+        // a length is only a hint, and no allocation failure should abort the process here).
         //
         // With more than one thread, another faults the reserved pages in ahead of the
         // decoding (the kernel clearing them was about half of the read phase). The vector
