@@ -64,7 +64,9 @@ wait_for_quiet_broker() {
 }
 
 # Starts the server, sets ELAPSED to the seconds from start to /readyz 200, CPU to its CPU
-# seconds until then and OVERSIZED to its oversized fetch responses; leaves it running.
+# seconds until then, ANON_MIB to the most anonymous memory it held meanwhile (sampled every
+# 50 ms: VmHWM also counts the file pages a load maps) and OVERSIZED to its oversized fetch
+# responses; leaves it running.
 start_and_time() {
     local admin grpc started ticks broker_before
     admin="$(free_port)"
@@ -76,10 +78,14 @@ start_and_time() {
         --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
         --snapshot-dir "$WORK/snapshots" --snapshot-interval-secs 0 >"$WORK/server.log" 2>&1 &
     SERVER_PID=$!
+    local anon_kib=0 now_kib
     until curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1; do
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; exit 1; }
+        now_kib="$(awk '$1 == "RssAnon:" {print $2}' "/proc/$SERVER_PID/status" 2>/dev/null || true)"
+        [ "${now_kib:-0}" -le "$anon_kib" ] || anon_kib="$now_kib"
         sleep 0.05
     done
+    ANON_MIB=$((anon_kib / 1024))
     ELAPSED="$(python3 -c "import sys;print(round($(date +%s.%N) - $started, 2))")"
     ticks="$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")"
     CPU="$(python3 -c "print(round($ticks / $(getconf CLK_TCK), 2))")"
@@ -97,13 +103,13 @@ stop_server() {
 
 start_and_time
 cold="$ELAPSED"
-echo "cold replay: ready in ${cold}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), peak RSS ${PEAK_MIB} MiB, ${OVERSIZED:-?} oversized fetch responses" >&2
+echo "cold replay: ready in ${cold}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), peak RSS ${PEAK_MIB} MiB (anonymous ${ANON_MIB} MiB), ${OVERSIZED:-?} oversized fetch responses" >&2
 stop_server
 snapshot="$(ls -1 "$WORK"/snapshots/*.thsnap | tail -1)"
 bytes="$(stat -c %s "$snapshot")"
 start_and_time
 warm="$ELAPSED"
-echo "from the snapshot: ready in ${warm}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), peak RSS ${PEAK_MIB} MiB, ${OVERSIZED:-?} oversized fetch responses" >&2
+echo "from the snapshot: ready in ${warm}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), peak RSS ${PEAK_MIB} MiB (anonymous ${ANON_MIB} MiB), ${OVERSIZED:-?} oversized fetch responses" >&2
 # The load's own share of that (the rest is start-up and the Kafka catch-up).
 sed 's/\x1b\[[0-9;]*m//g' "$WORK/server.log" | grep 'snapshot loaded' \
     | grep -oE ' (posts|took_secs|read_secs)=[0-9.]+' | tr -d '\n' | sed 's/^/  load:/' >&2 || true

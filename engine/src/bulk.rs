@@ -51,6 +51,51 @@ use crate::query::prefetch;
 use crate::store::{DropReason, Guards, InsertReport, Kind, PendingRepost, PostStore};
 use crate::timeline::TinyPost;
 
+/// Where a load reads its posts from: decoded in memory, or still in the records of a mapped
+/// snapshot file (`snapshot::MappedPosts`), decoded as they are read. By index, by value.
+pub(crate) trait PostSource: Sync {
+    /// How many posts.
+    fn len(&self) -> usize;
+    /// The post at `index` (< `len()`).
+    fn post(&self, index: usize) -> CompactPost;
+    /// Where the post at `index` lies, for a prefetch only.
+    fn post_ptr(&self, index: usize) -> *const u8;
+}
+
+impl PostSource for [CompactPost] {
+    #[inline]
+    fn len(&self) -> usize {
+        <[CompactPost]>::len(self)
+    }
+
+    #[inline]
+    fn post(&self, index: usize) -> CompactPost {
+        self[index]
+    }
+
+    #[inline]
+    fn post_ptr(&self, index: usize) -> *const u8 {
+        self.as_ptr().wrapping_add(index).cast()
+    }
+}
+
+impl PostSource for Vec<CompactPost> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    #[inline]
+    fn post(&self, index: usize) -> CompactPost {
+        self[index]
+    }
+
+    #[inline]
+    fn post_ptr(&self, index: usize) -> *const u8 {
+        PostSource::post_ptr(self.as_slice(), index)
+    }
+}
+
 /// Why the bulk build left the load to the per-post path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BulkRefusal {
@@ -127,17 +172,17 @@ struct Share {
 
 /// What the build reads a post back from: the load's posts, their load order and the slots
 /// phase 1 gave them.
-struct Loaded<'a> {
-    posts: &'a [CompactPost],
+struct Loaded<'a, P: PostSource + ?Sized> {
+    posts: &'a P,
     order: &'a [u32],
     /// Per phase-1 thread, the slots of its `per_thread` ranks.
     slots: Vec<Vec<SlotId>>,
     per_thread: usize,
 }
 
-impl Loaded<'_> {
-    fn post(&self, rank: u32) -> &CompactPost {
-        &self.posts[self.order[rank as usize] as usize]
+impl<P: PostSource + ?Sized> Loaded<'_, P> {
+    fn post(&self, rank: u32) -> CompactPost {
+        self.posts.post(self.order[rank as usize] as usize)
     }
 
     fn slot(&self, rank: u32) -> SlotId {
@@ -155,9 +200,9 @@ impl Loaded<'_> {
             created_at: post.created_at,
             rank,
             slot: self.slot(rank),
-            primary: Kind::primary_of(post) as u8,
-            own_video: has_own_video(post),
-            video_repost: is_video_repost(post),
+            primary: Kind::primary_of(&post) as u8,
+            own_video: has_own_video(&post),
+            video_repost: is_video_repost(&post),
         }
     }
 
@@ -176,7 +221,7 @@ impl Loaded<'_> {
                 prefetch(slots.as_ptr().wrapping_add(rank % self.per_thread).cast());
             }
             if let Some(rank) = rank_of(i + READ_AHEAD / 2) {
-                prefetch((self.post(rank) as *const CompactPost).cast());
+                prefetch(self.posts.post_ptr(self.order[rank as usize] as usize));
             }
             out.push(self.published(key));
         }
@@ -261,8 +306,10 @@ struct Ranks {
 
 impl Ranks {
     /// Tables for loading `posts` into a fresh store on `workers` threads.
-    fn for_posts(posts: &[CompactPost], workers: usize) -> Self {
-        let small = posts.iter().filter(|p| p.fits_small()).count();
+    fn for_posts<P: PostSource + ?Sized>(posts: &P, workers: usize) -> Self {
+        let small = (0..posts.len())
+            .filter(|&i| posts.post(i).fits_small())
+            .count();
         // The indexes a writer thread's last run of each class may leave unused.
         let slack = 64 * workers;
         let table = |len: usize| (0..len + slack).map(|_| AtomicU32::new(0)).collect();
@@ -322,14 +369,16 @@ impl PostStore {
     /// ascending `created_at` (stable), on `threads` threads (see the module docs). Restore
     /// tombstones and facts first. On `Err` the store holds no post and the caller runs the
     /// per-post path.
-    pub(crate) fn bulk_load(
+    pub(crate) fn bulk_load<P: PostSource + ?Sized>(
         &self,
-        posts: &[CompactPost],
+        posts: &P,
         order: &[u32],
         threads: usize,
     ) -> Result<InsertReport, BulkRefusal> {
         let workers = threads.max(1);
-        if self.directory.is_some() && posts.iter().any(|p| self.is_foreign_author(p.author_id)) {
+        if self.directory.is_some()
+            && (0..posts.len()).any(|i| self.is_foreign_author(posts.post(i).author_id))
+        {
             return Err(BulkRefusal::ForeignAuthor);
         }
         let mut ranks = Ranks::for_posts(posts, workers);
@@ -403,9 +452,9 @@ impl PostStore {
     /// Phase 1 for the posts `chunk` names (ranks from `first` on): drops tombstoned posts,
     /// publishes and indexes the others, sorted into the share of their author.
     #[allow(clippy::too_many_arguments)]
-    fn publish_ranks(
+    fn publish_ranks<P: PostSource + ?Sized>(
         &self,
-        posts: &[CompactPost],
+        posts: &P,
         chunk: &[u32],
         first: u32,
         workers: usize,
@@ -426,14 +475,14 @@ impl PostStore {
         };
         for (offset, &index) in chunk.iter().enumerate() {
             if let Some(&ahead) = chunk.get(offset + LOOKAHEAD) {
-                let hashed = self.posts.hash(posts[ahead as usize].post_id);
+                let hashed = self.posts.hash(posts.post(ahead as usize).post_id);
                 prefetch(self.posts.bucket_ptr(hashed, &g.epoch));
             }
             // Relaxed: a hint to stop early; the join orders the outcome.
             if offset % 4096 == 0 && refused.load(Ordering::Relaxed) {
                 break;
             }
-            let post = &posts[index as usize];
+            let post = &posts.post(index as usize);
             let post_id = post.post_id;
             if let Some(basis) = self.live_tombstone(post_id, &g) {
                 self.tombstone_dropped_create(post_id, basis, i64::from(post.created_at), &g);
@@ -475,7 +524,11 @@ impl PostStore {
     /// Sorts one share's keys (`parts`: in rank order) by author hash and checks that no
     /// author could hold more than `cap` video entries (only an author hash with more than
     /// `cap` posts can hold one that could: just those posts are read).
-    fn group_share(&self, loaded: &Loaded<'_>, parts: Vec<Vec<u64>>) -> Share {
+    fn group_share<P: PostSource + ?Sized>(
+        &self,
+        loaded: &Loaded<'_, P>,
+        parts: Vec<Vec<u64>>,
+    ) -> Share {
         let mut keys = parts.concat();
         drop(parts);
         sort_by_author_hash(&mut keys);
@@ -498,7 +551,7 @@ impl PostStore {
     }
 
     /// Undoes phase 1 after a refusal: every published record leaves the index and the arena.
-    fn unpublish(&self, shares: &[Share], loaded: &Loaded<'_>) {
+    fn unpublish<P: PostSource + ?Sized>(&self, shares: &[Share], loaded: &Loaded<'_, P>) {
         let epoch = crossbeam_epoch::pin();
         let mut retired = Vec::new();
         for &key in shares.iter().flat_map(|s| &s.keys) {
@@ -513,7 +566,12 @@ impl PostStore {
     }
 
     /// Phase 2 for one share: each author's timelines, built whole, a block of keys at a time.
-    fn build_share(&self, share: &Share, loaded: &Loaded<'_>, ranks: &Ranks) -> Built {
+    fn build_share<P: PostSource + ?Sized>(
+        &self,
+        share: &Share,
+        loaded: &Loaded<'_, P>,
+        ranks: &Ranks,
+    ) -> Built {
         let g = self.guards();
         let mut built = Built::default();
         let mut scratch = AuthorScratch::default();

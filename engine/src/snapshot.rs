@@ -41,6 +41,14 @@
 //! each record published and indexed once, each timeline built whole), with the result the
 //! ordinary insert path gives when it inserts the posts in `created_at` order; any other store,
 //! or a snapshot the bulk build refuses, through that insert path, split by author.
+//!
+//! A stream's posts are decoded into one buffer before the build. A file is read in place
+//! instead ([`PostStore::load_snapshot_file`], through a read-only mapping): every chunk is
+//! verified where it lies, and the build decodes each post from its record when it reads it,
+//! so the load takes no memory for the posts beyond the store's own (the file's pages are the
+//! kernel's page cache). That needs the posts in timeline order, as this build writes them
+//! (the expired ones are then a prefix, skipped), in chunks of one power-of-two size; a file
+//! written otherwise is decoded first, as a stream is.
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -48,6 +56,7 @@ use std::time::{Duration, Instant};
 
 use crate::arena::{CompactPost, SlotId};
 pub use crate::bulk::BulkRefusal;
+use crate::bulk::PostSource;
 use crate::directory::{FACT_SHARDS, FactRecord, ShardId, fact_record_is_valid};
 use crate::store::{InsertReport, PostStore};
 
@@ -434,16 +443,29 @@ fn encode_post(post: &CompactPost, buf: &mut Vec<u8>) {
     buf.extend_from_slice(&[flags, 0, 0, 0]);
 }
 
-fn decode_post(bytes: &[u8]) -> Result<CompactPost, SnapshotError> {
+/// Checks what a post record can hold wrongly past its checksum: its flags.
+fn check_post(bytes: &[u8]) -> Result<(), SnapshotError> {
     let flags = bytes[60];
     if flags & !(FLAG_RETWEET | FLAG_REPLY | FLAG_VIDEO) != 0 || bytes[61..64] != [0, 0, 0] {
         return Err(SnapshotError::Corrupt(format!(
             "post record with unknown flags {flags:#04x}"
         )));
     }
+    Ok(())
+}
+
+fn decode_post(bytes: &[u8]) -> Result<CompactPost, SnapshotError> {
+    check_post(bytes)?;
+    Ok(decode_checked_post(bytes))
+}
+
+/// A post record [`check_post`] accepted.
+#[inline]
+fn decode_checked_post(bytes: &[u8]) -> CompactPost {
+    let flags = bytes[60];
     let mut created = [0u8; 4];
     created.copy_from_slice(&bytes[56..60]);
-    Ok(CompactPost {
+    CompactPost {
         post_id: le_i64(bytes, 0),
         author_id: le_i64(bytes, 8),
         in_reply_to_post_id: le_i64(bytes, 16),
@@ -455,7 +477,7 @@ fn decode_post(bytes: &[u8]) -> Result<CompactPost, SnapshotError> {
         is_retweet: flags & FLAG_RETWEET != 0,
         is_reply: flags & FLAG_REPLY != 0,
         has_video: flags & FLAG_VIDEO != 0,
-    })
+    }
 }
 
 /// One verified chunk.
@@ -465,7 +487,18 @@ enum Chunk {
     Posts(Vec<CompactPost>),
     /// A posts chunk decoded straight onto the end of the caller's vector.
     PostsAppended,
+    /// A posts chunk whose records were only checked (`PostsInto::Checked`).
+    PostsChecked,
     End,
+}
+
+/// What [`SnapshotReader`] does with the records of a posts chunk.
+enum PostsInto<'v> {
+    /// Decodes them, onto the end of this vector when it has room for them without growing,
+    /// else into a chunk of their own.
+    Decoded(Option<&'v mut Vec<CompactPost>>),
+    /// Checks them and leaves them where they are (a mapped file, or only verifying).
+    Checked,
 }
 
 /// Reads a snapshot's chunks one at a time, verifying each.
@@ -502,22 +535,40 @@ impl<R: Read> SnapshotReader<R> {
     /// Reads every remaining chunk, checking every checksum, the counts in the end chunk and
     /// that nothing follows it. The counts of the whole stream.
     pub fn verify(mut self) -> Result<(SnapshotHeader, SnapshotCounts), SnapshotError> {
-        while !matches!(self.next_chunk(None)?, Chunk::End) {}
+        while !matches!(self.next_chunk(PostsInto::Checked)?, Chunk::End) {}
         Ok((self.header, self.counts))
     }
 
-    /// The next chunk, verified. A posts chunk is decoded onto the end of `posts_into` when
-    /// that has room for it without growing (no second copy, no allocation per chunk).
-    fn next_chunk(
-        &mut self,
-        posts_into: Option<&mut Vec<CompactPost>>,
-    ) -> Result<Chunk, SnapshotError> {
+    /// The next chunk, verified. A posts chunk goes where `posts_into` says: decoded onto the
+    /// end of a vector that has room for it without growing (no second copy, no allocation
+    /// per chunk), or only checked.
+    fn next_chunk(&mut self, posts_into: PostsInto<'_>) -> Result<Chunk, SnapshotError> {
         if self.ended {
             return Ok(Chunk::End);
         }
-        let index = self.counts.chunks;
         let mut head = [0u8; CHUNK_HEADER_BYTES];
         read_exact(&mut self.input, &mut head, "a chunk header (no end chunk)")?;
+        let (kind, count, len) = self.chunk_head(&head)?;
+        let mut payload = std::mem::take(&mut self.payload);
+        payload.clear();
+        // At most 64 MiB (MAX_CHUNK_RECORDS records, checked above).
+        payload.reserve(len as usize);
+        // Reads into the buffer's spare room without zeroing it first.
+        (&mut self.input)
+            .take(u64::from(len))
+            .read_to_end(&mut payload)?;
+        if payload.len() != len as usize {
+            return Err(SnapshotError::Truncated("a chunk"));
+        }
+        let chunk = self.decode_chunk(kind, count, &head, &payload, posts_into);
+        self.payload = payload;
+        chunk
+    }
+
+    /// The kind, record count and payload length of the chunk whose 16-byte header is `head`,
+    /// checked against each other and against the limits.
+    fn chunk_head(&self, head: &[u8; CHUNK_HEADER_BYTES]) -> Result<(u8, u32, u32), SnapshotError> {
+        let index = self.counts.chunks;
         let kind = head[0];
         let mut word = [0u8; 4];
         word.copy_from_slice(&head[4..8]);
@@ -545,20 +596,7 @@ impl<R: Read> SnapshotReader<R> {
                 "chunk {index}: bad chunk header (kind {kind:#04x}, {count} records, {len} bytes)"
             )));
         }
-        let mut payload = std::mem::take(&mut self.payload);
-        payload.clear();
-        // At most 64 MiB (MAX_CHUNK_RECORDS records, checked above).
-        payload.reserve(len as usize);
-        // Reads into the buffer's spare room without zeroing it first.
-        (&mut self.input)
-            .take(u64::from(len))
-            .read_to_end(&mut payload)?;
-        if payload.len() != len as usize {
-            return Err(SnapshotError::Truncated("a chunk"));
-        }
-        let chunk = self.decode_chunk(kind, count, &head, &payload, posts_into);
-        self.payload = payload;
-        chunk
+        Ok((kind, count, len))
     }
 
     /// Checks and decodes the payload of a chunk whose header `next_chunk` read.
@@ -568,7 +606,7 @@ impl<R: Read> SnapshotReader<R> {
         count: u32,
         head: &[u8; CHUNK_HEADER_BYTES],
         payload: &[u8],
-        posts_into: Option<&mut Vec<CompactPost>>,
+        posts_into: PostsInto<'_>,
     ) -> Result<Chunk, SnapshotError> {
         let index = self.counts.chunks;
         let mut word = [0u8; 4];
@@ -597,7 +635,13 @@ impl<R: Read> SnapshotReader<R> {
                 self.counts.posts += u64::from(count);
                 let records = payload.chunks_exact(POST_BYTES);
                 match posts_into {
-                    Some(posts) if posts.capacity() - posts.len() >= records.len() => {
+                    PostsInto::Checked => {
+                        records.into_iter().try_for_each(check_post)?;
+                        Ok(Chunk::PostsChecked)
+                    }
+                    PostsInto::Decoded(Some(posts))
+                        if posts.capacity() - posts.len() >= records.len() =>
+                    {
                         for record in records {
                             posts.push(decode_post(record)?);
                         }
@@ -656,6 +700,191 @@ impl<R: Read> SnapshotReader<R> {
 /// Reads a snapshot and checks every checksum: its header and counts, or why it is invalid.
 pub fn verify(input: impl Read) -> Result<(SnapshotHeader, SnapshotCounts), SnapshotError> {
     SnapshotReader::new(input)?.verify()
+}
+
+/// One verified chunk of a snapshot held in memory.
+enum InPlace<'a> {
+    Tombstones(Vec<(i64, i64)>),
+    Facts(Vec<FactRecord>),
+    /// The records of a posts chunk, checked, where they lie.
+    Posts(&'a [u8]),
+    End,
+}
+
+impl<'a> SnapshotReader<&'a [u8]> {
+    /// The next chunk, verified where it lies (no copy of its payload).
+    fn next_chunk_in_place(&mut self) -> Result<InPlace<'a>, SnapshotError> {
+        if self.ended {
+            return Ok(InPlace::End);
+        }
+        let mut head = [0u8; CHUNK_HEADER_BYTES];
+        read_exact(&mut self.input, &mut head, "a chunk header (no end chunk)")?;
+        let (kind, count, len) = self.chunk_head(&head)?;
+        let input: &'a [u8] = self.input;
+        let Some((payload, rest)) = input.split_at_checked(len as usize) else {
+            return Err(SnapshotError::Truncated("a chunk"));
+        };
+        self.input = rest;
+        Ok(
+            match self.decode_chunk(kind, count, &head, payload, PostsInto::Checked)? {
+                Chunk::Tombstones(chunk) => InPlace::Tombstones(chunk),
+                Chunk::Facts(chunk) => InPlace::Facts(chunk),
+                Chunk::PostsChecked => InPlace::Posts(payload),
+                Chunk::Posts(_) | Chunk::PostsAppended | Chunk::End => InPlace::End,
+            },
+        )
+    }
+}
+
+/// The posts of a snapshot held in memory, decoded as they are read: the records of its
+/// posts chunks, each chunk but the last holding `1 << shift` of them (as `write_snapshot`
+/// writes them), from the `first`-th on.
+pub(crate) struct MappedPosts<'a> {
+    chunks: Vec<&'a [u8]>,
+    shift: u32,
+    first: usize,
+    len: usize,
+}
+
+impl<'a> MappedPosts<'a> {
+    /// The posts of `chunks` (checked records), or `None` when the chunks are not of one
+    /// power-of-two size.
+    fn new(chunks: &[&'a [u8]]) -> Option<Self> {
+        let count = |records: &[u8]| records.len() / POST_BYTES;
+        let shift = match chunks {
+            [] => 0,
+            [only] => count(only).next_power_of_two().trailing_zeros(),
+            [full, middle @ .., last] => {
+                let full = count(full);
+                if !full.is_power_of_two()
+                    || middle.iter().any(|c| count(c) != full)
+                    || count(last) > full
+                {
+                    return None;
+                }
+                full.trailing_zeros()
+            }
+        };
+        Some(Self {
+            chunks: chunks.to_vec(),
+            shift,
+            first: 0,
+            len: chunks.iter().map(|c| count(c)).sum(),
+        })
+    }
+
+    #[inline]
+    fn record(&self, index: usize) -> &'a [u8] {
+        let at = self.first + index;
+        let within = (at & ((1 << self.shift) - 1)) * POST_BYTES;
+        &self.chunks[at >> self.shift][within..within + POST_BYTES]
+    }
+
+    /// Leaves out the first `n` posts (at most `len()`).
+    fn skip(&mut self, n: usize) {
+        let n = n.min(self.len);
+        self.first += n;
+        self.len -= n;
+    }
+}
+
+impl PostSource for MappedPosts<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn post(&self, index: usize) -> CompactPost {
+        debug_assert!(index < self.len, "post {index} of {}", self.len);
+        decode_checked_post(self.record(index))
+    }
+
+    #[inline]
+    fn post_ptr(&self, index: usize) -> *const u8 {
+        self.record(index).as_ptr()
+    }
+}
+
+/// What a load read and verified, before it builds.
+struct ReadSnapshot {
+    header: SnapshotHeader,
+    counts: SnapshotCounts,
+    tombstones: Vec<(i64, i64)>,
+    facts: Vec<FactRecord>,
+    /// Whether the store was fresh before anything was restored into it.
+    fresh: bool,
+    read_duration: Duration,
+}
+
+impl ReadSnapshot {
+    /// What `reader` read, since `started`.
+    fn new<R: Read>(
+        reader: SnapshotReader<R>,
+        tombstones: Vec<(i64, i64)>,
+        facts: Vec<FactRecord>,
+        fresh: bool,
+        started: Instant,
+    ) -> Self {
+        Self {
+            header: reader.header,
+            counts: reader.counts,
+            tombstones,
+            facts,
+            fresh,
+            read_duration: started.elapsed(),
+        }
+    }
+
+    /// The load's report: `restored` tombstones and facts, the build's inserts and per-post
+    /// reason, of `total_posts` posts read (expired ones included), built since `building`.
+    fn report(
+        self,
+        restored: (u64, u64),
+        (inserts, per_post_reason): (InsertReport, Option<BulkRefusal>),
+        total_posts: u64,
+        building: Instant,
+    ) -> LoadReport {
+        let (tombstones_loaded, facts_loaded) = restored;
+        LoadReport {
+            posts_loaded: inserts.inserted as u64,
+            posts_skipped: total_posts - inserts.inserted as u64,
+            tombstones_loaded,
+            tombstones_expired: self.tombstones.len() as u64 - tombstones_loaded,
+            facts_loaded,
+            facts_skipped: self.facts.len() as u64 - facts_loaded,
+            inserts,
+            per_post_reason,
+            read_duration: self.read_duration,
+            build_duration: building.elapsed(),
+            header: self.header,
+            counts: self.counts,
+        }
+    }
+}
+
+/// Refuses more posts than the build's `u32` ranks can number.
+fn check_post_count(posts: usize) -> Result<(), SnapshotError> {
+    if posts > u32::MAX as usize {
+        return Err(SnapshotError::Incompatible(
+            "more than 2^32 posts in one snapshot".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The number of posts at the front of `posts` (in timeline order) that are `expired`.
+fn first_unexpired<P: PostSource + ?Sized>(posts: &P, expired: impl Fn(u32) -> bool) -> usize {
+    let (mut low, mut high) = (0, posts.len());
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if expired(posts.post(mid).created_at) {
+            low = mid + 1;
+        } else {
+            high = mid;
+        }
+    }
+    low
 }
 
 impl PostStore {
@@ -842,14 +1071,7 @@ impl PostStore {
     ) -> Result<LoadReport, SnapshotError> {
         let started = Instant::now();
         let mut reader = SnapshotReader::new(input)?;
-        if reader.header.retention_secs < self.retention_secs() {
-            return Err(SnapshotError::Incompatible(format!(
-                "written with a retention of {} s, shorter than this store's {} s",
-                reader.header.retention_secs,
-                self.retention_secs()
-            )));
-        }
-        check_shard(reader.header.shard, self)?;
+        self.check_loadable(&reader.header)?;
         // Only a store nothing was ever put in can be built in bulk.
         let fresh = self.is_fresh();
         let mut tombstones = Vec::new();
@@ -888,7 +1110,7 @@ impl PostStore {
                 loop {
                     // In file order: once a chunk did not fit, every later one waits too.
                     let into = post_chunks.is_empty().then_some(&mut posts);
-                    match reader.next_chunk(into)? {
+                    match reader.next_chunk(PostsInto::Decoded(into))? {
                         Chunk::Tombstones(chunk) => tombstones.extend(chunk),
                         Chunk::Facts(chunk) => facts.extend(chunk),
                         Chunk::PostsAppended => {
@@ -897,7 +1119,7 @@ impl PostStore {
                             written.store(bytes, Ordering::Relaxed);
                         }
                         Chunk::Posts(chunk) => post_chunks.push(chunk),
-                        Chunk::End => return Ok(()),
+                        Chunk::PostsChecked | Chunk::End => return Ok(()),
                     }
                 }
             })();
@@ -910,37 +1132,169 @@ impl PostStore {
                 posts.extend(chunk);
             }
         }
-        if posts.len() > u32::MAX as usize {
-            return Err(SnapshotError::Incompatible(
-                "more than 2^32 posts in one snapshot".into(),
-            ));
-        }
-        let read_duration = started.elapsed();
-        let building = Instant::now();
+        check_post_count(posts.len())?;
+        let read = ReadSnapshot::new(reader, tombstones, facts, fresh, started);
+        self.load_decoded(read, posts, threads, allow_bulk, Instant::now())
+    }
 
-        let g = self.guards();
-        let mut tombstones_loaded = 0;
-        for &(post_id, basis) in &tombstones {
-            tombstones_loaded += u64::from(self.restore_tombstone(post_id, basis, &g));
+    /// [`load_snapshot`](Self::load_snapshot) of a snapshot file, read in place through a
+    /// read-only mapping of it ([`load_snapshot_in_place`](Self::load_snapshot_in_place)):
+    /// the posts are not copied out of the file first (at 20M posts, 1.27 GB of memory the
+    /// load does not take). When the file cannot be mapped it is read as a stream
+    /// ([`load_snapshot_sized`](Self::load_snapshot_sized)).
+    ///
+    /// The file must not change while it loads: a snapshot file is written under a temporary
+    /// name and renamed, never written in place, and a file truncated by another process
+    /// meanwhile would end the process (`SIGBUS`) rather than fail the load.
+    pub fn load_snapshot_file(
+        &self,
+        file: &std::fs::File,
+        threads: usize,
+    ) -> Result<LoadReport, SnapshotError> {
+        let bytes = file.metadata()?.len();
+        // SAFETY: the mapping is read-only and lives until this call returns, and nothing
+        // borrowed from it outlives the call (the store copies what it keeps). Snapshot files
+        // are never written in place (see above); that the file stays as it is while it
+        // loads is this function's documented requirement.
+        let mapped = unsafe { memmap2::MmapOptions::new().map(file) };
+        match mapped {
+            Ok(map) => {
+                // The first pass reads it front to back.
+                let _ = map.advise(memmap2::Advice::Sequential);
+                self.load_snapshot_in_place(&map, threads, true)
+            }
+            Err(_) => {
+                let input = io::BufReader::with_capacity(1 << 20, file);
+                self.load_snapshot_sized(input, threads, bytes)
+            }
         }
-        let facts_loaded = self.restore_facts(&facts, &g) as u64;
-        drop(g);
+    }
+
+    /// [`load_snapshot_with`](Self::load_snapshot_with) of a snapshot held whole in memory (a
+    /// mapped file): every chunk is verified where it lies, and the posts are decoded as the
+    /// build reads them, with no copy of their own. A file whose posts are not in timeline
+    /// order (written before they were) or whose posts chunks are not of one size is decoded
+    /// first, as a stream would be.
+    pub fn load_snapshot_in_place(
+        &self,
+        bytes: &[u8],
+        threads: usize,
+        allow_bulk: bool,
+    ) -> Result<LoadReport, SnapshotError> {
+        let started = Instant::now();
+        let mut reader = SnapshotReader::new(bytes)?;
+        self.check_loadable(&reader.header)?;
+        let fresh = self.is_fresh();
+        let (mut tombstones, mut facts, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
+        loop {
+            match reader.next_chunk_in_place()? {
+                InPlace::Tombstones(chunk) => tombstones.extend(chunk),
+                InPlace::Facts(chunk) => facts.extend(chunk),
+                InPlace::Posts(records) => chunks.push(records),
+                InPlace::End => break,
+            }
+        }
+        let posts = MappedPosts::new(&chunks);
+        check_post_count(
+            chunks
+                .iter()
+                .map(|records| records.len() / POST_BYTES)
+                .sum(),
+        )?;
+        let read = ReadSnapshot::new(reader, tombstones, facts, fresh, started);
+        let building = Instant::now();
+        let threads = threads.max(1);
+        match posts {
+            Some(mut posts) if in_timeline_order_already(&posts, threads) => {
+                let restored = self.restore_tombstones_and_facts(&read);
+                // In timeline order the expired posts are the oldest: a prefix.
+                let now = self.now_secs();
+                let total_posts = posts.len() as u64;
+                posts.skip(first_unexpired(&posts, |t| self.expired(t, now)));
+                let count = posts.len() as u32;
+                let built =
+                    self.build_loaded(&read, &posts, threads, allow_bulk, |_| (0..count).collect());
+                Ok(read.report(restored, built, total_posts, building))
+            }
+            _ => {
+                let posts = chunks
+                    .iter()
+                    .flat_map(|records| records.chunks_exact(POST_BYTES))
+                    .map(decode_checked_post)
+                    .collect();
+                self.load_decoded(read, posts, threads, allow_bulk, building)
+            }
+        }
+    }
+
+    /// Refuses a snapshot written with a shorter retention than this store's (it would lack
+    /// posts this store keeps) or for another author shard.
+    fn check_loadable(&self, header: &SnapshotHeader) -> Result<(), SnapshotError> {
+        if header.retention_secs < self.retention_secs() {
+            return Err(SnapshotError::Incompatible(format!(
+                "written with a retention of {} s, shorter than this store's {} s",
+                header.retention_secs,
+                self.retention_secs()
+            )));
+        }
+        check_shard(header.shard, self)
+    }
+
+    /// The build of a load whose posts were decoded into memory, which began at `building`:
+    /// the expired posts dropped, the rest put in timeline order.
+    fn load_decoded(
+        &self,
+        read: ReadSnapshot,
+        mut posts: Vec<CompactPost>,
+        threads: usize,
+        allow_bulk: bool,
+        building: Instant,
+    ) -> Result<LoadReport, SnapshotError> {
+        let restored = self.restore_tombstones_and_facts(&read);
         let now = self.now_secs();
         let total_posts = posts.len() as u64;
         posts.retain(|p| !self.expired(p.created_at, now));
         let threads = threads.max(1);
+        let built = self.build_loaded(&read, &posts, threads, allow_bulk, |posts| {
+            in_timeline_order(posts, threads)
+        });
+        Ok(read.report(restored, built, total_posts, building))
+    }
+
+    /// Restores the snapshot's live tombstones and its facts: how many of each.
+    fn restore_tombstones_and_facts(&self, read: &ReadSnapshot) -> (u64, u64) {
+        let g = self.guards();
+        let mut tombstones_loaded = 0;
+        for &(post_id, basis) in &read.tombstones {
+            tombstones_loaded += u64::from(self.restore_tombstone(post_id, basis, &g));
+        }
+        let facts_loaded = self.restore_facts(&read.facts, &g) as u64;
+        (tombstones_loaded, facts_loaded)
+    }
+
+    /// Builds the store from `posts` (all unexpired), in the order `order_of` gives them, in
+    /// bulk when the store was fresh, else (or when the bulk build refuses) through the
+    /// per-post path: its insert report, and why it took the per-post path.
+    fn build_loaded<P: PostSource + ?Sized>(
+        &self,
+        read: &ReadSnapshot,
+        posts: &P,
+        threads: usize,
+        allow_bulk: bool,
+        order_of: impl FnOnce(&P) -> Vec<u32>,
+    ) -> (InsertReport, Option<BulkRefusal>) {
         // Size the post index once for every post, rather than grow it ~20 times on the way
         // (each growth stops both loading threads to rehash); on another thread while this
-        // one sorts, when there is one.
+        // one orders them, when there is one.
         let order = std::thread::scope(|scope| {
             let reserve = |posts: usize| self.posts.reserve(posts, &crossbeam_epoch::pin());
             if threads == 1 {
                 reserve(posts.len());
-                return in_timeline_order(&posts, 1);
+                return order_of(posts);
             }
             let count = posts.len();
             let reserving = scope.spawn(move || reserve(count));
-            let order = in_timeline_order(&posts, threads);
+            let order = order_of(posts);
             if let Err(panic) = reserving.join() {
                 std::panic::resume_unwind(panic);
             }
@@ -953,37 +1307,29 @@ impl PostStore {
         }
         let bulk = if !allow_bulk {
             Err(BulkRefusal::PerPostRequested)
-        } else if fresh {
-            self.bulk_load(&posts, &order, threads)
+        } else if read.fresh {
+            self.bulk_load(posts, &order, threads)
         } else {
             Err(BulkRefusal::StoreNotEmpty)
         };
-        let (inserts, per_post_reason) = match bulk {
+        let built = match bulk {
             Ok(inserts) => (inserts, None),
-            Err(reason) => (self.load_per_post(&posts, &order, threads), Some(reason)),
+            Err(reason) => (self.load_per_post(posts, &order, threads), Some(reason)),
         };
         if every_core {
             self.arena.make_chunks_ahead(true);
         }
-        Ok(LoadReport {
-            header: reader.header,
-            counts: reader.counts,
-            posts_loaded: inserts.inserted as u64,
-            posts_skipped: total_posts - inserts.inserted as u64,
-            tombstones_loaded,
-            tombstones_expired: tombstones.len() as u64 - tombstones_loaded,
-            facts_loaded,
-            facts_skipped: facts.len() as u64 - facts_loaded,
-            inserts,
-            per_post_reason,
-            read_duration,
-            build_duration: building.elapsed(),
-        })
+        built
     }
 
     /// Inserts `posts` through the ordinary insert path on `threads` threads, split by author,
     /// each in `order`.
-    fn load_per_post(&self, posts: &[CompactPost], order: &[u32], threads: usize) -> InsertReport {
+    fn load_per_post<P: PostSource + ?Sized>(
+        &self,
+        posts: &P,
+        order: &[u32],
+        threads: usize,
+    ) -> InsertReport {
         std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
                 .map(|worker| scope.spawn(move || self.load_share(posts, order, worker, threads)))
@@ -999,9 +1345,9 @@ impl PostStore {
     }
 
     /// Inserts the posts of the authors that fall to `worker` (of `workers`), in `order`.
-    fn load_share(
+    fn load_share<P: PostSource + ?Sized>(
         &self,
-        posts: &[CompactPost],
+        posts: &P,
         order: &[u32],
         worker: usize,
         workers: usize,
@@ -1011,7 +1357,7 @@ impl PostStore {
         let mut batch = Vec::with_capacity(BATCH);
         let mine = order
             .iter()
-            .map(|&i| &posts[i as usize])
+            .map(|&i| posts.post(i as usize))
             .filter(|p| author_share(p.author_id, workers) == worker);
         for post in mine {
             batch.push(post.to_light());
@@ -1075,19 +1421,13 @@ fn author_share(author_id: i64, workers: usize) -> usize {
 /// and then each puts the runs of a range of seconds in id order. Posts already in timeline
 /// order, as `write_snapshot` writes them, are only checked (on the same threads).
 pub(crate) fn in_timeline_order(posts: &[CompactPost], threads: usize) -> Vec<u32> {
+    // Snapshots are written in this order: then there is nothing to sort.
+    if in_timeline_order_already(posts, threads) {
+        return (0..posts.len() as u32).collect();
+    }
     let parts = threads.clamp(1, MAX_ORDER_THREADS);
     let per_part = posts.len().div_ceil(parts).max(1);
     let ranges: Vec<&[CompactPost]> = posts.chunks(per_part).collect();
-    // Snapshots are written in this order: then there is nothing to sort.
-    let key = |p: &CompactPost| (p.created_at, p.post_id);
-    let in_order = on_each(&ranges, |range| range.is_sorted_by_key(key));
-    if in_order.into_iter().all(|sorted| sorted)
-        && ranges
-            .windows(2)
-            .all(|pair| pair[0].last().map(key) <= pair[1].first().map(key))
-    {
-        return (0..posts.len() as u32).collect();
-    }
     let bounds = on_each(&ranges, |range| {
         let times = range.iter().map(|p| p.created_at);
         times.clone().min().zip(times.max())
@@ -1165,6 +1505,38 @@ pub(crate) fn in_timeline_order(posts: &[CompactPost], threads: usize) -> Vec<u3
         }
     });
     order
+}
+
+/// True when `posts` are in timeline order already (ascending `created_at`, then post id),
+/// checked on `threads` threads (at least one), each over its own range of them.
+pub(crate) fn in_timeline_order_already<P: PostSource + ?Sized>(posts: &P, threads: usize) -> bool {
+    let len = posts.len();
+    let parts = threads.clamp(1, MAX_ORDER_THREADS);
+    let per_part = len.div_ceil(parts).max(1);
+    let key = |i: usize| {
+        let post = posts.post(i);
+        (post.created_at, post.post_id)
+    };
+    // Each range checks each of its posts against the next one, the last against the first
+    // of the next range.
+    let ranges: Vec<std::ops::Range<usize>> = (0..len)
+        .step_by(per_part)
+        .map(|start| start..(start + per_part).min(len.saturating_sub(1)))
+        .collect();
+    on_each(ranges, |range| {
+        if range.is_empty() {
+            return true;
+        }
+        let mut previous = key(range.start);
+        range.into_iter().all(|i| {
+            let next = key(i + 1);
+            let sorted = previous <= next;
+            previous = next;
+            sorted
+        })
+    })
+    .into_iter()
+    .all(|sorted| sorted)
 }
 
 /// At most this many threads order a load's posts.
@@ -1264,6 +1636,31 @@ mod tests {
         CompactPost::from_light(&LightPost::original(post_id, 1, created_at))
     }
 
+    /// Deletes every `step`-th id from 1 to `last`, at `at`.
+    fn delete_every(store: &PostStore, last: i64, step: usize, at: i64) {
+        let deleted: Vec<crate::DeleteEvent> = (1..=last)
+            .step_by(step)
+            .map(|post_id| crate::DeleteEvent {
+                post_id,
+                deleted_at: at,
+            })
+            .collect();
+        store.mark_as_deleted(&deleted);
+    }
+
+    /// The posts of a snapshot, decoded, in file order.
+    fn posts_of(bytes: &[u8]) -> Vec<CompactPost> {
+        let mut reader = SnapshotReader::new(bytes).unwrap();
+        let mut posts = Vec::new();
+        loop {
+            match reader.next_chunk(PostsInto::Decoded(None)).unwrap() {
+                Chunk::Posts(chunk) => posts.extend(chunk),
+                Chunk::End => return posts,
+                _ => {}
+            }
+        }
+    }
+
     /// Whatever order posts arrived in, and whichever arena class holds them, a snapshot's
     /// posts are written in timeline order, without the deleted and the expired ones.
     #[test]
@@ -1285,29 +1682,14 @@ mod tests {
             })
             .collect();
         assert_eq!(store.insert_posts(&batch).inserted, batch.len());
-        let deleted: Vec<crate::DeleteEvent> = (1..=6_007)
-            .step_by(11)
-            .map(|post_id| crate::DeleteEvent {
-                post_id,
-                deleted_at: NOW,
-            })
-            .collect();
-        store.mark_as_deleted(&deleted);
+        delete_every(&store, 6_007, 11, NOW);
         // Posts created in the first 60 s of the batch's span are expired by now.
         clock.set(NOW + 70);
         let mut bytes = Vec::new();
         let summary = store
             .write_snapshot(&SnapshotMeta::default(), &mut bytes)
             .unwrap();
-        let mut reader = SnapshotReader::new(bytes.as_slice()).unwrap();
-        let mut written = Vec::new();
-        loop {
-            match reader.next_chunk(None).unwrap() {
-                Chunk::Posts(chunk) => written.extend(chunk),
-                Chunk::End => break,
-                _ => {}
-            }
-        }
+        let written = posts_of(&bytes);
         assert!(written.is_sorted_by_key(|p| (p.created_at, p.post_id)));
         let mut expected: Vec<i64> = batch
             .iter()
@@ -1380,7 +1762,13 @@ mod tests {
         for threads in [1, 2, 3, 7, 16, 40] {
             assert_eq!(in_timeline_order(&sorted, threads), identity, "{threads}");
         }
-        for at in [0, sorted.len() / 2 - 1, sorted.len() / 3 + 5] {
+        // (`div_ceil(2) - 1`: the pair across the two ranges of two threads.)
+        for at in [
+            0,
+            sorted.len() / 2 - 1,
+            sorted.len().div_ceil(2) - 1,
+            sorted.len() / 3 + 5,
+        ] {
             let mut swapped = sorted.clone();
             let (a, b) = (swapped[at], swapped[at + 1]);
             if (a.created_at, a.post_id) == (b.created_at, b.post_id) {
@@ -1398,5 +1786,237 @@ mod tests {
         }
         sorted.clear();
         assert!(in_timeline_order(&sorted, 2).is_empty());
+    }
+
+    /// `bytes` rewritten with the same header, tombstones and facts and its posts put into
+    /// posts chunks by `arrange` (each inner vector one chunk, in order).
+    fn rewritten(
+        bytes: &[u8],
+        arrange: impl FnOnce(Vec<CompactPost>) -> Vec<Vec<CompactPost>>,
+    ) -> Vec<u8> {
+        let mut reader = SnapshotReader::new(bytes).unwrap();
+        let (mut tombstones, mut facts, mut posts) = (Vec::new(), Vec::new(), Vec::new());
+        loop {
+            match reader.next_chunk(PostsInto::Decoded(None)).unwrap() {
+                Chunk::Tombstones(chunk) => tombstones.extend(chunk),
+                Chunk::Facts(chunk) => facts.extend(chunk),
+                Chunk::Posts(chunk) => posts.extend(chunk),
+                Chunk::End => break,
+                Chunk::PostsAppended | Chunk::PostsChecked => unreachable!(),
+            }
+        }
+        let mut out = encode_header(&reader.header).unwrap();
+        let mut writer = ChunkWriter {
+            out: &mut out,
+            counts: SnapshotCounts::default(),
+            buf: Vec::new(),
+        };
+        for (post_id, basis) in tombstones {
+            writer.buf.extend_from_slice(&post_id.to_le_bytes());
+            writer.buf.extend_from_slice(&basis.to_le_bytes());
+            writer.write(KIND_TOMBSTONES, 1).unwrap();
+            writer.counts.tombstones += 1;
+        }
+        assert!(facts.is_empty(), "a full store's snapshot holds no facts");
+        for chunk in arrange(posts) {
+            for post in &chunk {
+                encode_post(post, &mut writer.buf);
+            }
+            writer.write(KIND_POSTS, chunk.len()).unwrap();
+            writer.counts.posts += chunk.len() as u64;
+        }
+        let counts = writer.counts;
+        for n in [counts.tombstones, counts.posts, counts.chunks, counts.facts] {
+            writer.buf.extend_from_slice(&n.to_le_bytes());
+        }
+        writer.write(KIND_END, 0).unwrap();
+        out
+    }
+
+    /// The posts of `bytes` read in place, and whether they are in timeline order; `None`
+    /// when their chunks are not of one size (a load decodes them first).
+    fn in_place_posts(bytes: &[u8]) -> Option<(MappedPosts<'_>, bool)> {
+        let mut reader = SnapshotReader::new(bytes).unwrap();
+        let mut chunks = Vec::new();
+        loop {
+            match reader.next_chunk_in_place().unwrap() {
+                InPlace::Posts(records) => chunks.push(records),
+                InPlace::End => break,
+                _ => {}
+            }
+        }
+        let posts = MappedPosts::new(&chunks)?;
+        let sorted = in_timeline_order_already(&posts, 2);
+        Some((posts, sorted))
+    }
+
+    /// Every feed and videos answer of authors `1..=authors`, one author at a time.
+    fn answers(store: &PostStore, authors: i64) -> Vec<Vec<i64>> {
+        (1..=authors)
+            .flat_map(|author| {
+                let followed = [author];
+                let query = crate::FeedQuery::new(0, &followed);
+                [
+                    store.get_all_posts_by_users(&query),
+                    store.get_videos_by_users(&query),
+                ]
+            })
+            .map(|outcome| outcome.posts.iter().map(|p| p.post_id).collect())
+            .collect()
+    }
+
+    /// A snapshot loaded in place (from memory, as from a mapped file) builds the store a
+    /// streamed load builds, with the same report: as written (several chunks, an expired
+    /// prefix, tombstones), in chunks of another power-of-two size, in chunks of uneven sizes
+    /// and out of timeline order (those two decoded first), into a store that is not empty
+    /// (the per-post path), and from a file.
+    #[test]
+    fn a_load_in_place_builds_what_a_streamed_load_builds() {
+        use crate::Store;
+        const NOW: i64 = 1_700_000_000;
+        const AUTHORS: i64 = 40;
+        let clock = Arc::new(crate::ManualClock::new(NOW));
+        let store = PostStore::with_clock(1_000, clock.clone());
+        let batch: Vec<LightPost> = (0..70_000i64)
+            .map(|n| {
+                let (id, at) = ((n * 7_919) % 70_001 + 1, NOW - 990 + (n * 37) % 900);
+                let mut post = LightPost::original(id, 1 + n % AUTHORS, at);
+                match n % 5 {
+                    0 => {
+                        post.is_reply = true;
+                        post.in_reply_to_post_id = Some(id + 1_000_000);
+                    }
+                    1 => post.has_video = true,
+                    2 => {
+                        post.is_retweet = true;
+                        post.source_post_id = Some(id - 1);
+                    }
+                    _ => {}
+                }
+                post
+            })
+            .collect();
+        store.insert_posts(&batch);
+        delete_every(&store, 70_001, 13, NOW);
+        let mut bytes = Vec::new();
+        store
+            .write_snapshot(&SnapshotMeta::default(), &mut bytes)
+            .unwrap();
+        // The posts of the first 150 s of the batch's span expire before the loads.
+        clock.set(NOW + 160);
+
+        let uniform = rewritten(&bytes, |posts| {
+            posts.chunks(4_096).map(<[CompactPost]>::to_vec).collect()
+        });
+        let uneven = rewritten(&bytes, |posts| {
+            let (a, b) = posts.split_at(1_000);
+            let (b, c) = b.split_at(5_000);
+            vec![a.to_vec(), b.to_vec(), c.to_vec()]
+        });
+        let shuffled = rewritten(&bytes, |mut posts| {
+            posts.reverse();
+            posts
+                .chunks(POSTS_PER_CHUNK)
+                .map(<[CompactPost]>::to_vec)
+                .collect()
+        });
+        let (written, sorted) = in_place_posts(&bytes).expect("one chunk size");
+        assert!(sorted && written.chunks.len() >= 2 && written.shift == 15);
+        let (four_k, sorted) = in_place_posts(&uniform).expect("one chunk size");
+        assert!(sorted && four_k.shift == 12 && four_k.chunks.len() > 10);
+        assert!(in_place_posts(&uneven).is_none());
+        assert!(!in_place_posts(&shuffled).expect("one chunk size").1);
+        // Read in place, the posts are the decoded ones, from any first post on.
+        let decoded = posts_of(&bytes);
+        let mut skipped = four_k;
+        assert_eq!(skipped.len(), decoded.len());
+        assert!((0..decoded.len()).all(|i| skipped.post(i) == decoded[i]));
+        skipped.skip(5_000);
+        assert_eq!(skipped.len(), decoded.len() - 5_000);
+        assert!((0..skipped.len()).all(|i| skipped.post(i) == decoded[i + 5_000]));
+        let expired = first_unexpired(&skipped, |t| store.expired(t, NOW + 160));
+        assert!(expired > 0 && expired < skipped.len());
+
+        let reference = PostStore::with_clock(1_000, clock.clone());
+        let expected = reference
+            .load_snapshot_with(bytes.as_slice(), 2, true, None)
+            .unwrap();
+        assert!(expected.per_post_reason.is_none());
+        assert!(expected.posts_skipped > 0 && expected.tombstones_loaded > 0);
+        let expected_answers = answers(&reference, AUTHORS);
+        assert!(expected_answers.iter().filter(|a| !a.is_empty()).count() > AUTHORS as usize / 2);
+        // What each post id holds, and each store's sizes.
+        let records = |loaded: &PostStore| {
+            let epoch = crossbeam_epoch::pin();
+            let stats = loaded.stats();
+            let sizes = (
+                stats.posts,
+                stats.original_entries,
+                stats.secondary_entries,
+                stats.video_entries,
+                stats.authors,
+            );
+            let held: Vec<_> = (0..=70_001).map(|id| loaded.lookup(id, &epoch)).collect();
+            (sizes, held)
+        };
+        let expected_records = records(&reference);
+        assert!(expected_records.1.iter().flatten().count() > 30_000);
+        let same = |report: &LoadReport, loaded: &PostStore, what: &str| {
+            assert_eq!(report.posts_loaded, expected.posts_loaded, "{what}");
+            assert_eq!(report.posts_skipped, expected.posts_skipped, "{what}");
+            assert_eq!(
+                report.tombstones_loaded, expected.tombstones_loaded,
+                "{what}"
+            );
+            assert_eq!(report.inserts, expected.inserts, "{what}");
+            assert_eq!(loaded.stored_posts(), reference.stored_posts(), "{what}");
+            assert!(
+                answers(loaded, AUTHORS) == expected_answers,
+                "{what}: answers differ"
+            );
+            assert!(
+                records(loaded) == expected_records,
+                "{what}: records differ"
+            );
+        };
+        for (file, what) in [
+            (&bytes, "as written"),
+            (&uniform, "4096 a chunk"),
+            (&uneven, "uneven chunks"),
+            (&shuffled, "out of order"),
+        ] {
+            for threads in [1, 2, 3] {
+                let loaded = PostStore::with_clock(1_000, clock.clone());
+                let report = loaded.load_snapshot_in_place(file, threads, true).unwrap();
+                assert!(report.per_post_reason.is_none(), "{what}");
+                same(&report, &loaded, &format!("{what}, {threads} threads"));
+            }
+        }
+        // The per-post path, asked for and as the fallback of a store that is not empty (a
+        // post of an author no answer above names).
+        let asked = PostStore::with_clock(1_000, clock.clone());
+        let report = asked.load_snapshot_in_place(&bytes, 2, false).unwrap();
+        assert_eq!(report.per_post_reason, Some(BulkRefusal::PerPostRequested));
+        same(&report, &asked, "per-post path");
+        let not_empty = PostStore::with_clock(1_000, clock.clone());
+        not_empty.insert_posts(&[LightPost::original(9_000_000, 1_000, NOW)]);
+        let report = not_empty.load_snapshot_in_place(&bytes, 2, true).unwrap();
+        assert_eq!(report.per_post_reason, Some(BulkRefusal::StoreNotEmpty));
+        assert_eq!(report.posts_loaded, expected.posts_loaded);
+        assert!(answers(&not_empty, AUTHORS) == expected_answers);
+        assert_eq!(records(&not_empty).1, expected_records.1);
+        // From a file, through a mapping.
+        let path = std::env::temp_dir().join(format!(
+            "thunder-in-place-{}-{:?}.thsnap",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(&path, &bytes).unwrap();
+        let from_file = PostStore::with_clock(1_000, clock.clone());
+        let loaded = std::fs::File::open(&path)
+            .map_err(SnapshotError::from)
+            .and_then(|file| from_file.load_snapshot_file(&file, 2));
+        std::fs::remove_file(&path).unwrap();
+        same(&loaded.unwrap(), &from_file, "from a file");
     }
 }

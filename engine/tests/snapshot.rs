@@ -218,6 +218,20 @@ proptest! {
         let asked = PostStore::with_config(config(&clock));
         let not_empty = PostStore::with_config(config(&clock));
         not_empty.insert_posts(&[LightPost::original(1_000_000, 1_000, clock.now_secs())]);
+        // And read in place (as from a mapped file), in bulk and not.
+        let in_place = PostStore::with_config(config(&clock));
+        let in_place_asked = PostStore::with_config(config(&clock));
+        for (store, allow_bulk, path) in [
+            (&in_place, true, None),
+            (&in_place_asked, false, Some(BulkRefusal::PerPostRequested)),
+        ] {
+            let report = store
+                .load_snapshot_in_place(&bytes, 2, allow_bulk)
+                .expect("a valid snapshot loads in place");
+            prop_assert_eq!(report.per_post_reason, path);
+            prop_assert_eq!(report.posts_loaded + report.posts_skipped, report.counts.posts);
+            assert_same_answers(store, &model, &format!("right after loading in place ({path:?})"))?;
+        }
         // With and without the input's length (`load_snapshot_sized`).
         let len = Some(bytes.len() as u64);
         for (store, allow_bulk, path, hint) in [
@@ -233,8 +247,9 @@ proptest! {
             prop_assert_eq!(report.posts_loaded + report.posts_skipped, report.counts.posts);
             assert_same_answers(store, &model, &format!("right after loading ({path:?})"))?;
         }
-        run(&after, &table, &clock, &[&bulk, &asked, &not_empty, &model]);
-        for store in [&bulk, &asked, &not_empty] {
+        let stores = [&bulk, &asked, &not_empty, &in_place, &in_place_asked];
+        run(&after, &table, &clock, &[&bulk, &asked, &not_empty, &in_place, &in_place_asked, &model]);
+        for store in stores {
             assert_same_answers(store, &model, "after more events")?;
         }
     }
@@ -271,6 +286,11 @@ proptest! {
         let expected = per_post.load_snapshot_with(bytes.as_slice(), 1, false, None).expect("loads");
         prop_assert_eq!(report.inserts, expected.inserts);
         assert_identical(&bulk, &per_post, "right after loading")?;
+        let in_place = PostStore::with_config(store_config());
+        let report = in_place.load_snapshot_in_place(&bytes, 2, true).expect("loads");
+        prop_assert_eq!(report.per_post_reason, None);
+        prop_assert_eq!(report.inserts, expected.inserts);
+        assert_identical(&in_place, &per_post, "right after loading in place")?;
         run(&after, &table, &clock, &[&bulk, &per_post]);
         assert_identical(&bulk, &per_post, "after more events")?;
     }
@@ -433,12 +453,23 @@ fn assert_refused(bytes: &[u8], clock: &Arc<ManualClock>, what: &str) -> Snapsho
         .load_snapshot(bytes, 2)
         .expect_err(&format!("{what} must be refused"));
     assert!(verify(bytes).is_err(), "{what}: verify accepted it");
-    assert_eq!(target.stored_posts(), 0, "{what}: posts were loaded");
+    let in_place = PostStore::with_config(config(clock));
+    let in_place_error = in_place
+        .load_snapshot_in_place(bytes, 2, true)
+        .expect_err(&format!("{what} must be refused in place"));
     assert_eq!(
-        target.stats().tombstones,
-        0,
-        "{what}: tombstones were loaded"
+        in_place_error.to_string(),
+        error.to_string(),
+        "{what}: the same error in place"
     );
+    for target in [&target, &in_place] {
+        assert_eq!(target.stored_posts(), 0, "{what}: posts were loaded");
+        assert_eq!(
+            target.stats().tombstones,
+            0,
+            "{what}: tombstones were loaded"
+        );
+    }
     error
 }
 

@@ -401,10 +401,10 @@ fn restore(
         }
         let started = Instant::now();
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        // Read in place through a mapping of the file (the posts are not copied out first).
         let loaded = File::open(&path).map_err(|e| e.to_string()).and_then(|f| {
-            let bytes = f.metadata().map_err(|e| e.to_string())?.len();
             store
-                .load_snapshot_sized(BufReader::with_capacity(1 << 20, f), threads, bytes)
+                .load_snapshot_file(&f, threads)
                 .map_err(|e| e.to_string())
         });
         match loaded {

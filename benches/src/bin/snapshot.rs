@@ -55,6 +55,13 @@ struct Args {
     /// side-by-side figure.
     #[arg(long)]
     per_post_too: bool,
+    /// How the first load reads the file: `mapping` (in place, as the server loads) or
+    /// `stream` (into a buffer of decoded posts, as loads did before).
+    #[arg(long, value_enum, default_value_t = Via::Mapping)]
+    load_via: Via,
+    /// Then load the other way, then the first way again, for the side-by-side figure.
+    #[arg(long)]
+    both_ways: bool,
     /// Seconds to wait before each timed load, with the memory freed before it released
     /// (as `compare --settle-secs`): without the wait, a load that follows a freed store runs
     /// partly on pages that are cheap to fault in again, and the first load does not.
@@ -68,27 +75,46 @@ fn process_cpu_secs() -> f64 {
     thunder_benches::cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID).as_secs_f64()
 }
 
+/// How a load reads the file.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum Via {
+    /// In place, through a mapping (`load_snapshot_file`, as the server loads).
+    Mapping,
+    /// Streamed into a buffer of decoded posts (`load_snapshot_sized`).
+    Stream,
+}
+
 /// Loads the snapshot at `path` into a fresh store: the store, its report and the wall time.
 fn load_file(
     path: &std::path::Path,
     clock: &Arc<ManualClock>,
     threads: usize,
     allow_bulk: bool,
+    via: Via,
 ) -> Result<(PostStore, LoadReport, f64)> {
     let store = PostStore::with_clock(DEFAULT_RETENTION_SECS, clock.clone());
     let started = Instant::now();
     let cpu_before = process_cpu_secs();
     let file = File::open(path)?;
     let bytes = file.metadata()?.len();
-    let input = BufReader::with_capacity(1 << 20, file);
-    let report = store.load_snapshot_with(input, threads, allow_bulk, Some(bytes))?;
+    let report = match (via, allow_bulk) {
+        (Via::Mapping, true) => store.load_snapshot_file(&file, threads)?,
+        _ => {
+            let input = BufReader::with_capacity(1 << 20, file);
+            store.load_snapshot_with(input, threads, allow_bulk, Some(bytes))?
+        }
+    };
     let load_secs = started.elapsed().as_secs_f64();
     let cpu_secs = process_cpu_secs() - cpu_before;
     eprintln!(
-        "load ({}): {} posts in {load_secs:.2}s, {cpu_secs:.2}s of CPU (read+verify {:.2}s, rebuild {:.2}s on {threads} threads)",
+        "load ({}, {}): {} posts in {load_secs:.2}s, {cpu_secs:.2}s of CPU (read+verify {:.2}s, rebuild {:.2}s on {threads} threads)",
         match report.per_post_reason {
             None => "bulk".to_owned(),
             Some(reason) => format!("per-post path: {}", reason.as_str()),
+        },
+        match (via, allow_bulk) {
+            (Via::Mapping, true) => "in place",
+            _ => "streamed",
         },
         report.posts_loaded,
         report.read_duration.as_secs_f64(),
@@ -203,7 +229,8 @@ fn main() -> Result<()> {
 
     release_free_memory();
     settle(args.settle_secs);
-    let (loaded, report, load_secs) = load_file(&path, &clock, args.load_threads, true)?;
+    let (loaded, report, load_secs) =
+        load_file(&path, &clock, args.load_threads, true, args.load_via)?;
     eprintln!(
         "load vs in-process replay of the same events: {load_secs:.2}s vs {:.2}s ({:.1}x faster)",
         replay.as_secs_f64(),
@@ -224,7 +251,7 @@ fn main() -> Result<()> {
         // left of an order effect shows.
         release_free_memory();
         settle(args.settle_secs);
-        let (per_post, _, secs) = load_file(&path, &clock, args.load_threads, false)?;
+        let (per_post, _, secs) = load_file(&path, &clock, args.load_threads, false, Via::Stream)?;
         let (differ, _) = disagreements(&store, &per_post, &viewers);
         if differ > 0 {
             bail!("the store loaded through the per-post path differs: {differ} of 1000 answers");
@@ -232,13 +259,38 @@ fn main() -> Result<()> {
         drop(per_post);
         release_free_memory();
         settle(args.settle_secs);
-        let (_, _, again) = load_file(&path, &clock, args.load_threads, true)?;
+        let (_, _, again) = load_file(&path, &clock, args.load_threads, true, Via::Mapping)?;
         eprintln!(
             "bulk load vs per-post load: {load_secs:.2}s (again after it: {again:.2}s) vs {secs:.2}s ({:.1}x / {:.1}x faster)",
             secs / load_secs,
             secs / again
         );
         per_post_secs = Some(secs);
+    }
+    let mut other_way_secs = None;
+    if args.both_ways {
+        // The other way, then the first way again, each after the settling wait (so the
+        // first way's two loads sit on either side of the other way's).
+        let other = match args.load_via {
+            Via::Mapping => Via::Stream,
+            Via::Stream => Via::Mapping,
+        };
+        release_free_memory();
+        settle(args.settle_secs);
+        let (loaded_other, _, secs) = load_file(&path, &clock, args.load_threads, true, other)?;
+        let (differ, _) = disagreements(&store, &loaded_other, &viewers);
+        if differ > 0 {
+            bail!("the store loaded {other:?} differs: {differ} of 1000 answers");
+        }
+        drop(loaded_other);
+        release_free_memory();
+        settle(args.settle_secs);
+        let (_, _, again) = load_file(&path, &clock, args.load_threads, true, args.load_via)?;
+        eprintln!(
+            "{:?} load vs {other:?} load: {load_secs:.2}s (again after it: {again:.2}s) vs {secs:.2}s",
+            args.load_via
+        );
+        other_way_secs = Some(secs);
     }
     release_free_memory();
 
@@ -292,6 +344,8 @@ fn main() -> Result<()> {
             "load_rebuild_secs": report.build_duration.as_secs_f64(),
             "load_bulk": report.per_post_reason.is_none(),
             "load_per_post_secs": per_post_secs,
+            "load_via": format!("{:?}", args.load_via),
+            "load_other_way_secs": other_way_secs,
             "query_idle_p50_ms": ms(&idle, 0.5), "query_idle_p99_ms": ms(&idle, 0.99),
             "query_during_snapshot_p50_ms": ms(&during, 0.5),
             "query_during_snapshot_p99_ms": ms(&during, 0.99),
