@@ -81,7 +81,8 @@ start_and_time() {
     local anon_kib=0 now_kib
     until curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1; do
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; exit 1; }
-        now_kib="$(awk '$1 == "RssAnon:" {print $2}' "/proc/$SERVER_PID/status" 2>/dev/null || true)"
+        now_kib="$(awk '$1 == "RssAnon:" {print $2}' "/proc/$SERVER_PID/status" 2>/dev/null \
+            || true)"
         [ "${now_kib:-0}" -le "$anon_kib" ] || anon_kib="$now_kib"
         sleep 0.05
     done

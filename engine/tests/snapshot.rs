@@ -230,7 +230,8 @@ proptest! {
                 .expect("a valid snapshot loads in place");
             prop_assert_eq!(report.per_post_reason, path);
             prop_assert_eq!(report.posts_loaded + report.posts_skipped, report.counts.posts);
-            assert_same_answers(store, &model, &format!("right after loading in place ({path:?})"))?;
+            let when = format!("right after loading in place ({path:?})");
+            assert_same_answers(store, &model, &when)?;
         }
         // With and without the input's length (`load_snapshot_sized`).
         let len = Some(bytes.len() as u64);
@@ -248,7 +249,9 @@ proptest! {
             assert_same_answers(store, &model, &format!("right after loading ({path:?})"))?;
         }
         let stores = [&bulk, &asked, &not_empty, &in_place, &in_place_asked];
-        run(&after, &table, &clock, &[&bulk, &asked, &not_empty, &in_place, &in_place_asked, &model]);
+        let everyone: [&dyn Store; 6] =
+            [&bulk, &asked, &not_empty, &in_place, &in_place_asked, &model];
+        run(&after, &table, &clock, &everyone);
         for store in stores {
             assert_same_answers(store, &model, "after more events")?;
         }
