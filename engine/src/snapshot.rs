@@ -1151,7 +1151,6 @@ impl PostStore {
         file: &std::fs::File,
         threads: usize,
     ) -> Result<LoadReport, SnapshotError> {
-        let bytes = file.metadata()?.len();
         // SAFETY: the mapping is read-only and lives until this call returns, and nothing
         // borrowed from it outlives the call (the store copies what it keeps). Snapshot files
         // are never written in place (see above); that the file stays as it is while it
@@ -1164,6 +1163,7 @@ impl PostStore {
                 self.load_snapshot_in_place(&map, threads, true)
             }
             Err(_) => {
+                let bytes = file.metadata()?.len();
                 let input = io::BufReader::with_capacity(1 << 20, file);
                 self.load_snapshot_sized(input, threads, bytes)
             }
