@@ -730,7 +730,10 @@ impl<'a> SnapshotReader<&'a [u8]> {
                 Chunk::Tombstones(chunk) => InPlace::Tombstones(chunk),
                 Chunk::Facts(chunk) => InPlace::Facts(chunk),
                 Chunk::PostsChecked => InPlace::Posts(payload),
-                Chunk::Posts(_) | Chunk::PostsAppended | Chunk::End => InPlace::End,
+                Chunk::End => InPlace::End,
+                Chunk::Posts(_) | Chunk::PostsAppended => {
+                    unreachable!("records read with PostsInto::Checked are never decoded")
+                }
             },
         )
     }

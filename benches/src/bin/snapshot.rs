@@ -227,10 +227,21 @@ fn main() -> Result<()> {
         write.as_secs_f64()
     );
 
-    release_free_memory();
-    settle(args.settle_secs);
-    let (loaded, report, load_secs) =
-        load_file(&path, &clock, args.load_threads, true, args.load_via)?;
+    // Each timed load starts after the settling wait, with the memory freed before it released.
+    let settled_load = |allow_bulk: bool, via: Via| {
+        release_free_memory();
+        settle(args.settle_secs);
+        load_file(&path, &clock, args.load_threads, allow_bulk, via)
+    };
+    // A load of another path must build the store the first one built.
+    let same_answers = |loaded: PostStore, what: &str| {
+        let (differ, _) = disagreements(&store, &loaded, &viewers);
+        if differ > 0 {
+            bail!("the store loaded {what} differs: {differ} of 1000 answers");
+        }
+        Ok(())
+    };
+    let (loaded, report, load_secs) = settled_load(true, args.load_via)?;
     eprintln!(
         "load vs in-process replay of the same events: {load_secs:.2}s vs {:.2}s ({:.1}x faster)",
         replay.as_secs_f64(),
@@ -249,17 +260,9 @@ fn main() -> Result<()> {
         // The per-post path, then the bulk build again, each after the settling wait; the
         // bulk build is measured both before and after the per-post load, so that what is
         // left of an order effect shows.
-        release_free_memory();
-        settle(args.settle_secs);
-        let (per_post, _, secs) = load_file(&path, &clock, args.load_threads, false, Via::Stream)?;
-        let (differ, _) = disagreements(&store, &per_post, &viewers);
-        if differ > 0 {
-            bail!("the store loaded through the per-post path differs: {differ} of 1000 answers");
-        }
-        drop(per_post);
-        release_free_memory();
-        settle(args.settle_secs);
-        let (_, _, again) = load_file(&path, &clock, args.load_threads, true, Via::Mapping)?;
+        let (per_post, _, secs) = settled_load(false, Via::Stream)?;
+        same_answers(per_post, "through the per-post path")?;
+        let (_, _, again) = settled_load(true, args.load_via)?;
         eprintln!(
             "bulk load vs per-post load: {load_secs:.2}s (again after it: {again:.2}s) vs {secs:.2}s ({:.1}x / {:.1}x faster)",
             secs / load_secs,
@@ -275,17 +278,9 @@ fn main() -> Result<()> {
             Via::Mapping => Via::Stream,
             Via::Stream => Via::Mapping,
         };
-        release_free_memory();
-        settle(args.settle_secs);
-        let (loaded_other, _, secs) = load_file(&path, &clock, args.load_threads, true, other)?;
-        let (differ, _) = disagreements(&store, &loaded_other, &viewers);
-        if differ > 0 {
-            bail!("the store loaded {other:?} differs: {differ} of 1000 answers");
-        }
-        drop(loaded_other);
-        release_free_memory();
-        settle(args.settle_secs);
-        let (_, _, again) = load_file(&path, &clock, args.load_threads, true, args.load_via)?;
+        let (loaded_other, _, secs) = settled_load(true, other)?;
+        same_answers(loaded_other, &format!("{other:?}"))?;
+        let (_, _, again) = settled_load(true, args.load_via)?;
         eprintln!(
             "{:?} load vs {other:?} load: {load_secs:.2}s (again after it: {again:.2}s) vs {secs:.2}s",
             args.load_via
