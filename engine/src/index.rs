@@ -25,6 +25,7 @@
 //! Overflow bits are sticky until the next growth rebuilds them; removal just clears a word.
 
 use crate::counter::StripedCount;
+use crate::huge_memory::{Zeroable, ZeroedSlice};
 use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use crate::sync::{Mutex, Retirer};
 use crossbeam_epoch::Guard;
@@ -47,97 +48,21 @@ struct Bucket {
     words: [AtomicU64; BUCKET_WORDS],
 }
 
-impl Bucket {
-    fn new() -> Self {
+// SAFETY: a (non-loom) bucket is eight plain `u64`s in memory; zero bytes are eight zeros,
+// and it needs no drop.
+unsafe impl Zeroable for Bucket {
+    fn zero() -> Self {
         Self {
             words: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
 
-/// Tables of at least this many bytes of buckets get their own huge-page mapping.
-#[cfg(not(thunder_loom))]
-const MAPPED_TABLE_BYTES: usize = 2 << 20;
-
 /// The buckets of a table. A large table lives on its own anonymous mapping advised
-/// `MADV_HUGEPAGE` (`huge_memory`): random probes into hundreds of megabytes of 4 KiB pages
+/// `MADV_HUGEPAGE` (`ZeroedSlice`): random probes into hundreds of megabytes of 4 KiB pages
 /// would miss the TLB on nearly every access, and its first touches map zero pages instead of
-/// the allocator's `memset` of the whole table. Small tables (and every table under loom,
-/// whose atomics are not plain words) are boxed.
-enum Buckets {
-    Boxed(Box<[Bucket]>),
-    #[cfg(not(thunder_loom))]
-    Mapped {
-        first: std::ptr::NonNull<Bucket>,
-        len: usize,
-        layout: std::alloc::Layout,
-    },
-}
-
-// SAFETY: `Mapped` owns its region exclusively (as `Boxed` owns its slice) and only hands out
-// shared references to `Bucket`s, which are atomics and so `Sync`.
-unsafe impl Send for Buckets {}
-// SAFETY: as above.
-unsafe impl Sync for Buckets {}
-
-impl Buckets {
-    fn zeroed(count: usize) -> Self {
-        #[cfg(not(thunder_loom))]
-        if let Some(mapped) = Self::mapped(count) {
-            return mapped;
-        }
-        Buckets::Boxed((0..count).map(|_| Bucket::new()).collect())
-    }
-
-    /// `count` zeroed buckets on their own mapping, if the table is large enough to want one
-    /// and the mapping succeeds.
-    #[cfg(not(thunder_loom))]
-    fn mapped(count: usize) -> Option<Self> {
-        let bytes = count.checked_mul(std::mem::size_of::<Bucket>())?;
-        if bytes < MAPPED_TABLE_BYTES {
-            return None;
-        }
-        let layout = std::alloc::Layout::from_size_align(
-            bytes.checked_next_multiple_of(MAPPED_TABLE_BYTES)?,
-            MAPPED_TABLE_BYTES,
-        )
-        .ok()?;
-        let first = std::ptr::NonNull::new(crate::huge_memory::allocate_zeroed(layout)?)?;
-        Some(Buckets::Mapped {
-            first: first.cast(),
-            len: count,
-            layout,
-        })
-    }
-}
-
-impl std::ops::Deref for Buckets {
-    type Target = [Bucket];
-
-    fn deref(&self) -> &[Bucket] {
-        match self {
-            Buckets::Boxed(buckets) => buckets,
-            #[cfg(not(thunder_loom))]
-            // SAFETY: the region holds `len` buckets (it is at least `len * size_of::<Bucket>()`
-            // bytes, aligned to 2 MiB), all zero bytes, which is a valid `Bucket` (eight
-            // `AtomicU64`s, each a plain `u64` in memory); it lives until `self` is dropped.
-            Buckets::Mapped { first, len, .. } => unsafe {
-                std::slice::from_raw_parts(first.as_ptr(), *len)
-            },
-        }
-    }
-}
-
-impl Drop for Buckets {
-    fn drop(&mut self) {
-        #[cfg(not(thunder_loom))]
-        if let Buckets::Mapped { first, layout, .. } = self {
-            // SAFETY: the region came from `allocate_zeroed` with this layout, and `&mut self`
-            // means no reference into it is left.
-            unsafe { crate::huge_memory::free(first.as_ptr().cast(), *layout) };
-        }
-    }
-}
+/// the allocator's `memset` of the whole table.
+type Buckets = ZeroedSlice<Bucket>;
 
 /// One generation of the index.
 struct Table {
@@ -151,7 +76,7 @@ impl Table {
     fn with_buckets(count: usize) -> Self {
         let count = count.max(1);
         Self {
-            buckets: Buckets::zeroed(count),
+            buckets: Buckets::new(count),
             overflow: (0..count.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -632,7 +557,7 @@ mod tests {
         assert_eq!(index.bytes(&guard), reserved);
     }
 
-    /// A table past `MAPPED_TABLE_BYTES` sits on its own mapping, reads as zeroed words, keeps
+    /// A table of at least `HUGE_BYTES` sits on its own mapping, reads as zeroed words, keeps
     /// every key through a growth out of it and into another one, and is unmapped on drop.
     #[test]
     fn large_tables_are_mapped_and_keep_every_key() {
@@ -640,19 +565,13 @@ mod tests {
         let guard = crossbeam_epoch::pin();
         let keys = 600_000i64;
         index.reserve(keys as usize / 2, &guard);
-        assert!(matches!(
-            index.current(&guard).buckets,
-            Buckets::Mapped { .. }
-        ));
+        assert!(index.current(&guard).buckets.is_mapped());
         for key in 0..keys {
             assert_eq!(insert(&index, key, &guard), Ok(key as u32));
         }
         // It grew (from one mapped table into another) on the way.
         assert!(index.bytes(&guard) >= keys as usize * 8);
-        assert!(matches!(
-            index.current(&guard).buckets,
-            Buckets::Mapped { .. }
-        ));
+        assert!(index.current(&guard).buckets.is_mapped());
         for key in 0..keys {
             assert_eq!(
                 index.get(index.hash(key), &guard, holds(key)),
@@ -661,7 +580,7 @@ mod tests {
         }
         assert_eq!(index.get(index.hash(keys), &guard, holds(keys)), None);
         let small = TagIndex::with_capacity(16);
-        assert!(matches!(small.current(&guard).buckets, Buckets::Boxed(_)));
+        assert!(!small.current(&guard).buckets.is_mapped());
     }
 
     #[test]

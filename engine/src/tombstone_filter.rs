@@ -37,6 +37,7 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use crossbeam_epoch::Guard;
 
 use crate::counter::StripedCount;
+use crate::huge_memory::ZeroedSlice;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, fence};
 use crate::sync::{Mutex, Retirer};
 
@@ -61,16 +62,15 @@ fn filter_bits(post_id: i64) -> (usize, u64) {
     (word, mask)
 }
 
-/// One filter's words.
-struct Words(Box<[AtomicU64]>);
+/// One filter's words: 2 MiB, one huge page of its own. Every insert reads a random word of
+/// it, and on 4 KiB pages the first delete into each page the reads had mapped as the shared
+/// zero page took a copy-on-write fault and a TLB shootdown on every other core (1.8% of two
+/// writers' samples at scale 10).
+struct Words(ZeroedSlice<AtomicU64>);
 
 impl Words {
     fn new() -> Self {
-        Self(
-            (0..1usize << WORDS_LOG2)
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-        )
+        Self(ZeroedSlice::new(1usize << WORDS_LOG2))
     }
 
     fn set(&self, post_id: i64) {
@@ -216,6 +216,10 @@ mod tests {
     #[test]
     fn the_tombstone_filter_passes_few_ids_that_were_never_deleted() {
         let filter = Words::new();
+        assert!(
+            filter.0.is_mapped(),
+            "the filter has a huge page of its own"
+        );
         let tombstones = 200_000i64;
         // Every 100th id of a sequential range is deleted (1% of posts, as in feed-2d).
         for id in (0..tombstones).map(|i| 1_000_000_000 + i * 100) {
