@@ -43,21 +43,26 @@ pub fn batches(
 }
 
 /// Applies `batches` to `store` with `writers` threads and returns the wall time. With more
-/// than one writer, thread `t` applies the creates of authors `≡ t (mod writers)` and the
-/// deletes of post ids `≡ t (mod writers)`, like consumers of Kafka partitions keyed that way.
+/// than one writer, the batches are first split as [`partition`] does (before the clock
+/// starts), and each writer applies its share.
 pub fn load(store: &dyn Store, batches: &[EventBatch], writers: usize) -> Duration {
-    let writers = writers.max(1);
-    if writers == 1 {
+    if writers <= 1 {
         let start = Instant::now();
         for batch in batches {
             store.apply(batch);
         }
         return start.elapsed();
     }
-    // Split the stream the way Kafka partitions it for thunder (the producer keys creates by
-    // author and deletes by post id), so each writer sees its authors' posts in order; the
-    // split happens before the clock starts.
-    let shares: Vec<Vec<EventBatch>> = (0..writers)
+    load_shares(store, &partition(batches, writers))
+}
+
+/// Splits `batches` the way Kafka partitions the topic for thunder (the producer keys creates
+/// by author and deletes by post id): share `t` holds the creates of authors `≡ t (mod
+/// writers)` and the deletes of post ids `≡ t (mod writers)`, each in stream order, so each
+/// writer sees its authors' posts in order.
+pub fn partition(batches: &[EventBatch], writers: usize) -> Vec<Vec<EventBatch>> {
+    let writers = writers.max(1);
+    (0..writers)
         .map(|t| {
             batches
                 .iter()
@@ -77,10 +82,14 @@ pub fn load(store: &dyn Store, batches: &[EventBatch], writers: usize) -> Durati
                 })
                 .collect()
         })
-        .collect();
+        .collect()
+}
+
+/// Applies each share (from [`partition`]) on a thread of its own and returns the wall time.
+pub fn load_shares(store: &dyn Store, shares: &[Vec<EventBatch>]) -> Duration {
     let start = Instant::now();
     std::thread::scope(|scope| {
-        for share in &shares {
+        for share in shares {
             scope.spawn(move || {
                 for batch in share {
                     store.apply(batch);

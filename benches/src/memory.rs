@@ -17,6 +17,18 @@ pub fn rss_bytes() -> u64 {
     resident_pages * page_size()
 }
 
+/// Minor page faults of this process so far (0 where unavailable): a load that faults in
+/// fewer pages than its store occupies ran partly on memory the process already had.
+pub fn minor_faults() -> u64 {
+    // SAFETY: `usage` is a valid out-pointer for the call, which only fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is a valid target.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    usage.ru_minflt as u64
+}
+
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions; it only reads a system constant.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thunder_benches::baseline::TimelineKind;
 use thunder_benches::memory::{self, peak_rss_bytes, release_free_memory, rss_bytes};
-use thunder_benches::{BaselineStore, DEFAULT_BATCH_EVENTS, batches, cpu_time, load};
+use thunder_benches::{
+    BaselineStore, DEFAULT_BATCH_EVENTS, batches, cpu_time, load, load_shares, partition,
+};
 use thunder_engine::config::{
     DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
 };
@@ -326,8 +328,10 @@ fn run_store(
     let store = built.store();
     let cpu_before = cpu_time(libc::CLOCK_THREAD_CPUTIME_ID);
     let process_cpu_before = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID);
+    let faults_before = memory::minor_faults();
     let presized = built.presize(args, w.events as usize);
     run.ingest_1w_secs = (presized + load(store, &w.batches, 1)).as_secs_f64();
+    let ingest_1w_faults = memory::minor_faults().saturating_sub(faults_before);
     let ingest_1w_cpu = cpu_time(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(cpu_before);
     let ingest_1w_process_cpu =
         cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID).saturating_sub(process_cpu_before);
@@ -339,11 +343,12 @@ fn run_store(
     run.stored_posts = store.stored_posts();
     eprintln!(
         "[{name}] 1 writer: {} events in {:.2}s ({:.2}s of the writer's CPU, {:.2}s of all \
-         threads; +{:.2}s finish_load), {} posts, RSS +{} MiB",
+         threads, {} minor faults; +{:.2}s finish_load), {} posts, RSS +{} MiB",
         w.events,
         run.ingest_1w_secs,
         ingest_1w_cpu.as_secs_f64(),
         ingest_1w_process_cpu.as_secs_f64(),
+        ingest_1w_faults,
         run.finish_load_secs,
         run.stored_posts,
         run.rss_delta_bytes >> 20
@@ -467,15 +472,20 @@ fn run_store(
     release_free_memory();
     memory::settle(args.settle_secs);
     let built = Built::new(kind, Arc::new(ManualClock::new(w.config.now_secs)));
+    // Split outside the measured window (its copies fault in memory of their own).
+    let shares = partition(&w.batches, 2);
     let cpu_before = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID);
+    let faults_before = memory::minor_faults();
     let presized = built.presize(args, w.events as usize);
-    run.ingest_2w_secs = (presized + load(built.store(), &w.batches, 2)).as_secs_f64();
+    run.ingest_2w_secs = (presized + load_shares(built.store(), &shares)).as_secs_f64();
     let ingest_2w_cpu = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID).saturating_sub(cpu_before);
     eprintln!(
-        "[{name}] 2 writers: {} events in {:.2}s ({:.2}s of CPU, all threads); RSS {} MiB",
+        "[{name}] 2 writers: {} events in {:.2}s ({:.2}s of CPU, all threads, {} minor \
+         faults); RSS {} MiB",
         w.events,
         run.ingest_2w_secs,
         ingest_2w_cpu.as_secs_f64(),
+        memory::minor_faults().saturating_sub(faults_before),
         rss_bytes() >> 20
     );
     drop(built);
