@@ -343,7 +343,8 @@ fn run_store(
     run.stored_posts = store.stored_posts();
     eprintln!(
         "[{name}] 1 writer: {} events in {:.2}s ({:.2}s of the writer's CPU, {:.2}s of all \
-         threads, {} minor faults; +{:.2}s finish_load), {} posts, RSS +{} MiB",
+         threads, {} minor faults; +{:.2}s finish_load), {} posts, RSS +{} MiB ({} MiB on \
+         huge pages)",
         w.events,
         run.ingest_1w_secs,
         ingest_1w_cpu.as_secs_f64(),
@@ -351,7 +352,8 @@ fn run_store(
         ingest_1w_faults,
         run.finish_load_secs,
         run.stored_posts,
-        run.rss_delta_bytes >> 20
+        run.rss_delta_bytes >> 20,
+        memory::anon_huge_bytes() >> 20
     );
     if let Built::Engine(engine) = &built {
         let st = engine.stats();
@@ -481,12 +483,13 @@ fn run_store(
     let ingest_2w_cpu = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID).saturating_sub(cpu_before);
     eprintln!(
         "[{name}] 2 writers: {} events in {:.2}s ({:.2}s of CPU, all threads, {} minor \
-         faults); RSS {} MiB",
+         faults); RSS {} MiB ({} MiB on huge pages)",
         w.events,
         run.ingest_2w_secs,
         ingest_2w_cpu.as_secs_f64(),
         memory::minor_faults().saturating_sub(faults_before),
-        rss_bytes() >> 20
+        rss_bytes() >> 20,
+        memory::anon_huge_bytes() >> 20
     );
     drop(built);
     release_free_memory();
