@@ -208,6 +208,18 @@ pub async fn start(
 
     let mut builder = Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
+        // Streams the client resets before the server has taken them (calls it gave up on
+        // while the runtime was busy) are counted by h2, which closes the whole connection
+        // past its default of 20 (its guard against reset floods), failing every other call
+        // on it. Twice the stream cap keeps the guard bounded, while a client that keeps to
+        // the cap can give up on every call it has open, and on each one's next try, before
+        // a busy server reads them.
+        .http2_max_pending_accept_reset_streams(Some(
+            usize::try_from(options.max_concurrent_streams)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(2)
+                .max(20),
+        ))
         .http2_keepalive_interval(Some(options.http2_keepalive.0))
         .http2_keepalive_timeout(Some(options.http2_keepalive.1));
     if let Some(tls) = &options.tls {
