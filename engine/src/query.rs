@@ -309,7 +309,8 @@ struct Merge<'b> {
     top_in_heap: bool,
     /// `ranked` positions below this were handed out by `next_ahead`.
     ahead: usize,
-    /// How many keys a ranking keeps sorted (the answer's size).
+    /// How many keys the next ranking keeps sorted: the answer's size at first, doubled at
+    /// each bring-in of the reserve.
     keep: usize,
     bump: &'b Bump,
 }
