@@ -290,7 +290,7 @@ fn sift_up(heap: &mut [u128], mut i: usize) {
 
 /// The merge's queue of stream keys, largest first, in three parts:
 ///
-/// - `ranked`: the streams not read yet that rank highest, sorted once, taken from the front.
+/// - `ranked`: the streams not read yet that rank highest, sorted, taken from the front.
 ///   Most streams of a large request give one post or none, so most keys leave from here at
 ///   the cost of a step.
 /// - `heap`: the streams already read that go on (a 4-ary max-heap). Their next entries are
@@ -298,7 +298,8 @@ fn sift_up(heap: &mut [u128], mut i: usize) {
 /// - `reserve`: the streams ranked too low to matter while every reached stream gives a post
 ///   (`max_results` posts come from the `max_results` highest-ranked streams at most); they
 ///   join `ranked` only if the merge falls below the best of them (posts filtered out, ranks
-///   that were upper bounds). A 2000-author request leaves about three in four here.
+///   that were upper bounds), ranked again with its rest, twice as many kept each time. A
+///   2000-author request leaves about three in four here.
 struct Merge<'b> {
     ranked: BumpVec<'b, u128>,
     next: usize,
@@ -933,7 +934,7 @@ mod tests {
     fn a_merge_past_its_ranked_streams_brings_the_reserve_in_a_ranking_at_a_time() {
         let newest = 1_750_000_000;
         // Within the counted seconds (ranked by counting) and spread far beyond them (ranked
-        // by selection), many more keys than one ranking keeps.
+        // by selection once the kept keys span more), many more keys than one ranking keeps.
         let near: Vec<u128> = (0..5_000)
             .map(|i| key(newest, (i as u32 * 7919) % 3000, (i as i64 * 31) % 97, i))
             .collect();
