@@ -160,7 +160,7 @@ impl Table {
 
 /// A key's hash, split into what the index uses.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Hashed {
+pub struct Hashed {
     tag: u32,
     stripe: usize,
 }
@@ -178,7 +178,7 @@ fn value_of(word: u64) -> u32 {
 }
 
 /// The key-less concurrent index (see the module docs).
-pub(crate) struct TagIndex {
+pub struct TagIndex {
     table: AtomicPtr<Table>,
     stripes: Box<[Mutex<()>]>,
     /// Keys stored (approximate between a claim and its count), striped: every post insert

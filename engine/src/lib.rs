@@ -86,3 +86,12 @@ pub use seen::SeenFilter;
 pub use store::{
     DeleteReport, DropReason, InsertReport, PostStore, StoreConfig, StoreStats, TrimReport,
 };
+
+/// The post index on its own, for `benches/src/bin/index_compare.rs`, which measures it
+/// against general concurrent maps. Not part of the store's interface.
+#[doc(hidden)]
+pub mod bench_internals {
+    pub use crate::index::{Hashed, TagIndex};
+    pub use crate::query::prefetch;
+    pub use crossbeam_epoch::{Guard, pin};
+}

@@ -118,7 +118,7 @@ const RECORD_AHEAD: usize = 4;
 
 /// Hints the CPU to load the line holding `ptr`.
 #[inline(always)]
-pub(crate) fn prefetch(ptr: *const u8) {
+pub fn prefetch(ptr: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it never faults and never reads into the program,
     // whatever the address.
