@@ -475,8 +475,9 @@ impl PostStore {
         };
         for (offset, &index) in chunk.iter().enumerate() {
             if let Some(&ahead) = chunk.get(offset + LOOKAHEAD) {
-                let hashed = self.posts.hash(posts.post(ahead as usize).post_id);
-                prefetch(self.posts.bucket_ptr(hashed, &g.epoch));
+                let ahead_id = posts.post(ahead as usize).post_id;
+                prefetch(self.posts.bucket_ptr(self.posts.hash(ahead_id), &g.epoch));
+                prefetch(self.tombstone_filter.word_ptr(ahead_id, &g.epoch));
             }
             // Relaxed: a hint to stop early; the join orders the outcome.
             if offset % 4096 == 0 && refused.load(Ordering::Relaxed) {

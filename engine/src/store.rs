@@ -290,7 +290,7 @@ pub struct PostStore {
     /// proves "no tombstone", so the common insert (never deleted) skips the map probe. Bits
     /// are set after the tombstone is written; trim renews the filter from the map once stale
     /// bits pile up (`tombstone_filter.rs`).
-    tombstone_filter: TombstoneFilter,
+    pub(crate) tombstone_filter: TombstoneFilter,
     pub(crate) pending_videos: IdMap<Vec<PendingRepost>>,
     pub(crate) entries: [StripedCount; 3],
     /// On an author shard: the facts of other authors' posts (`directory.rs`).
