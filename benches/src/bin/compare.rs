@@ -87,6 +87,12 @@ struct Args {
     /// that follows a freed store runs partly on cheap pages and the one before it does not.
     #[arg(long, default_value_t = 5.0)]
     settle_secs: f64,
+    /// Times each store's one- and two-writer loads this many times in all, the stores
+    /// alternating round by round (each load on a fresh store, after the settling wait); the
+    /// ingest lines report the median, and every round is printed. The first round is the one
+    /// the other phases run on.
+    #[arg(long, default_value_t = 1)]
+    ingest_rounds: usize,
 }
 
 /// See `Args::live_events_to`.
@@ -192,8 +198,11 @@ impl Answer {
 #[derive(Debug, Default)]
 struct StoreRun {
     events: u64,
+    /// The median of `ingest_1w_rounds` (the first round alone without `--ingest-rounds`).
     ingest_1w_secs: f64,
     ingest_2w_secs: f64,
+    ingest_1w_rounds: Vec<f64>,
+    ingest_2w_rounds: Vec<f64>,
     finish_load_secs: f64,
     stored_posts: usize,
     rss_delta_bytes: u64,
@@ -231,6 +240,8 @@ impl StoreRun {
             "events": self.events,
             "ingest_1w_events_per_sec": self.ingest_rate(self.ingest_1w_secs),
             "ingest_2w_events_per_sec": self.ingest_rate(self.ingest_2w_secs),
+            "ingest_1w_secs_rounds": self.ingest_1w_rounds,
+            "ingest_2w_secs_rounds": self.ingest_2w_rounds,
             "finish_load_secs": self.finish_load_secs,
             "stored_posts": self.stored_posts,
             "rss_delta_bytes": self.rss_delta_bytes,
@@ -493,7 +504,66 @@ fn run_store(
     );
     drop(built);
     release_free_memory();
+    run.ingest_1w_rounds.push(run.ingest_1w_secs);
+    run.ingest_2w_rounds.push(run.ingest_2w_secs);
     (run, agreements)
+}
+
+/// One more timed load of a fresh store of `kind`: by one writer (the batches in order), or by
+/// one writer per share given, timed as `run_store` times its loads: after the settling
+/// wait, the presizing counted in.
+fn timed_load(kind: Kind, w: &Workload, args: &Args, shares: Option<&[Vec<EventBatch>]>) -> f64 {
+    release_free_memory();
+    memory::settle(args.settle_secs);
+    let built = Built::new(kind, Arc::new(ManualClock::new(w.config.now_secs)));
+    let presized = built.presize(args, w.events as usize);
+    let took = match shares {
+        None => load(built.store(), &w.batches, 1),
+        Some(shares) => load_shares(built.store(), shares),
+    };
+    drop(built);
+    release_free_memory();
+    (presized + took).as_secs_f64()
+}
+
+/// The rounds after the first of `--ingest-rounds`: each round times every store's one-writer
+/// load, then every store's two-writer load, the stores in the order they first ran; then
+/// each run's ingest figures become the medians of its rounds.
+fn more_ingest_rounds(w: &Workload, args: &Args, runs: &mut [(Kind, &mut StoreRun)]) {
+    if args.ingest_rounds > 1 {
+        let two = partition(&w.batches, 2);
+        for round in 2..=args.ingest_rounds {
+            for (shares, writers) in [(None, 1), (Some(&two[..]), 2)] {
+                for (kind, run) in runs.iter_mut() {
+                    let secs = timed_load(*kind, w, args, shares);
+                    eprintln!(
+                        "[{}] ingest round {round}, {writers} writer(s): {} events in {secs:.2}s",
+                        kind.name(),
+                        w.events
+                    );
+                    match writers {
+                        1 => run.ingest_1w_rounds.push(secs),
+                        _ => run.ingest_2w_rounds.push(secs),
+                    }
+                }
+            }
+        }
+    }
+    for (_, run) in runs.iter_mut() {
+        run.ingest_1w_secs = median(&run.ingest_1w_rounds);
+        run.ingest_2w_secs = median(&run.ingest_2w_rounds);
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count; 0 for none).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
 }
 
 /// How many viewers (the first ones) the query-under-ingest phase queries.
@@ -829,7 +899,7 @@ fn main() -> Result<()> {
     let mut engine = None;
     let mut baseline = None;
     let mut agreements = None;
-    for kind in kinds {
+    for &kind in &kinds {
         match kind {
             Kind::Engine => engine = Some(run_store(kind, &mut w, &args, None, None).0),
             Kind::Baseline => {
@@ -839,6 +909,10 @@ fn main() -> Result<()> {
             }
         }
     }
+    let mut runs: Vec<(Kind, &mut StoreRun)> = Vec::new();
+    runs.extend(engine.as_mut().map(|run| (Kind::Engine, run)));
+    runs.extend(baseline.as_mut().map(|run| (Kind::Baseline, run)));
+    more_ingest_rounds(&w, &args, &mut runs);
     report(
         &args,
         &w,
@@ -1003,6 +1077,24 @@ fn report(
         "each timed load starts {:.1} s after the previous store was freed (--settle-secs)",
         args.settle_secs
     );
+    if args.ingest_rounds > 1 {
+        let secs = |rounds: &[f64]| {
+            rounds
+                .iter()
+                .map(|secs| format!("{secs:.2}"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        println!(
+            "ingest lines: the median of {} rounds (--ingest-rounds), seconds per load: engine \
+             1 writer {}, 2 writers {}; baseline 1 writer {}, 2 writers {}",
+            args.ingest_rounds,
+            secs(&e.ingest_1w_rounds),
+            secs(&e.ingest_2w_rounds),
+            secs(&b.ingest_1w_rounds),
+            secs(&b.ingest_2w_rounds),
+        );
+    }
     if args.live_events_to != LiveTarget::Store {
         println!(
             "diagnostic: the under-ingest phase's live events went to {:?} (--live-events-to)",
