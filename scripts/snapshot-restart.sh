@@ -6,8 +6,8 @@
 #   THUNDER_SERVER_BIN=PATH scripts/snapshot-restart.sh [SCALE]
 #       times that thunder-server binary instead of this tree's (to alternate two builds)
 #   scripts/snapshot-restart.sh --warmed [SCALE]
-#       starts from the snapshot only after 10 s more of idle (so the memory the previous
-#       server freed has gone back to the host, on a virtual machine that hands freed memory
+#       waits 10 s more before the cold replay and the start from the snapshot (so the memory
+#       the previous server freed has gone back to the host, on a virtual machine that hands freed memory
 #       back), then times a third start from the snapshot right after the fresh_memory bench
 #       has touched and freed as much memory as the load took: the difference is the host's
 #       cost of backing the load's fresh memory (see the README's *Snapshots and restart*)
@@ -116,6 +116,13 @@ start_and_time() {
         awk '$1 == "kafka_oversized_fetch_responses_total" {print $2}')"
 }
 
+# Prints the last start's load line (its posts, load time and read time) from the server log.
+print_load() {
+    sed 's/\x1b\[[0-9;]*m//g' "$WORK/server.log" | grep 'snapshot loaded' \
+        | grep -oE ' (posts|took_secs|read_secs)=[0-9.]+' | tr -d '\n' | sed 's/^/  load:/' >&2 || true
+    echo >&2
+}
+
 stop_server() {
     kill -TERM "$SERVER_PID"
     wait "$SERVER_PID"
@@ -132,9 +139,7 @@ start_and_time
 warm="$ELAPSED"
 echo "from the snapshot: ready in ${warm}s, ${CPU}s of server CPU (broker ${BROKER_CPU}s), peak RSS ${PEAK_MIB} MiB (anonymous ${ANON_MIB} MiB), ${OVERSIZED:-?} oversized fetch responses" >&2
 # The load's own share of that (the rest is start-up and the Kafka catch-up).
-sed 's/\x1b\[[0-9;]*m//g' "$WORK/server.log" | grep 'snapshot loaded' \
-    | grep -oE ' (posts|took_secs|read_secs)=[0-9.]+' | tr -d '\n' | sed 's/^/  load:/' >&2 || true
-echo >&2
+print_load
 stop_server
 echo "scale $SCALE: ready after a cold replay in ${cold}s, after loading a ${bytes}-byte snapshot in ${warm}s ($(python3 -c "print(round($cold / $warm, 1))")x faster)"
 if [ "$WARMED" = 1 ]; then
@@ -146,9 +151,7 @@ if [ "$WARMED" = 1 ]; then
     warmed="$ELAPSED"
     SERVER_PREFACE=""
     echo "from the snapshot, ${warm_mib} MiB touched and freed first: ready in ${warmed}s, ${CPU}s of server CPU" >&2
-    sed 's/\x1b\[[0-9;]*m//g' "$WORK/server.log" | grep 'snapshot loaded' \
-        | grep -oE ' (posts|took_secs|read_secs)=[0-9.]+' | tr -d '\n' | sed 's/^/  load:/' >&2 || true
-    echo >&2
+    print_load
     stop_server
     echo "scale $SCALE: with the host's cost of fresh memory taken out, ready from the snapshot in ${warmed}s ($(python3 -c "print(round($cold / $warmed, 1))")x faster than the cold replay)"
 fi
