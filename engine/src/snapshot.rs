@@ -489,6 +489,8 @@ enum Chunk {
     PostsAppended,
     /// A posts chunk whose records were only checked (`PostsInto::Checked`).
     PostsChecked,
+    /// A posts chunk left unchecked (`PostsInto::Unchecked`).
+    PostsUnchecked,
     End,
 }
 
@@ -499,6 +501,9 @@ enum PostsInto<'v> {
     Decoded(Option<&'v mut Vec<CompactPost>>),
     /// Checks them and leaves them where they are (a mapped file, or only verifying).
     Checked,
+    /// Leaves them where they are, their checksum and records unchecked: the caller checks
+    /// them with [`check_posts_chunk`] before it uses them (a mapped file, checked in parallel).
+    Unchecked,
 }
 
 /// Reads a snapshot's chunks one at a time, verifying each.
@@ -609,14 +614,8 @@ impl<R: Read> SnapshotReader<R> {
         posts_into: PostsInto<'_>,
     ) -> Result<Chunk, SnapshotError> {
         let index = self.counts.chunks;
-        let mut word = [0u8; 4];
-        word.copy_from_slice(&head[12..16]);
-        let stored_crc = u32::from_le_bytes(word);
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..12]), payload);
-        if crc != stored_crc {
-            return Err(SnapshotError::Corrupt(format!(
-                "chunk {index}: checksum mismatch"
-            )));
+        if !(kind == KIND_POSTS && matches!(posts_into, PostsInto::Unchecked)) {
+            check_chunk_crc(index, head, payload)?;
         }
         self.counts.bytes += (CHUNK_HEADER_BYTES + payload.len()) as u64;
         match kind {
@@ -639,6 +638,7 @@ impl<R: Read> SnapshotReader<R> {
                         records.into_iter().try_for_each(check_post)?;
                         Ok(Chunk::PostsChecked)
                     }
+                    PostsInto::Unchecked => Ok(Chunk::PostsUnchecked),
                     PostsInto::Decoded(Some(posts))
                         if posts.capacity() - posts.len() >= records.len() =>
                     {
@@ -697,6 +697,70 @@ impl<R: Read> SnapshotReader<R> {
     }
 }
 
+/// Checks the CRC32C of the chunk `index` (its 16-byte header `head` and its payload).
+fn check_chunk_crc(
+    index: u64,
+    head: &[u8; CHUNK_HEADER_BYTES],
+    payload: &[u8],
+) -> Result<(), SnapshotError> {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&head[12..16]);
+    let stored_crc = u32::from_le_bytes(word);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..12]), payload);
+    if crc != stored_crc {
+        return Err(SnapshotError::Corrupt(format!(
+            "chunk {index}: checksum mismatch"
+        )));
+    }
+    Ok(())
+}
+
+/// A posts chunk of a snapshot held in memory, read but not yet checked.
+struct UncheckedPosts<'a> {
+    index: u64,
+    head: [u8; CHUNK_HEADER_BYTES],
+    records: &'a [u8],
+}
+
+/// Checks a posts chunk as [`PostsInto::Checked`] would have: its checksum, then its records.
+fn check_posts_chunk(chunk: &UncheckedPosts<'_>) -> Result<(), SnapshotError> {
+    check_chunk_crc(chunk.index, &chunk.head, chunk.records)?;
+    chunk
+        .records
+        .chunks_exact(POST_BYTES)
+        .try_for_each(check_post)
+}
+
+/// Checks `chunks` on up to `threads` threads, each taking a contiguous run of them (a mapped
+/// file is then read front to back by each): the error of the first bad chunk in file order,
+/// the one a check in order would have reported.
+///
+/// On a virtual machine whose host has taken back the pages of a file the guest still caches,
+/// reading the file is the host faulting them back in: one thread checked a 1.27 GB snapshot
+/// in 3.4 s that way, against 0.27 s when its pages were backed.
+fn check_posts_chunks(chunks: &[UncheckedPosts<'_>], threads: usize) -> Result<(), SnapshotError> {
+    let per_thread = chunks.len().div_ceil(threads.max(1)).max(1);
+    if chunks.len() <= per_thread {
+        return chunks.iter().try_for_each(check_posts_chunk);
+    }
+    let mut runs = chunks.chunks(per_thread);
+    let first = runs.next().unwrap_or_default();
+    let results: Vec<Result<(), SnapshotError>> = std::thread::scope(|scope| {
+        let others: Vec<_> = runs
+            .map(|run| scope.spawn(move || run.iter().try_for_each(check_posts_chunk)))
+            .collect();
+        let mut results = vec![first.iter().try_for_each(check_posts_chunk)];
+        results.extend(others.into_iter().map(|handle| {
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        }));
+        results
+    });
+    // The runs are in file order, so the first error is the first bad chunk's.
+    results.into_iter().collect()
+}
+
 /// Reads a snapshot and checks every checksum: its header and counts, or why it is invalid.
 pub fn verify(input: impl Read) -> Result<(SnapshotHeader, SnapshotCounts), SnapshotError> {
     SnapshotReader::new(input)?.verify()
@@ -706,13 +770,14 @@ pub fn verify(input: impl Read) -> Result<(SnapshotHeader, SnapshotCounts), Snap
 enum InPlace<'a> {
     Tombstones(Vec<(i64, i64)>),
     Facts(Vec<FactRecord>),
-    /// The records of a posts chunk, checked, where they lie.
-    Posts(&'a [u8]),
+    /// A posts chunk where it lies, for the caller to check.
+    Posts(UncheckedPosts<'a>),
     End,
 }
 
 impl<'a> SnapshotReader<&'a [u8]> {
-    /// The next chunk, verified where it lies (no copy of its payload).
+    /// The next chunk where it lies (no copy of its payload), verified, but for a posts
+    /// chunk: its checksum and records are left to the caller ([`check_posts_chunks`]).
     fn next_chunk_in_place(&mut self) -> Result<InPlace<'a>, SnapshotError> {
         if self.ended {
             return Ok(InPlace::End);
@@ -725,14 +790,19 @@ impl<'a> SnapshotReader<&'a [u8]> {
             return Err(SnapshotError::Truncated("a chunk"));
         };
         self.input = rest;
+        let index = self.counts.chunks;
         Ok(
-            match self.decode_chunk(kind, count, &head, payload, PostsInto::Checked)? {
+            match self.decode_chunk(kind, count, &head, payload, PostsInto::Unchecked)? {
                 Chunk::Tombstones(chunk) => InPlace::Tombstones(chunk),
                 Chunk::Facts(chunk) => InPlace::Facts(chunk),
-                Chunk::PostsChecked => InPlace::Posts(payload),
+                Chunk::PostsUnchecked => InPlace::Posts(UncheckedPosts {
+                    index,
+                    head,
+                    records: payload,
+                }),
                 Chunk::End => InPlace::End,
-                Chunk::Posts(_) | Chunk::PostsAppended => {
-                    unreachable!("records read with PostsInto::Checked are never decoded")
+                Chunk::Posts(_) | Chunk::PostsAppended | Chunk::PostsChecked => {
+                    unreachable!("records read with PostsInto::Unchecked are left as they are")
                 }
             },
         )
@@ -1122,7 +1192,7 @@ impl PostStore {
                             written.store(bytes, Ordering::Relaxed);
                         }
                         Chunk::Posts(chunk) => post_chunks.push(chunk),
-                        Chunk::PostsChecked | Chunk::End => return Ok(()),
+                        Chunk::PostsChecked | Chunk::PostsUnchecked | Chunk::End => return Ok(()),
                     }
                 }
             })();
@@ -1188,15 +1258,23 @@ impl PostStore {
         let mut reader = SnapshotReader::new(bytes)?;
         self.check_loadable(&reader.header)?;
         let fresh = self.is_fresh();
-        let (mut tombstones, mut facts, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut tombstones, mut facts, mut unchecked) = (Vec::new(), Vec::new(), Vec::new());
+        let threads = threads.max(1);
         loop {
-            match reader.next_chunk_in_place()? {
-                InPlace::Tombstones(chunk) => tombstones.extend(chunk),
-                InPlace::Facts(chunk) => facts.extend(chunk),
-                InPlace::Posts(records) => chunks.push(records),
-                InPlace::End => break,
+            match reader.next_chunk_in_place() {
+                Ok(InPlace::Tombstones(chunk)) => tombstones.extend(chunk),
+                Ok(InPlace::Facts(chunk)) => facts.extend(chunk),
+                Ok(InPlace::Posts(chunk)) => unchecked.push(chunk),
+                Ok(InPlace::End) => break,
+                Err(error) => {
+                    // A bad posts chunk before this one is the first error, as in a stream.
+                    check_posts_chunks(&unchecked, threads)?;
+                    return Err(error);
+                }
             }
         }
+        check_posts_chunks(&unchecked, threads)?;
+        let chunks: Vec<&[u8]> = unchecked.iter().map(|chunk| chunk.records).collect();
         let posts = MappedPosts::new(&chunks);
         check_post_count(
             chunks
@@ -1206,7 +1284,6 @@ impl PostStore {
         )?;
         let read = ReadSnapshot::new(reader, tombstones, facts, fresh, started);
         let building = Instant::now();
-        let threads = threads.max(1);
         match posts {
             Some(mut posts) if in_timeline_order_already(&posts, threads) => {
                 let restored = self.restore_tombstones_and_facts(&read);
@@ -1805,7 +1882,9 @@ mod tests {
                 Chunk::Facts(chunk) => facts.extend(chunk),
                 Chunk::Posts(chunk) => posts.extend(chunk),
                 Chunk::End => break,
-                Chunk::PostsAppended | Chunk::PostsChecked => unreachable!(),
+                Chunk::PostsAppended | Chunk::PostsChecked | Chunk::PostsUnchecked => {
+                    unreachable!()
+                }
             }
         }
         let mut out = encode_header(&reader.header).unwrap();
@@ -1843,7 +1922,7 @@ mod tests {
         let mut chunks = Vec::new();
         loop {
             match reader.next_chunk_in_place().unwrap() {
-                InPlace::Posts(records) => chunks.push(records),
+                InPlace::Posts(chunk) => chunks.push(chunk.records),
                 InPlace::End => break,
                 _ => {}
             }
@@ -1866,6 +1945,96 @@ mod tests {
             })
             .map(|outcome| outcome.posts.iter().map(|p| p.post_id).collect())
             .collect()
+    }
+
+    /// Every chunk of `bytes`: its kind, the offset of its 16-byte header, its payload length.
+    fn chunk_spans(bytes: &[u8]) -> Vec<(u8, usize, usize)> {
+        let reader = SnapshotReader::new(bytes).unwrap();
+        let mut at = bytes.len() - reader.input.len();
+        let mut spans = Vec::new();
+        while at < bytes.len() {
+            let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+            spans.push((bytes[at], at, len));
+            at += CHUNK_HEADER_BYTES + len;
+        }
+        spans
+    }
+
+    /// Rewrites the stored checksum of the chunk at `at` to match its contents.
+    fn reseal(bytes: &mut [u8], at: usize, len: usize) {
+        let body = &bytes[at + CHUNK_HEADER_BYTES..at + CHUNK_HEADER_BYTES + len];
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&bytes[at..at + 12]), body);
+        bytes[at + 12..at + 16].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// A load in place checks its posts chunks on several threads, and still reports what a
+    /// check in file order reports: the first bad chunk, whichever thread found it, before
+    /// any error of a later chunk; a snapshot with no bad chunk loads.
+    #[test]
+    fn a_load_in_place_reports_the_first_bad_chunk_on_any_number_of_threads() {
+        const NOW: i64 = 1_700_000_000;
+        let clock = Arc::new(crate::ManualClock::new(NOW));
+        let store = PostStore::with_clock(1_000, clock.clone());
+        let batch: Vec<LightPost> = (1..=20_000i64)
+            .map(|id| LightPost::original(id, 1 + id % 50, NOW - 500 + id % 400))
+            .collect();
+        store.insert_posts(&batch);
+        let mut bytes = Vec::new();
+        store
+            .write_snapshot(&SnapshotMeta::default(), &mut bytes)
+            .unwrap();
+        let good = rewritten(&bytes, |posts| {
+            posts.chunks(1_024).map(<[CompactPost]>::to_vec).collect()
+        });
+        let spans = chunk_spans(&good);
+        let posts: Vec<usize> = (0..spans.len())
+            .filter(|&i| spans[i].0 == KIND_POSTS)
+            .collect();
+        assert!(posts.len() >= 16, "{} posts chunks", posts.len());
+        let payload_byte =
+            |chunk: usize, offset: usize| spans[chunk].1 + CHUNK_HEADER_BYTES + offset;
+        let (early, late) = (posts[3], posts[posts.len() - 2]);
+
+        let mut flipped_late = good.clone();
+        flipped_late[payload_byte(late, 9)] ^= 1;
+        let mut flipped_both = flipped_late.clone();
+        flipped_both[payload_byte(early, 100)] ^= 0x40;
+        // A record with unknown flags, under a checksum that matches it.
+        let mut bad_flags = good.clone();
+        bad_flags[payload_byte(late, POST_BYTES + 60)] = 0x80;
+        reseal(&mut bad_flags, spans[late].1, spans[late].2);
+        let mut bad_flags_then_bad_end = bad_flags.clone();
+        let end = spans.len() - 1;
+        bad_flags_then_bad_end[payload_byte(end, 0)] ^= 1;
+        reseal(&mut bad_flags_then_bad_end, spans[end].1, spans[end].2);
+        let mut bad_end = good.clone();
+        bad_end[payload_byte(end, 0)] ^= 1;
+        reseal(&mut bad_end, spans[end].1, spans[end].2);
+
+        let cases = [
+            (flipped_late, format!("chunk {late}: checksum mismatch")),
+            (flipped_both, format!("chunk {early}: checksum mismatch")),
+            (bad_flags.clone(), "unknown flags 0x80".to_string()),
+            (bad_flags_then_bad_end, "unknown flags 0x80".to_string()),
+            (bad_end, "end chunk counts".to_string()),
+        ];
+        for (file, expected) in &cases {
+            let in_order = verify(file.as_slice()).expect_err("a bad file").to_string();
+            assert!(in_order.contains(expected.as_str()), "{in_order}");
+            for threads in [1, 2, 3, 7] {
+                let loaded = PostStore::with_clock(1_000, clock.clone());
+                let error = loaded
+                    .load_snapshot_in_place(file, threads, true)
+                    .expect_err("a bad file");
+                assert_eq!(error.to_string(), in_order, "{threads} threads");
+                assert_eq!(loaded.stats().posts, 0, "nothing of a bad file is loaded");
+            }
+        }
+        for threads in [1, 2, 3] {
+            let loaded = PostStore::with_clock(1_000, clock.clone());
+            let report = loaded.load_snapshot_in_place(&good, threads, true).unwrap();
+            assert_eq!(report.posts_loaded, 20_000, "{threads} threads");
+        }
     }
 
     /// A snapshot loaded in place (from memory, as from a mapped file) builds the store a
