@@ -5,7 +5,7 @@
 //! so two builds can be run alternately and compared without the gRPC stack around them.
 //!
 //! `cargo run --release -p thunder-benches --bin full_query -- [--scale 100] [--rounds 15]
-//! [--evict-mib 16]`
+//! [--evict-mib 16] [--max-results 0]` (0: the author step alone, no post merged)
 
 use clap::Parser;
 use std::time::Duration;
@@ -34,6 +34,9 @@ struct Args {
     /// everything the query touched still cached).
     #[arg(long, default_value_t = 0)]
     evict_mib: usize,
+    /// Posts asked for (the full request's 1200); 0 times the author resolution alone.
+    #[arg(long, default_value_t = thunder_engine::config::MAX_POSTS_TO_RETURN)]
+    max_results: usize,
 }
 
 fn thread_cpu() -> Duration {
@@ -67,7 +70,10 @@ fn main() -> anyhow::Result<()> {
         .find(|v| v.following.len() >= args.follows)
         .ok_or_else(|| anyhow::anyhow!("no viewer follows {} authors", args.follows))?;
     let authors = &viewer.following[..args.follows];
-    let query = FeedQuery::new(viewer.user_id, authors);
+    let query = FeedQuery {
+        max_results: args.max_results,
+        ..FeedQuery::new(viewer.user_id, authors)
+    };
     let run = || {
         if args.videos {
             store.get_videos_by_users(&query)
