@@ -50,6 +50,22 @@ async fn not_serving_until_ready_then_serving() {
     }
     assert_eq!(server.admin_get("/readyz").await.status, 200);
     assert_eq!(server.admin_get("/healthz").await.status, 200);
+    let index = server.admin_get("/").await;
+    assert_eq!(index.status, 200);
+    let index = index.text();
+    for path in [
+        "/metrics",
+        "/healthz",
+        "/readyz",
+        "/debug/pprof/profile",
+        "/debug/pprof/flamegraph",
+        "/admin/snapshot",
+    ] {
+        assert!(index.contains(path), "{path} missing from {index}");
+        if !path.starts_with("/admin") && !path.starts_with("/debug") {
+            assert_eq!(server.admin_get(path).await.status, 200, "{path}");
+        }
+    }
     let metrics = server.admin_get("/metrics").await.text();
     assert!(
         metrics
