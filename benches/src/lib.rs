@@ -5,10 +5,12 @@
 //! - [`Store`] (thunder-engine's store contract, implemented by both stores) is what the
 //!   benchmark drives them through, with [`FeedQuery`](thunder_engine::FeedQuery) requests.
 //! - [`EventBatch`] and [`load`]: the synthetic stream cut into ingest batches and applied.
+//! - [`floor`]: the serving floor, thunder's gRPC path answering pre-built answers.
 //! - [`memory`]: resident-set measurement; [`cpu_time`]: CPU time of a thread or the process.
 #![deny(missing_docs)]
 
 pub mod baseline;
+pub mod floor;
 pub mod memory;
 
 use std::time::{Duration, Instant};

@@ -10,6 +10,7 @@
 //!   `RESOURCE_EXHAUSTED` (gRPC convention) instead of tonic's `OUT_OF_RANGE`.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
@@ -25,23 +26,53 @@ use tonic::{Code, Status};
 
 use crate::arrival::Accepted;
 use crate::codec::{PostsAnswer, PostsCodec};
+use crate::error::ServiceError;
 use crate::listener::ConnInfo;
 use crate::metrics::{Metrics, RequestSummary};
-use crate::service::{ThunderService, log_failure, with_degrade_header};
+use crate::service::{Answer, ThunderService, log_failure, with_degrade_header};
 
 /// Path of the one method.
 pub const METHOD_PATH: &str = "/thunder.v1.InNetworkPostsService/GetInNetworkPosts";
 
+/// What answers a decoded call behind [`PostsServer`]: the store's [`ThunderService`], or a
+/// stand-in that shares everything else of the serving path (the benchmarks' floor server,
+/// which answers from pre-built posts to measure what the transport and codec alone cost).
+pub trait AnswerPosts: Send + Sync + 'static {
+    /// The answer to one call, or the error its status is made from.
+    fn answer(
+        &self,
+        request: tonic::Request<GetInNetworkPostsRequest>,
+    ) -> impl Future<Output = Result<Answer, ServiceError>> + Send;
+}
+
+impl AnswerPosts for ThunderService {
+    fn answer(
+        &self,
+        request: tonic::Request<GetInNetworkPostsRequest>,
+    ) -> impl Future<Output = Result<Answer, ServiceError>> + Send {
+        ThunderService::answer(self, request)
+    }
+}
+
 /// The service, cheap to clone (one per connection).
-#[derive(Clone, Debug)]
-pub struct PostsServer {
-    inner: Arc<ThunderService>,
+#[derive(Debug)]
+pub struct PostsServer<H = ThunderService> {
+    inner: Arc<H>,
     max_decoding_message_bytes: usize,
 }
 
-impl PostsServer {
+impl<H> Clone for PostsServer<H> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            max_decoding_message_bytes: self.max_decoding_message_bytes,
+        }
+    }
+}
+
+impl<H> PostsServer<H> {
     /// Serves `inner`, refusing request messages above `max_decoding_message_bytes`.
-    pub fn new(inner: Arc<ThunderService>, max_decoding_message_bytes: usize) -> Self {
+    pub fn new(inner: Arc<H>, max_decoding_message_bytes: usize) -> Self {
         Self {
             inner,
             max_decoding_message_bytes,
@@ -49,7 +80,7 @@ impl PostsServer {
     }
 }
 
-impl NamedService for PostsServer {
+impl<H> NamedService for PostsServer<H> {
     const NAME: &'static str = thunder_proto::SERVICE_NAME;
 }
 
@@ -84,8 +115,9 @@ fn count_unhandled(code: Code, started: Instant) {
     });
 }
 
-impl<B> Service<http::Request<B>> for PostsServer
+impl<H, B> Service<http::Request<B>> for PostsServer<H>
 where
+    H: AnswerPosts,
     B: tonic::codegen::Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
@@ -152,12 +184,12 @@ where
 }
 
 /// The unary method: marks that the handler was reached, then answers.
-struct Method {
-    inner: Arc<ThunderService>,
+struct Method<H> {
+    inner: Arc<H>,
     entered: Arc<AtomicBool>,
 }
 
-impl UnaryService<GetInNetworkPostsRequest> for Method {
+impl<H: AnswerPosts> UnaryService<GetInNetworkPostsRequest> for Method<H> {
     type Response = PostsAnswer;
     type Future = BoxFuture<tonic::Response<PostsAnswer>, Status>;
 

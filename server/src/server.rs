@@ -14,7 +14,7 @@ use crate::admission::Admission;
 use crate::arrival::ArrivalLayer;
 use crate::error::StartupError;
 use crate::following::FollowingSource;
-use crate::grpc::PostsServer;
+use crate::grpc::{AnswerPosts, PostsServer};
 use crate::listener::{BoundedListener, ConnKind, ConnLimits};
 use crate::metrics::Metrics;
 use crate::overload::{Overload, OverloadConfig};
@@ -176,10 +176,34 @@ pub async fn start(
     following: Option<Arc<dyn FollowingSource>>,
 ) -> Result<RunningServer, StartupError> {
     let started = Instant::now();
-    // Registers every metric, so a scrape lists them before the first request.
-    Metrics::global();
     let qps_limit = NonZeroU32::new(options.qps_limit)
         .ok_or_else(|| StartupError::Config("--qps-limit must be greater than 0".into()))?;
+    let service = ThunderService::new(
+        Arc::clone(&store),
+        Admission::new(qps_limit),
+        following,
+        options.request_timeout,
+    )
+    .with_overload(
+        Arc::new(Overload::new(options.overload.clone())),
+        options.inline_queries,
+    );
+    start_with(options, service, Some(store), started).await
+}
+
+/// [`start`] with `handler` answering the calls: the same listeners, HTTP/2 settings, layers,
+/// health, reflection and admin port. The trim and stats tasks run over `store` if given.
+/// The options' QPS limit, request timeout, overload control and inline queries are the
+/// handler's business and not read here. `started` is the instant `init_duration_seconds`
+/// counts from.
+pub async fn start_with<H: AnswerPosts>(
+    options: ServerOptions,
+    handler: H,
+    store: Option<Arc<PostStore>>,
+    started: Instant,
+) -> Result<RunningServer, StartupError> {
+    // Registers every metric, so a scrape lists them before the first request.
+    Metrics::global();
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let readiness = Readiness::new(health_reporter, started).await;
@@ -194,17 +218,7 @@ pub async fn start(
         .build_v1alpha()
         .map_err(|e| StartupError::Reflection(e.to_string()))?;
 
-    let service = ThunderService::new(
-        Arc::clone(&store),
-        Admission::new(qps_limit),
-        following,
-        options.request_timeout,
-    )
-    .with_overload(
-        Arc::new(Overload::new(options.overload.clone())),
-        options.inline_queries,
-    );
-    let service = PostsServer::new(Arc::new(service), options.max_decoding_message_bytes);
+    let service = PostsServer::new(Arc::new(handler), options.max_decoding_message_bytes);
 
     let mut builder = Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
@@ -263,14 +277,17 @@ pub async fn start(
             .with_graceful_shutdown(stopped(shutdown_rx.clone()))
             .into_future(),
     );
-    let background = vec![
-        tokio::spawn(tasks::run_trim(
-            Arc::clone(&store),
-            options.trim_interval,
-            shutdown_rx.clone(),
-        )),
-        tokio::spawn(tasks::run_stats(store, options.stats_interval, shutdown_rx)),
-    ];
+    let background = match store {
+        Some(store) => vec![
+            tokio::spawn(tasks::run_trim(
+                Arc::clone(&store),
+                options.trim_interval,
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(tasks::run_stats(store, options.stats_interval, shutdown_rx)),
+        ],
+        None => Vec::new(),
+    };
     match &options.tls {
         Some(tls) => {
             tracing::info!(%grpc_addr, cert = %tls.cert.display(), "gRPC server mTLS enabled (client certificates required)")
