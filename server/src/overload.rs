@@ -345,7 +345,9 @@ impl Overload {
         // (measured: 97% of calls over target, minimum 11-17 us, in every interval).
         let mostly_queued = u64::from(c.queued) * 2 > u64::from(c.calls);
         let enough_calls = c.calls >= MIN_CALLS_PER_INTERVAL;
-        if mostly_queued && !enough_calls && elapsed < self.config.interval * MIN_CALLS_PER_INTERVAL
+        if mostly_queued
+            && !enough_calls
+            && elapsed < self.config.interval.saturating_mul(MIN_CALLS_PER_INTERVAL)
         {
             // Too few calls yet to tell a queue from a coincidence (slow queries leave few
             // calls per interval): keep collecting.
