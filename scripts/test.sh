@@ -18,6 +18,8 @@ eval "$(scripts/kafka-broker.sh env)"
 step "Format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Every relative link (and anchor) in the Markdown docs resolves.
+python3 scripts/check-links.py
 
 step "Tests"
 summary="$(mktemp)"

@@ -25,7 +25,7 @@
 //!    needs of a post is read back from the load's posts through its rank, a block of keys at
 //!    a time, rather than kept per post by phase 1 and gathered into author order: those two
 //!    copies took 40 bytes a post each, the largest fresh memory of the load after the posts
-//!    and the store themselves (see *A load with less fresh memory* in the README);
+//!    and the store themselves (*A load with less fresh memory* in docs/performance-history.md);
 //! 4. the records no timeline holds are freed, the pending reposts stored by source.
 //!
 //! It refuses (and leaves the store as it found it, apart from tombstone bases raised by the

@@ -78,7 +78,7 @@ pub struct Args {
     /// per core). Fewer workers than cores cost less CPU per answer when other busy threads
     /// share the machine; with a single worker the query queue is the runtime's own, and
     /// overload is seen through each call's acceptance time, but refusals come only after
-    /// the call's wait in it (README, "Serving path").
+    /// the call's wait in it (docs/architecture.md, "Overload design").
     #[arg(long, env = "THUNDER_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
     /// Concurrent HTTP/2 streams per gRPC connection.
