@@ -44,7 +44,10 @@ pub fn problems(args: &Args) -> Vec<String> {
         match args.kafka.consumer_config("thunder-check-config") {
             Ok(config) => {
                 if let Err(e) = config.create_native_config() {
-                    problems.push(format!("Kafka configuration refused by librdkafka: {e}"));
+                    problems.push(mask_secrets(
+                        format!("Kafka configuration refused by librdkafka: {e}"),
+                        args,
+                    ));
                 }
             }
             Err(e) => problems.push(format!("Kafka configuration: {e}")),
@@ -85,6 +88,26 @@ pub fn run(args: &Args) -> i32 {
         }
         EXIT_INVALID_CONFIG
     }
+}
+
+/// `message` with the values of secret Kafka settings (the SASL password, `-X` keys that look
+/// secret) replaced: librdkafka's errors quote the value they refused.
+fn mask_secrets(mut message: String, args: &Args) -> String {
+    let secret_key = |key: &str| {
+        let key = key.to_ascii_lowercase();
+        key.contains("password") || key.contains("secret") || key.contains("key")
+    };
+    let secrets = args
+        .kafka
+        .kafka_properties
+        .iter()
+        .filter(|(key, _)| secret_key(key))
+        .map(|(_, value)| value.as_str())
+        .chain(args.kafka.kafka_sasl_password.as_deref());
+    for secret in secrets.filter(|s| !s.is_empty()) {
+        message = message.replace(secret, "<redacted>");
+    }
+    message
 }
 
 fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
@@ -146,6 +169,29 @@ mod tests {
             Args::try_parse_from(["thunder-server", "--cursor-secret", "hunter2"]).expect("parses");
         assert!(problems(&args).is_empty(), "{:?}", problems(&args));
         assert!(!effective(&args).contains("hunter2"));
+    }
+
+    #[test]
+    fn a_refused_secret_property_is_not_quoted() {
+        let args = Args::try_parse_from([
+            "thunder-server",
+            "--kafka-brokers",
+            "127.0.0.1:9",
+            "-X",
+            "sasl.password=hunter2",
+            "-X",
+            "no.such.secret=s3cret",
+        ])
+        .expect("parses");
+        let problems = problems(&args);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("no.such.secret"), "{problems:?}");
+        assert!(!problems[0].contains("s3cret"), "{problems:?}");
+        let shown = effective(&args);
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("s3cret"),
+            "{shown}"
+        );
     }
 
     #[test]
