@@ -21,12 +21,16 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "Alert rules (promtool check and unit tests)"
-# promtool comes with Debian's prometheus package; installed once.
-if ! command -v promtool >/dev/null 2>&1; then
+# promtool comes with Debian's prometheus package, and the deploy tests read YAML with
+# python3-yaml; both installed once.
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+python3 -c 'import yaml' 2>/dev/null || missing+=(python3-yaml)
+if [ "${#missing[@]}" -gt 0 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 promtool check rules deploy/prometheus/thunder-alerts.yml
 promtool test rules deploy/prometheus/*.test.yml
