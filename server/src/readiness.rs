@@ -34,6 +34,7 @@ impl Readiness {
                 .set_service_status(service, ServingStatus::NotServing)
                 .await;
         }
+        Metrics::global().ready.set(0);
         Self {
             inner: Arc::new(Inner {
                 ready: AtomicBool::new(false),
@@ -61,6 +62,7 @@ impl Readiness {
                 .await;
         }
         self.inner.ready.store(true, Ordering::Relaxed);
+        Metrics::global().ready.set(1);
         tracing::info!(
             after_secs = self.inner.started.elapsed().as_secs_f64(),
             "ready: health SERVING"
@@ -74,6 +76,7 @@ impl Readiness {
             return;
         }
         self.inner.ready.store(serving, Ordering::Relaxed);
+        Metrics::global().ready.set(i64::from(serving));
         let status = if serving {
             ServingStatus::Serving
         } else {
@@ -92,6 +95,7 @@ impl Readiness {
     /// Marks the server not ready (during shutdown, so balancers stop sending traffic).
     pub async fn set_not_ready(&self) {
         self.inner.ready.store(false, Ordering::Relaxed);
+        Metrics::global().ready.set(0);
         for service in HEALTH_SERVICES {
             self.inner
                 .health

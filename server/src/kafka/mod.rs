@@ -69,7 +69,7 @@ use rdkafka::consumer::BaseConsumer;
 use thunder_engine::PostStore;
 use tokio::sync::watch;
 
-pub use config::{IN_NETWORK_EVENTS_TOPIC, KafkaArgs};
+pub use config::{IN_NETWORK_EVENTS_TOPIC, KafkaArgs, KafkaClientArgs};
 pub use decode::{
     BatchOutcome, DecodeError, RecordBatch, create_event, decode_event, delete_envelope,
     delete_event, light_post,
