@@ -98,6 +98,15 @@ pub struct Args {
     /// same one. Unset: a built-in secret (cursors are still checked, but forgeable).
     #[arg(long, env = "THUNDER_CURSOR_SECRET", hide_env_values = true)]
     pub cursor_secret: Option<String>,
+    /// Bearer token that state-changing admin requests (POST /admin/snapshot) must send as
+    /// `Authorization: Bearer <token>`, besides the header `X-Thunder-Admin: 1`. Unset: the
+    /// header and the Host/Origin checks only.
+    #[arg(long, env = "THUNDER_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Host names accepted in the Host header of state-changing admin requests, comma-separated,
+    /// besides localhost, 127.0.0.1, [::1] and the --admin-addr IP (`name` or `name:port`).
+    #[arg(long, env = "THUNDER_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub admin_allowed_hosts: Vec<String>,
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,
@@ -133,6 +142,11 @@ impl Args {
                 "--post-retention-seconds must be greater than 0".into(),
             ));
         }
+        if self.admin_token.as_deref().is_some_and(str::is_empty) {
+            return Err(StartupError::Config(
+                "--admin-token must not be empty".into(),
+            ));
+        }
         Ok(ServerOptions {
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,
@@ -148,6 +162,10 @@ impl Args {
             drain_timeout: Duration::from_millis(self.shutdown_timeout_ms),
             trim_interval: tasks::TRIM_INTERVAL,
             stats_interval: tasks::STATS_INTERVAL,
+            admin_access: crate::admin::AdminAccess {
+                token: self.admin_token.clone(),
+                allowed_hosts: self.admin_allowed_hosts.clone(),
+            },
             ..self.serving_options()
         })
     }
