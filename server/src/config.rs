@@ -250,4 +250,24 @@ mod tests {
         let args = Args::try_parse_from(["thunder-server", "--tls-cert", "c.pem"]).expect("parses");
         assert!(args.server_options().is_err());
     }
+
+    #[test]
+    fn admin_access_flags() {
+        let args = Args::try_parse_from([
+            "thunder-server",
+            "--admin-token",
+            "t",
+            "--admin-allowed-hosts",
+            "a.example,b.example:8080",
+        ])
+        .expect("parses");
+        let access = args.server_options().expect("valid").admin_access;
+        assert_eq!(access.token.as_deref(), Some("t"));
+        assert_eq!(access.allowed_hosts, ["a.example", "b.example:8080"]);
+        let args = Args::try_parse_from(["thunder-server", "--admin-token", ""]).expect("parses");
+        let err = args
+            .server_options()
+            .expect_err("an empty token is refused");
+        assert!(err.to_string().contains("--admin-token"), "{err}");
+    }
 }
