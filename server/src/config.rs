@@ -104,6 +104,15 @@ pub struct Args {
     /// when it is valid, 2 with the reasons when not.
     #[arg(long, env = "THUNDER_CHECK_CONFIG")]
     pub check_config: bool,
+    /// Bearer token that state-changing admin requests (POST /admin/snapshot) must send as
+    /// `Authorization: Bearer <token>`, besides the header `X-Thunder-Admin: 1`. Unset: the
+    /// header and the Host/Origin checks only.
+    #[arg(long, env = "THUNDER_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Host names accepted in the Host header of state-changing admin requests, comma-separated,
+    /// besides localhost, 127.0.0.1, [::1] and the --admin-addr IP (`name` or `name:port`).
+    #[arg(long, env = "THUNDER_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub admin_allowed_hosts: Vec<String>,
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,
@@ -139,6 +148,11 @@ impl Args {
                 "--post-retention-seconds must be greater than 0".into(),
             ));
         }
+        if self.admin_token.as_deref().is_some_and(str::is_empty) {
+            return Err(StartupError::Config(
+                "--admin-token must not be empty".into(),
+            ));
+        }
         Ok(ServerOptions {
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,
@@ -154,6 +168,10 @@ impl Args {
             drain_timeout: Duration::from_millis(self.shutdown_timeout_ms),
             trim_interval: tasks::TRIM_INTERVAL,
             stats_interval: tasks::STATS_INTERVAL,
+            admin_access: crate::admin::AdminAccess {
+                token: self.admin_token.clone(),
+                allowed_hosts: self.admin_allowed_hosts.clone(),
+            },
             ..self.serving_options()
         })
     }
@@ -237,5 +255,25 @@ mod tests {
         assert!(err.to_string().contains("--qps-limit"));
         let args = Args::try_parse_from(["thunder-server", "--tls-cert", "c.pem"]).expect("parses");
         assert!(args.server_options().is_err());
+    }
+
+    #[test]
+    fn admin_access_flags() {
+        let args = Args::try_parse_from([
+            "thunder-server",
+            "--admin-token",
+            "t",
+            "--admin-allowed-hosts",
+            "a.example,b.example:8080",
+        ])
+        .expect("parses");
+        let access = args.server_options().expect("valid").admin_access;
+        assert_eq!(access.token.as_deref(), Some("t"));
+        assert_eq!(access.allowed_hosts, ["a.example", "b.example:8080"]);
+        let args = Args::try_parse_from(["thunder-server", "--admin-token", ""]).expect("parses");
+        let err = args
+            .server_options()
+            .expect_err("an empty token is refused");
+        assert!(err.to_string().contains("--admin-token"), "{err}");
     }
 }

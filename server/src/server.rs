@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 
+use crate::admin::{self, AdminAccess};
 use crate::admission::Admission;
 use crate::arrival::ArrivalLayer;
 use crate::error::StartupError;
@@ -20,8 +21,9 @@ use crate::metrics::Metrics;
 use crate::overload::{Overload, OverloadConfig};
 use crate::readiness::Readiness;
 use crate::service::ThunderService;
+use crate::status::StatusSampler;
+use crate::tasks;
 use crate::tls::TlsFiles;
-use crate::{admin, tasks};
 
 /// Default largest accepted (decoded) request message: 4 MiB, far above the ~200 KB of two
 /// full 10000-id lists.
@@ -61,6 +63,8 @@ pub struct ServerOptions {
     pub grpc_connections: ConnLimits,
     /// Connection bounds of the admin port.
     pub admin_connections: ConnLimits,
+    /// Who may send state-changing admin requests (token, extra allowed hosts).
+    pub admin_access: AdminAccess,
 }
 
 /// Exit code of `thunder-server` when the shutdown drain timed out and cut in-flight calls.
@@ -101,6 +105,7 @@ impl Default for ServerOptions {
             http2_keepalive: (Duration::from_secs(30), Duration::from_secs(10)),
             grpc_connections: DEFAULT_GRPC_CONNECTIONS,
             admin_connections: DEFAULT_ADMIN_CONNECTIONS,
+            admin_access: AdminAccess::default(),
         }
     }
 }
@@ -258,12 +263,20 @@ pub async fn start(
         .add_service(service);
     let grpc =
         tokio::spawn(router.serve_with_incoming_shutdown(incoming, stopped(shutdown_rx.clone())));
+    let status = Arc::new(StatusSampler::new());
+    let admin_router = admin::router(
+        readiness.clone(),
+        Arc::clone(&status),
+        &options.admin_access,
+        admin_addr,
+    );
     let admin = tokio::spawn(
-        axum::serve(admin_listener, admin::router(readiness.clone()))
+        axum::serve(admin_listener, admin_router)
             .with_graceful_shutdown(stopped(shutdown_rx.clone()))
             .into_future(),
     );
     let background = vec![
+        tokio::spawn(status.run(shutdown_rx.clone())),
         tokio::spawn(tasks::run_trim(
             Arc::clone(&store),
             options.trim_interval,
