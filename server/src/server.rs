@@ -68,18 +68,23 @@ pub const EXIT_DRAIN_CUT: i32 = 3;
 
 /// Default concurrent streams per gRPC connection.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
-/// Default gRPC connection bounds: 1000 connections, closed after 120 s without a call.
+/// Default gRPC connection bounds: 1000 connections, half of them from one address at most,
+/// 5 s for the HTTP/2 preface and a first request, closed after 120 s without a call.
 pub const DEFAULT_GRPC_CONNECTIONS: ConnLimits = ConnLimits {
     max_connections: 1000,
+    max_connections_per_peer: 500,
     idle_timeout: Duration::from_secs(120),
     header_timeout: Duration::from_secs(10),
+    handshake_timeout: Duration::from_secs(5),
 };
-/// Default admin connection bounds: 32 connections, 10 s for a request header, closed after
-/// 30 s waiting for a request.
+/// Default admin connection bounds: 32 connections (no cap per address: the port is meant
+/// for local scrapers), 10 s for a request header, closed after 30 s waiting for a request.
 pub const DEFAULT_ADMIN_CONNECTIONS: ConnLimits = ConnLimits {
     max_connections: 32,
+    max_connections_per_peer: 32,
     idle_timeout: Duration::from_secs(30),
     header_timeout: Duration::from_secs(10),
+    handshake_timeout: Duration::from_secs(30),
 };
 
 impl Default for ServerOptions {

@@ -634,8 +634,10 @@ async fn oversized_and_undecodable_messages_get_their_status_and_are_counted() {
 fn short_limits() -> ConnLimits {
     ConnLimits {
         max_connections: 2,
+        max_connections_per_peer: 10,
         idle_timeout: Duration::from_millis(300),
         header_timeout: Duration::from_millis(300),
+        handshake_timeout: Duration::from_millis(300),
     }
 }
 
@@ -686,28 +688,29 @@ async fn connections_are_capped_idle_ones_time_out_and_do_not_hold_up_shutdown()
         "incomplete header kept {took:?}"
     );
 
-    // The cap: a third connection is closed at once; the admin port still answers.
-    let _a = tokio::net::TcpStream::connect(grpc)
+    // The cap: a third connection takes the slot of the oldest silent one, which is closed at
+    // once; the admin port still answers.
+    let mut a = tokio::net::TcpStream::connect(grpc)
         .await
         .expect("connects");
     let _b = tokio::net::TcpStream::connect(grpc)
         .await
         .expect("connects");
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let mut third = tokio::net::TcpStream::connect(grpc)
+    let _third = tokio::net::TcpStream::connect(grpc)
         .await
         .expect("connects");
-    let took = closed_after(&mut third).await;
+    let took = closed_after(&mut a).await;
     assert!(
         took < Duration::from_millis(250),
-        "over-cap connection kept {took:?}"
+        "the oldest silent connection kept {took:?}"
     );
     assert!(server.admin_get("/healthz").await.status == 200);
-    let refused = Metrics::global()
-        .connections_refused
-        .with_label_values(&["grpc"])
+    let evicted = Metrics::global()
+        .connections_evicted
+        .with_label_values(&["grpc", "max_connections"])
         .get();
-    assert!(refused >= 1);
+    assert!(evicted >= 1);
 
     drop(server);
 }
