@@ -84,6 +84,15 @@ pub struct Args {
     /// Concurrent HTTP/2 streams per gRPC connection.
     #[arg(long, env = "THUNDER_MAX_CONCURRENT_STREAMS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
+    /// Streams a client may open and reset before the server has taken them, waiting at once
+    /// on one gRPC connection; past it the connection is closed (GOAWAY ENHANCE_YOUR_CALM
+    /// "too_many_resets", the rapid-reset guard). 0: 20 x --max-concurrent-streams.
+    #[arg(
+        long,
+        env = "THUNDER_HTTP2_MAX_PENDING_RESET_STREAMS",
+        default_value_t = 0
+    )]
+    pub http2_max_pending_reset_streams: usize,
     /// Open gRPC connections at most. At the cap a new connection takes the slot of an idle
     /// one (never sent a byte first, else least recently active); it is closed at accept only
     /// when every connection has a call running.
@@ -187,6 +196,7 @@ impl Args {
             overload,
             inline_queries: !self.blocking_queries,
             max_concurrent_streams: self.max_concurrent_streams.max(1),
+            http2_max_pending_reset_streams: self.http2_max_pending_reset_streams,
             grpc_connections: crate::listener::ConnLimits {
                 max_connections: self.max_connections.max(1),
                 max_connections_per_peer: if self.max_connections_per_peer > 0 {
@@ -268,6 +278,23 @@ mod tests {
         ]);
         assert_eq!(set.max_connections_per_peer, 7);
         assert_eq!(set.handshake_timeout, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn the_pending_reset_stream_limit_is_passed_on() {
+        let args =
+            Args::try_parse_from(["thunder-server", "--http2-max-pending-reset-streams", "300"])
+                .expect("parses");
+        let options = args.server_options().expect("valid");
+        assert_eq!(options.http2_max_pending_reset_streams, 300);
+        let args = Args::try_parse_from(["thunder-server"]).expect("parses");
+        assert_eq!(
+            args.server_options()
+                .expect("valid")
+                .http2_max_pending_reset_streams,
+            0,
+            "0: derived from the stream cap"
+        );
     }
 
     #[test]

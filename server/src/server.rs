@@ -61,6 +61,10 @@ pub struct ServerOptions {
     pub grpc_connections: ConnLimits,
     /// Connection bounds of the admin port.
     pub admin_connections: ConnLimits,
+    /// Streams a client may reset before the server has accepted them, waiting at once on
+    /// one connection, before the connection is closed (GOAWAY `too_many_resets`); 0:
+    /// [`PENDING_RESET_STREAMS_PER_STREAM`] x `max_concurrent_streams`.
+    pub http2_max_pending_reset_streams: usize,
 }
 
 /// Exit code of `thunder-server` when the shutdown drain timed out and cut in-flight calls.
@@ -68,6 +72,9 @@ pub const EXIT_DRAIN_CUT: i32 = 3;
 
 /// Default concurrent streams per gRPC connection.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Default pending-reset streams allowed per connection, per stream of the stream cap: a
+/// client at the cap whose calls each give up after 20 ms can wait out a 400 ms stall.
+pub const PENDING_RESET_STREAMS_PER_STREAM: usize = 20;
 /// Default gRPC connection bounds: 1000 connections, half of them from one address at most,
 /// 5 s for the HTTP/2 preface and a first request, closed after 120 s without a call.
 pub const DEFAULT_GRPC_CONNECTIONS: ConnLimits = ConnLimits {
@@ -106,8 +113,20 @@ impl Default for ServerOptions {
             http2_keepalive: (Duration::from_secs(30), Duration::from_secs(10)),
             grpc_connections: DEFAULT_GRPC_CONNECTIONS,
             admin_connections: DEFAULT_ADMIN_CONNECTIONS,
+            http2_max_pending_reset_streams: 0,
         }
     }
+}
+
+/// The pending-reset stream limit `options` ask for (see [`ServerOptions`]).
+fn pending_reset_streams(options: &ServerOptions) -> usize {
+    if options.http2_max_pending_reset_streams > 0 {
+        return options.http2_max_pending_reset_streams;
+    }
+    usize::try_from(options.max_concurrent_streams)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(PENDING_RESET_STREAMS_PER_STREAM)
+        .max(20)
 }
 
 /// A running server. Dropping it without [`RunningServer::shutdown`] leaves the tasks running
@@ -213,18 +232,16 @@ pub async fn start(
 
     let mut builder = Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
-        // Streams the client resets before the server has taken them (calls it gave up on
-        // while the runtime was busy) are counted by h2, which closes the whole connection
-        // past its default of 20 (its guard against reset floods), failing every other call
-        // on it. Twice the stream cap keeps the guard bounded, while a client that keeps to
-        // the cap can give up on every call it has open, and on each one's next try, before
-        // a busy server reads them.
-        .http2_max_pending_accept_reset_streams(Some(
-            usize::try_from(options.max_concurrent_streams)
-                .unwrap_or(usize::MAX)
-                .saturating_mul(2)
-                .max(20),
-        ))
+        // Streams the client resets before the server has taken them are counted by h2 while
+        // they wait to be accepted; past the limit h2 closes the connection with GOAWAY
+        // ENHANCE_YOUR_CALM `too_many_resets` (its guard against "rapid reset" floods). h2
+        // reads every frame the socket holds before it accepts a stream, so a client whose
+        // own deadlines expire while the server's runtime is busy arrives as a batch of
+        // opened-and-reset streams too: a client keeping to the stream cap with deadlines of
+        // 20 ms leaves about (stream cap) x (stall / 20 ms) of them. The limit
+        // (`pending_reset_streams`) covers a stall of that client of several hundred ms and
+        // still cuts off a connection that opens and resets thousands of streams at once.
+        .http2_max_pending_accept_reset_streams(Some(pending_reset_streams(&options)))
         .http2_keepalive_interval(Some(options.http2_keepalive.0))
         .http2_keepalive_timeout(Some(options.http2_keepalive.1));
     if let Some(tls) = &options.tls {

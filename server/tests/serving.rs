@@ -412,8 +412,9 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
 /// its default of 20, closes the whole connection (its guard against "rapid reset" floods), so
 /// every other call on it failed with `Unknown: transport error` (seen under overload: 32 calls
 /// on one connection after "remotely-reset pending-accept streams reached limit (20)"). The
-/// server allows twice its stream cap: a client that keeps to the cap cannot trip the guard
-/// with a burst of expired calls (this test fails with h2's default).
+/// server allows 20 times its stream cap (`server/tests/resets.rs` has the client whose
+/// deadlines keep expiring over a longer stall, and the flood the guard is for); this test
+/// fails with h2's default.
 #[test]
 fn calls_abandoned_while_the_server_is_busy_do_not_close_their_connection() {
     let (server_rt, server, url, client_rt) = one_worker_server(ServerOptions::default());
