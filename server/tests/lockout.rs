@@ -388,3 +388,42 @@ async fn one_address_cannot_take_every_slot() {
     }
     drop(server);
 }
+
+/// The admin port does the same: clients stalled half-way through a request header do not
+/// keep a scraper out at the cap (before, the scraper's connection was closed at accept until
+/// the header timer freed a slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_header_clients_do_not_lock_the_admin_port() {
+    let options = ServerOptions {
+        admin_connections: ConnLimits {
+            max_connections: 2,
+            max_connections_per_peer: 2,
+            header_timeout: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(600),
+            ..ServerOptions::default().admin_connections
+        },
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start(options, store_with_posts(), None).await;
+    let admin = server.running().admin_addr();
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(admin).await.expect("connects");
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("half a header");
+        stalled.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let response = server.admin_get("/healthz").await;
+    assert_eq!(response.status, 200);
+    let evicted = Metrics::global()
+        .connections_evicted
+        .with_label_values(&["admin", "per_peer"])
+        .get();
+    assert_eq!(evicted, 1);
+    // The older stalled client made way.
+    assert!(closed_within(&mut stalled[0], PATIENCE).await);
+    drop(server);
+}
