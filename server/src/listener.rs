@@ -717,3 +717,65 @@ impl tonic::transport::server::Connected for Conn {
         self.info.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max_connections: usize, max_connections_per_peer: usize) -> ConnLimits {
+        ConnLimits {
+            max_connections,
+            max_connections_per_peer,
+            idle_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(60),
+            handshake_timeout: Duration::from_secs(60),
+        }
+    }
+
+    fn admit(registry: &mut Registry, peer: [u8; 4], limits: &ConnLimits) -> Option<Arc<Tracked>> {
+        registry.admit(IpAddr::from(peer), ConnKind::Grpc, limits, "test")
+    }
+
+    #[test]
+    fn the_silent_then_the_least_recently_active_idle_connection_makes_way_never_a_busy_one() {
+        let limits = limits(3, 3);
+        let mut registry = Registry::default();
+        let spoke_early = admit(&mut registry, [10, 0, 0, 1], &limits).expect("admitted");
+        spoke_early.read_any.store(true, Ordering::Relaxed);
+        let busy = admit(&mut registry, [10, 0, 0, 1], &limits).expect("admitted");
+        busy.read_any.store(true, Ordering::Relaxed);
+        let _call = busy.activity.begin();
+        std::thread::sleep(Duration::from_millis(2));
+        let silent = admit(&mut registry, [10, 0, 0, 2], &limits).expect("admitted");
+
+        // The silent one goes first although it is the newest.
+        let fourth = admit(&mut registry, [10, 0, 0, 3], &limits).expect("admitted");
+        assert!(silent.evicted.load(Ordering::Relaxed));
+        assert!(!spoke_early.evicted.load(Ordering::Relaxed));
+        fourth.read_any.store(true, Ordering::Relaxed);
+        // Then the least recently active idle one; the busy one stays.
+        admit(&mut registry, [10, 0, 0, 3], &limits).expect("admitted");
+        assert!(spoke_early.evicted.load(Ordering::Relaxed));
+        assert!(!busy.evicted.load(Ordering::Relaxed));
+        assert_eq!(registry.conns.len(), 3);
+    }
+
+    #[test]
+    fn at_its_cap_a_peer_takes_only_its_own_slots_and_is_refused_when_they_are_busy() {
+        let limits = limits(10, 2);
+        let mut registry = Registry::default();
+        let other = admit(&mut registry, [10, 0, 0, 9], &limits).expect("admitted");
+        let first = admit(&mut registry, [10, 0, 0, 1], &limits).expect("admitted");
+        let second = admit(&mut registry, [10, 0, 0, 1], &limits).expect("admitted");
+        let third = admit(&mut registry, [10, 0, 0, 1], &limits).expect("admitted");
+        assert!(first.evicted.load(Ordering::Relaxed));
+        assert!(!other.evicted.load(Ordering::Relaxed));
+        let _busy = [second.activity.begin(), third.activity.begin()];
+        assert!(admit(&mut registry, [10, 0, 0, 1], &limits).is_none());
+        assert!(admit(&mut registry, [10, 0, 0, 2], &limits).is_some());
+        assert_eq!(
+            registry.per_peer.get(&IpAddr::from([10, 0, 0, 1])),
+            Some(&2)
+        );
+    }
+}
