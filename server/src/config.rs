@@ -84,9 +84,32 @@ pub struct Args {
     /// Concurrent HTTP/2 streams per gRPC connection.
     #[arg(long, env = "THUNDER_MAX_CONCURRENT_STREAMS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
-    /// Open gRPC connections at most (more are closed at accept).
+    /// Streams a client may open and reset before the server has taken them, waiting at once
+    /// on one gRPC connection; past it the connection is closed (GOAWAY ENHANCE_YOUR_CALM
+    /// "too_many_resets", the rapid-reset guard). 0: 20 x --max-concurrent-streams.
+    #[arg(
+        long,
+        env = "THUNDER_HTTP2_MAX_PENDING_RESET_STREAMS",
+        default_value_t = 0
+    )]
+    pub http2_max_pending_reset_streams: usize,
+    /// Open gRPC connections at most. At the cap a new connection takes the slot of an idle
+    /// one (never sent a byte first, else least recently active); it is closed at accept only
+    /// when every connection has a call running.
     #[arg(long, env = "THUNDER_MAX_CONNECTIONS", default_value_t = crate::server::DEFAULT_GRPC_CONNECTIONS.max_connections)]
     pub max_connections: usize,
+    /// Open gRPC connections from one peer IP address at most (0: half of --max-connections).
+    /// At this cap a new connection takes the slot of one of the same address's idle ones.
+    #[arg(long, env = "THUNDER_MAX_CONNECTIONS_PER_PEER", default_value_t = 0)]
+    pub max_connections_per_peer: usize,
+    /// A new gRPC connection must send the HTTP/2 preface and a first request within this
+    /// long, in ms, or it is closed.
+    #[arg(
+        long,
+        env = "THUNDER_GRPC_HANDSHAKE_TIMEOUT_MS",
+        default_value_t = 5000
+    )]
+    pub grpc_handshake_timeout_ms: u64,
     /// A gRPC connection without a call for this long is closed, in seconds.
     #[arg(long, env = "THUNDER_GRPC_IDLE_TIMEOUT_SECS", default_value_t = 120)]
     pub grpc_idle_timeout_secs: u64,
@@ -197,9 +220,16 @@ impl Args {
             overload,
             inline_queries: !self.blocking_queries,
             max_concurrent_streams: self.max_concurrent_streams.max(1),
+            http2_max_pending_reset_streams: self.http2_max_pending_reset_streams,
             grpc_connections: crate::listener::ConnLimits {
                 max_connections: self.max_connections.max(1),
+                max_connections_per_peer: if self.max_connections_per_peer > 0 {
+                    self.max_connections_per_peer
+                } else {
+                    (self.max_connections / 2).max(1)
+                },
                 idle_timeout: Duration::from_secs(self.grpc_idle_timeout_secs.max(1)),
+                handshake_timeout: Duration::from_millis(self.grpc_handshake_timeout_ms.max(1)),
                 ..defaults.grpc_connections
             },
             ..defaults
@@ -246,6 +276,49 @@ mod tests {
         ])
         .expect("parses");
         assert_eq!(args.server_options().expect("valid").overload.executors, 3);
+    }
+
+    #[test]
+    fn the_per_peer_cap_defaults_to_half_the_connection_cap() {
+        let options = |argv: &[&str]| {
+            let mut all = vec!["thunder-server"];
+            all.extend_from_slice(argv);
+            Args::try_parse_from(all)
+                .expect("parses")
+                .server_options()
+                .expect("valid")
+                .grpc_connections
+        };
+        assert_eq!(options(&[]).max_connections_per_peer, 500);
+        assert_eq!(
+            options(&["--max-connections", "10"]).max_connections_per_peer,
+            5
+        );
+        let set = options(&[
+            "--max-connections-per-peer",
+            "7",
+            "--grpc-handshake-timeout-ms",
+            "250",
+        ]);
+        assert_eq!(set.max_connections_per_peer, 7);
+        assert_eq!(set.handshake_timeout, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn the_pending_reset_stream_limit_is_passed_on() {
+        let args =
+            Args::try_parse_from(["thunder-server", "--http2-max-pending-reset-streams", "300"])
+                .expect("parses");
+        let options = args.server_options().expect("valid");
+        assert_eq!(options.http2_max_pending_reset_streams, 300);
+        let args = Args::try_parse_from(["thunder-server"]).expect("parses");
+        assert_eq!(
+            args.server_options()
+                .expect("valid")
+                .http2_max_pending_reset_streams,
+            0,
+            "0: derived from the stream cap"
+        );
     }
 
     #[test]

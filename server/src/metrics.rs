@@ -87,6 +87,9 @@ pub struct Metrics {
     pub connections: IntGaugeVec,
     /// `grpc_connections_refused_total{port}`: connections closed at accept (connection cap).
     pub connections_refused: IntCounterVec,
+    /// `grpc_connections_evicted_total{port,reason}`: idle connections closed to admit a new
+    /// one at a cap.
+    pub connections_evicted: IntCounterVec,
     /// `init_duration_seconds`: seconds from start-up to ready (store caught up).
     pub init_duration: Gauge,
     /// `server_ready`: 1 while readiness is SERVING (caught up, no partition stalled), else 0.
@@ -299,8 +302,15 @@ impl Metrics {
             connections: r.gauge_vec("grpc_connections", "Open connections by port", &["port"]),
             connections_refused: r.counter_vec(
                 "grpc_connections_refused_total",
-                "Connections closed at accept because the connection cap was reached",
+                "Connections closed at accept because a connection cap was reached and every \
+                 connection that could give up its slot was busy",
                 &["port"],
+            ),
+            connections_evicted: r.counter_vec(
+                "grpc_connections_evicted_total",
+                "Idle connections closed to admit a new one at a connection cap, by cap \
+                 (max_connections, per_peer)",
+                &["port", "reason"],
             ),
             init_duration: r.float_gauge("init_duration_seconds", "Seconds from start-up to ready"),
             ready: r.gauge(

@@ -65,6 +65,10 @@ pub struct ServerOptions {
     pub admin_connections: ConnLimits,
     /// Who may send state-changing admin requests (token, extra allowed hosts).
     pub admin_access: AdminAccess,
+    /// Streams a client may reset before the server has accepted them, waiting at once on
+    /// one connection, before the connection is closed (GOAWAY `too_many_resets`); 0:
+    /// [`PENDING_RESET_STREAMS_PER_STREAM`] x `max_concurrent_streams`.
+    pub http2_max_pending_reset_streams: usize,
 }
 
 /// Exit code of `thunder-server` when the shutdown drain timed out and cut in-flight calls.
@@ -72,18 +76,26 @@ pub const EXIT_DRAIN_CUT: i32 = 3;
 
 /// Default concurrent streams per gRPC connection.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
-/// Default gRPC connection bounds: 1000 connections, closed after 120 s without a call.
+/// Default pending-reset streams allowed per connection, per stream of the stream cap: a
+/// client at the cap whose calls each give up after 20 ms can wait out a 400 ms stall.
+pub const PENDING_RESET_STREAMS_PER_STREAM: usize = 20;
+/// Default gRPC connection bounds: 1000 connections, half of them from one address at most,
+/// 5 s for the HTTP/2 preface and a first request, closed after 120 s without a call.
 pub const DEFAULT_GRPC_CONNECTIONS: ConnLimits = ConnLimits {
     max_connections: 1000,
+    max_connections_per_peer: 500,
     idle_timeout: Duration::from_secs(120),
     header_timeout: Duration::from_secs(10),
+    handshake_timeout: Duration::from_secs(5),
 };
-/// Default admin connection bounds: 32 connections, 10 s for a request header, closed after
-/// 30 s waiting for a request.
+/// Default admin connection bounds: 32 connections (no cap per address: the port is meant
+/// for local scrapers), 10 s for a request header, closed after 30 s waiting for a request.
 pub const DEFAULT_ADMIN_CONNECTIONS: ConnLimits = ConnLimits {
     max_connections: 32,
+    max_connections_per_peer: 32,
     idle_timeout: Duration::from_secs(30),
     header_timeout: Duration::from_secs(10),
+    handshake_timeout: Duration::from_secs(30),
 };
 
 impl Default for ServerOptions {
@@ -106,8 +118,20 @@ impl Default for ServerOptions {
             grpc_connections: DEFAULT_GRPC_CONNECTIONS,
             admin_connections: DEFAULT_ADMIN_CONNECTIONS,
             admin_access: AdminAccess::default(),
+            http2_max_pending_reset_streams: 0,
         }
     }
+}
+
+/// The pending-reset stream limit `options` ask for (see [`ServerOptions`]).
+fn pending_reset_streams(options: &ServerOptions) -> usize {
+    if options.http2_max_pending_reset_streams > 0 {
+        return options.http2_max_pending_reset_streams;
+    }
+    usize::try_from(options.max_concurrent_streams)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(PENDING_RESET_STREAMS_PER_STREAM)
+        .max(20)
 }
 
 /// A running server. Dropping it without [`RunningServer::shutdown`] leaves the tasks running
@@ -213,18 +237,16 @@ pub async fn start(
 
     let mut builder = Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
-        // Streams the client resets before the server has taken them (calls it gave up on
-        // while the runtime was busy) are counted by h2, which closes the whole connection
-        // past its default of 20 (its guard against reset floods), failing every other call
-        // on it. Twice the stream cap keeps the guard bounded, while a client that keeps to
-        // the cap can give up on every call it has open, and on each one's next try, before
-        // a busy server reads them.
-        .http2_max_pending_accept_reset_streams(Some(
-            usize::try_from(options.max_concurrent_streams)
-                .unwrap_or(usize::MAX)
-                .saturating_mul(2)
-                .max(20),
-        ))
+        // Streams the client resets before the server has taken them are counted by h2 while
+        // they wait to be accepted; past the limit h2 closes the connection with GOAWAY
+        // ENHANCE_YOUR_CALM `too_many_resets` (its guard against "rapid reset" floods). h2
+        // reads every frame the socket holds before it accepts a stream, so a client whose
+        // own deadlines expire while the server's runtime is busy arrives as a batch of
+        // opened-and-reset streams too: a client keeping to the stream cap with deadlines of
+        // 20 ms leaves about (stream cap) x (stall / 20 ms) of them. The limit
+        // (`pending_reset_streams`) covers a stall of that client of several hundred ms and
+        // still cuts off a connection that opens and resets thousands of streams at once.
+        .http2_max_pending_accept_reset_streams(Some(pending_reset_streams(&options)))
         .http2_keepalive_interval(Some(options.http2_keepalive.0))
         .http2_keepalive_timeout(Some(options.http2_keepalive.1));
     if let Some(tls) = &options.tls {
