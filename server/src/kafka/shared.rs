@@ -21,9 +21,11 @@ pub struct IngestStats {
     pub deletes: u64,
     /// Records skipped because they did not decode.
     pub failed: u64,
-    /// Events skipped because an id is outside the contract (negative).
+    /// Events skipped because an id is outside the contract (negative, or a post or author id
+    /// of 0).
     pub rejected: u64,
-    /// Creates the store dropped (too old, in the future, invalid time, duplicate, deleted).
+    /// Creates the store dropped (too old, in the future, invalid time, duplicate, deleted),
+    /// and creates a delete of the same batch removed again.
     pub dropped: u64,
     /// Batches applied.
     pub batches: u64,
