@@ -26,6 +26,21 @@
 //! `--kafka-stall-timeout-secs` is published on [`KafkaIngest::stalled`] (and in
 //! `kafka_partition_stalled`) until it moves again; the server turns readiness off meanwhile.
 //!
+//! # Log truncation (`ingest.rs`, `supervisor.rs`)
+//! A broker that loses records it had acknowledged (a restart without them, unclean leader
+//! election, a re-created topic) ends the partition's log below the offset we have read, and
+//! gives the lost offsets to new records. Two checks find it: the lag monitor sees a high
+//! watermark below the applied position, and librdkafka reports a fetch position outside the
+//! log (`auto.offset.reset=error`, the default). Either way the partition is counted in
+//! `kafka_log_truncations_total`, logged (position, new log end, offsets lost or reused), and
+//! read again from the new log end as first seen (the lowest offset a new record may have
+//! taken), so no new record is skipped. Posts applied from the lost records stay (until
+//! retention or a delete removes them); records read twice change nothing. A truncation the
+//! monitor does not see before new records regrow the log past our position (within one
+//! monitor tick of the broker's return) cannot be told apart from normal progress.
+//! A position below the log start (retention deleted records before they were read) resumes
+//! at the log start, logged.
+//!
 //! # After catch-up
 //! Batches of caught-up threads take one of `--kafka-live-batch-permits` permits (default 1,
 //! as the reference), so store writes use at most one core and queries keep the rest.
