@@ -13,7 +13,6 @@ use kafka_support::*;
 use thunder_engine::{FeedQuery, LightPost, PostEvent, PostStore};
 use thunder_server::kafka;
 
-const TOPIC: &str = "innetwork_post_truncation";
 const PARTITIONS: i32 = 2;
 const AUTHORS: i64 = 40;
 
@@ -36,10 +35,10 @@ fn metric_value(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         })
 }
 
-fn partition_metric(name: &str, partition: i32) -> Option<f64> {
+fn partition_metric(topic: &str, name: &str, partition: i32) -> Option<f64> {
     metric_value(
         name,
-        &[("topic", TOPIC), ("partition", &partition.to_string())],
+        &[("topic", topic), ("partition", &partition.to_string())],
     )
 }
 
@@ -62,8 +61,8 @@ fn creates(ids: std::ops::Range<i64>, now: i64) -> Vec<PostEvent> {
         .collect()
 }
 
-fn produce(broker: &Broker, events: &[PostEvent]) {
-    let producer = producer(&broker.bootstrap(), TOPIC);
+fn produce(broker: &Broker, topic: &str, events: &[PostEvent]) {
+    let producer = producer(&broker.bootstrap(), topic);
     for event in events {
         send(&producer, event);
     }
@@ -102,15 +101,30 @@ fn ids(events: &[PostEvent]) -> HashSet<i64> {
         .collect()
 }
 
+/// The log ends below the replica's position when it asks again.
 #[test]
 fn a_truncated_log_is_counted_and_no_new_record_is_skipped() {
+    truncate_and_compare("innetwork_post_truncation", false);
+}
+
+/// The broker comes back without records it had acknowledged and, before the replica
+/// reconnects, new records regrow the log past its position: only the record it had read last
+/// tells (it is not there any more).
+#[test]
+fn a_log_regrown_past_the_position_during_an_outage_is_detected() {
+    truncate_and_compare("innetwork_post_regrown", true);
+}
+
+/// `regrow_at_once`: produce past the old position right after the broker's return, while
+/// the replica's consumer still waits to reconnect.
+fn truncate_and_compare(topic: &str, regrow_at_once: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter("thunder_server=info")
         .with_test_writer()
         .try_init();
     let now = now_secs();
     let mut broker = Broker::start();
-    create_topic(&broker.bootstrap(), TOPIC, PARTITIONS);
+    create_topic(&broker.bootstrap(), topic, PARTITIONS);
     // `kept` survives; `lost` is applied, then lost by the broker; `fewer` takes part of the
     // lost offsets (the log still ends below our position); `regrown` grows the log past it.
     let kept = creates(1..401, now);
@@ -118,9 +132,9 @@ fn a_truncated_log_is_counted_and_no_new_record_is_skipped() {
     let fewer = creates(2_001..2_101, now);
     let regrown = creates(3_001..3_501, now);
 
-    produce(&broker, &kept);
+    produce(&broker, topic, &kept);
     let store = Arc::new(PostStore::new(172_800));
-    let mut args = kafka_args(&broker.bootstrap(), TOPIC);
+    let mut args = kafka_args(&broker.bootstrap(), topic);
     args.kafka_num_threads = 2;
     args.kafka_batch_size = 100;
     let ingest = kafka::start(&args, Arc::clone(&store)).expect("start ingestion");
@@ -128,12 +142,12 @@ fn a_truncated_log_is_counted_and_no_new_record_is_skipped() {
     wait_applied(&ingest, kept.len() as u64);
     for p in 0..PARTITIONS {
         assert_eq!(
-            partition_metric("kafka_log_truncations_total", p),
+            partition_metric(topic, "kafka_log_truncations_total", p),
             Some(0.0),
             "the truncation counter of partition {p} is exported from start-up"
         );
         assert_eq!(
-            partition_metric("kafka_partition_stalled", p),
+            partition_metric(topic, "kafka_partition_stalled", p),
             Some(0.0),
             "the stalled gauge of partition {p} is exported from start-up"
         );
@@ -144,11 +158,11 @@ fn a_truncated_log_is_counted_and_no_new_record_is_skipped() {
     let saved = tempfile::tempdir().expect("temp dir");
     copy_dir(&broker.data_dir(), saved.path());
     broker.resume();
-    let ends_kept = broker.watermarks(TOPIC, PARTITIONS);
+    let ends_kept = broker.watermarks(topic, PARTITIONS);
 
-    produce(&broker, &lost);
+    produce(&broker, topic, &lost);
     wait_applied(&ingest, (kept.len() + lost.len()) as u64);
-    let ends_lost = broker.watermarks(TOPIC, PARTITIONS);
+    let ends_lost = broker.watermarks(topic, PARTITIONS);
 
     // The broker dies and comes back without the tail it had acknowledged.
     broker.kill();
@@ -159,15 +173,15 @@ fn a_truncated_log_is_counted_and_no_new_record_is_skipped() {
         "the lag gauge to show the failed refresh",
         || {
             (0..PARTITIONS).all(|p| {
-                partition_metric("kafka_partition_lag", p).is_none()
-                    || partition_metric("kafka_partition_lag_refresh_age_seconds", p)
+                partition_metric(topic, "kafka_partition_lag", p).is_none()
+                    || partition_metric(topic, "kafka_partition_lag_refresh_age_seconds", p)
                         .is_some_and(|age| age >= 3.0)
             })
         },
         || format!("{ingest:?}"),
     );
     broker.resume();
-    let ends_truncated = broker.watermarks(TOPIC, PARTITIONS);
+    let ends_truncated = broker.watermarks(topic, PARTITIONS);
     assert_eq!(
         ends_truncated,
         ends_kept,
@@ -179,7 +193,15 @@ fn a_truncated_log_is_counted_and_no_new_record_is_skipped() {
         .collect();
     assert!(!truncated.is_empty(), "no partition lost records");
 
-    produce(&broker, &fewer);
+    if regrow_at_once {
+        produce(&broker, topic, &regrown);
+        let ends_regrown = broker.watermarks(topic, PARTITIONS);
+        assert!(
+            (0..PARTITIONS as usize).any(|p| ends_regrown[p].1 >= ends_lost[p].1),
+            "the log did not regrow past the old position: {ends_regrown:?} vs {ends_lost:?}"
+        );
+    }
+    produce(&broker, topic, &fewer);
     // Every new post is applied (they sit on offsets the replica had read before).
     let want_fewer = ids(&fewer);
     wait_until(
@@ -193,12 +215,14 @@ fn a_truncated_log_is_counted_and_no_new_record_is_skipped() {
     for &p in &truncated {
         wait_until(
             "the truncation to be counted",
-            || partition_metric("kafka_log_truncations_total", p).is_some_and(|n| n >= 1.0),
+            || partition_metric(topic, "kafka_log_truncations_total", p).is_some_and(|n| n >= 1.0),
             || format!("partition {p}; {ingest:?}"),
         );
     }
 
-    produce(&broker, &regrown);
+    if !regrow_at_once {
+        produce(&broker, topic, &regrown);
+    }
     let want_regrown = ids(&regrown);
     wait_until(
         "the posts written past the old position",
@@ -234,13 +258,23 @@ fn a_truncated_log_is_counted_and_no_new_record_is_skipped() {
         "the fresh replica's posts"
     );
 
+    // One truncation, counted once per partition that lost records.
+    for p in 0..PARTITIONS {
+        let want = if truncated.contains(&p) { 1.0 } else { 0.0 };
+        assert_eq!(
+            partition_metric(topic, "kafka_log_truncations_total", p),
+            Some(want),
+            "truncations of partition {p}"
+        );
+    }
+
     // The lag gauges are back, fresh and at zero.
     wait_until(
         "every partition's lag to be refreshed at zero",
         || {
             (0..PARTITIONS).all(|p| {
-                partition_metric("kafka_partition_lag", p) == Some(0.0)
-                    && partition_metric("kafka_partition_lag_refresh_age_seconds", p)
+                partition_metric(topic, "kafka_partition_lag", p) == Some(0.0)
+                    && partition_metric(topic, "kafka_partition_lag_refresh_age_seconds", p)
                         .is_some_and(|age| age < 10.0)
             })
         },

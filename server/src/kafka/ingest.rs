@@ -46,6 +46,10 @@ enum Move {
     /// The log starts at `log_start`, above the position: the records in between were deleted
     /// (retention) before they were read. Reading resumes at `log_start`.
     BelowStart { log_start: i64 },
+    /// After a broker outage the last record read before it (at `mark.next - 1`) is not
+    /// there any more: the broker lost it and new records took its offset and more. Reading
+    /// resumes at the first record not older than it (less a margin).
+    Rewritten { mark: Position },
 }
 
 /// Where partition reading must move, if anywhere, given its read position `next` and the
@@ -89,7 +93,7 @@ pub(crate) struct IngestThread {
 }
 
 /// Where one owned partition stands, as this thread has read it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Position {
     /// Next offset to read (`-1`: from the low watermark; `i64::MAX`: from the end).
     next: i64,
@@ -97,6 +101,8 @@ struct Position {
     at_end: bool,
     /// Timestamp (ms) of the last record read, if it had one.
     last_timestamp: Option<i64>,
+    /// Payload length of the last record read.
+    last_len: usize,
 }
 
 /// Why an ingest thread stopped.
@@ -217,6 +223,7 @@ impl IngestThread {
                 next: super::supervisor::start_marker(owned.start),
                 at_end: false,
                 last_timestamp: None,
+                last_len: 0,
             })
             .collect();
         let mut consumer = self.connect(&positions, None)?;
@@ -237,6 +244,10 @@ impl IngestThread {
         // librdkafka reported a position outside the log (`auto.offset.reset=error`) and
         // stopped fetching that partition: when to check the positions next.
         let mut check_offsets_at: Option<Instant> = None;
+        // The positions when the broker went away (while it is away), and when it came back
+        // (until checked): a broker may come back without records it had acknowledged.
+        let mut outage: Option<Vec<Position>> = None;
+        let mut verify: Option<Vec<Position>> = None;
 
         if self.all_caught_up(&positions) {
             caught_up = self.report_caught_up();
@@ -264,7 +275,13 @@ impl IngestThread {
                                 .timestamp()
                                 .to_millis()
                                 .or(positions[i].last_timestamp),
+                            last_len: message.payload().map_or(0, <[u8]>::len),
                         };
+                    }
+                    if let Some(marks) = outage.take() {
+                        // The broker is back: check that it still holds what was read.
+                        check_offsets_at.get_or_insert_with(Instant::now);
+                        verify = Some(marks);
                     }
                     batch_started.get_or_insert_with(Instant::now);
                     unknown_since = None;
@@ -276,6 +293,10 @@ impl IngestThread {
                         positions[i].at_end = true;
                     }
                     flush = true;
+                    if let Some(marks) = outage.take() {
+                        check_offsets_at.get_or_insert_with(Instant::now);
+                        verify = Some(marks);
+                    }
                 }
                 Some(Err(
                     error @ KafkaError::MessageConsumption(
@@ -288,6 +309,16 @@ impl IngestThread {
                 }
                 Some(Err(error)) => {
                     metrics::kafka().poll_errors.inc();
+                    if matches!(
+                        error,
+                        KafkaError::MessageConsumption(
+                            RDKafkaErrorCode::AllBrokersDown
+                                | RDKafkaErrorCode::BrokerTransportFailure
+                        )
+                    ) && outage.is_none()
+                    {
+                        outage = Some(verify.take().unwrap_or_else(|| positions.clone()));
+                    }
                     // Consumer errors name no partition: none of ours counts as "at the end"
                     // any more (a batch that fails to decode sits past a reported end), until
                     // its consumer reports the end again.
@@ -372,9 +403,10 @@ impl IngestThread {
             let mut moves = self.reported_truncations(&positions);
             let checked = check_offsets_at.is_some_and(|at| at <= Instant::now());
             if checked {
-                match self.positions_outside_the_log(&consumer, &positions) {
+                match self.positions_outside_the_log(&consumer, &positions, verify.as_deref()) {
                     Ok(found) => {
                         check_offsets_at = None;
+                        verify = None;
                         moves.extend(found);
                     }
                     Err(error) => {
@@ -392,6 +424,14 @@ impl IngestThread {
                     batch_started = None;
                 }
                 self.reposition(&consumer, &mut positions, &moves);
+                // A moved partition's record before an outage needs no check any more.
+                for marks in [outage.as_mut(), verify.as_mut()].into_iter().flatten() {
+                    for (i, _) in &moves {
+                        if let Some(mark) = marks.get_mut(*i) {
+                            mark.last_timestamp = None;
+                        }
+                    }
+                }
                 // A fresh assignment at the new positions (librdkafka stopped fetching a
                 // partition whose offset reset errored).
                 consumer = self.connect(&positions, Some(receive_limit))?;
@@ -438,10 +478,14 @@ impl IngestThread {
 
     /// Asks the broker for the watermarks of every owned partition: `(index, move)` for those
     /// whose position is outside the log.
+    /// With `marks` (the positions before a broker outage), also checks that the last record
+    /// read before the outage is still there: a broker that lost it and gave its offset to a
+    /// new record may have regrown its log past the position before we asked.
     fn positions_outside_the_log(
         &self,
         consumer: &BaseConsumer<ThrottledContext>,
         positions: &[Position],
+        marks: Option<&[Position]>,
     ) -> Result<Vec<(usize, Move)>, KafkaError> {
         let mut moves = Vec::new();
         for (i, owned) in self.partitions.iter().enumerate() {
@@ -449,9 +493,58 @@ impl IngestThread {
                 consumer.fetch_watermarks(&self.topic, owned.partition, OFFSET_CHECK_TIMEOUT)?;
             if let Some(found) = needed_move(positions[i].next, watermarks) {
                 moves.push((i, found));
+                continue;
+            }
+            let Some(mark) = marks.and_then(|m| m.get(i)).copied() else {
+                continue;
+            };
+            let Some(timestamp) = mark.last_timestamp else {
+                continue;
+            };
+            if !(1..i64::MAX).contains(&mark.next) {
+                continue;
+            }
+            if !self.record_matches(owned, mark.next - 1, timestamp, mark.last_len)? {
+                moves.push((i, Move::Rewritten { mark }));
             }
         }
         Ok(moves)
+    }
+
+    /// True when the record at `offset` of `owned` has this timestamp and payload length.
+    fn record_matches(
+        &self,
+        owned: &OwnedPartition,
+        offset: i64,
+        timestamp: i64,
+        len: usize,
+    ) -> Result<bool, KafkaError> {
+        let probe: BaseConsumer<ThrottledContext> = self
+            .consumer_config
+            .create_with_context(ThrottledContext::default())?;
+        let mut assignment = TopicPartitionList::with_capacity(1);
+        assignment.add_partition_offset(&self.topic, owned.partition, Offset::Offset(offset))?;
+        probe.assign(&assignment)?;
+        let deadline = Instant::now() + OFFSET_CHECK_TIMEOUT;
+        while Instant::now() < deadline {
+            match probe.poll(POLL_INTERVAL) {
+                Some(Ok(message)) => {
+                    return Ok(message.offset() == offset
+                        && message.timestamp().to_millis() == Some(timestamp)
+                        && message.payload().map_or(0, <[u8]>::len) == len);
+                }
+                // The log ends before it, or it is out of range: gone.
+                Some(Err(
+                    KafkaError::PartitionEOF(_)
+                    | KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset),
+                )) => return Ok(false),
+                Some(Err(error)) => return Err(error),
+                None => {}
+            }
+        }
+        Err(KafkaError::MessageConsumption(
+            RDKafkaErrorCode::OperationTimedOut,
+        ))
     }
 
     /// Moves the positions of `moves` (several moves of one partition: the lowest wins),
@@ -466,19 +559,31 @@ impl IngestThread {
         for (i, owned) in self.partitions.iter().enumerate() {
             let mine = moves.iter().filter(|(at, _)| *at == i).map(|(_, m)| *m);
             let position = positions[i].next;
+            // The lowest offset known lost: the log end, or the last record read before an
+            // outage that is not there any more.
             let log_end = mine
                 .clone()
                 .filter_map(|m| match m {
                     Move::Truncated { log_end } => Some(log_end),
+                    Move::Rewritten { mark } => Some(mark.next - 1),
                     Move::BelowStart { .. } => None,
                 })
                 .min();
             let log_start = mine
+                .clone()
                 .filter_map(|m| match m {
                     Move::BelowStart { log_start } => Some(log_start),
-                    Move::Truncated { .. } => None,
+                    _ => None,
                 })
                 .max();
+            // The last record known read from the old log.
+            let last_read = mine
+                .filter_map(|m| match m {
+                    Move::Rewritten { mark } => Some(mark),
+                    _ => None,
+                })
+                .next()
+                .unwrap_or(positions[i]);
             let resume = match (log_end, log_start) {
                 (Some(log_end), _) => {
                     // New records may already sit on offsets below `log_end` (written between
@@ -487,7 +592,7 @@ impl IngestThread {
                     // lowest offset the broker gave to a new record; failing that, from the
                     // log start. Records read again change nothing (creates of stored ids are
                     // duplicates, deletes only refresh their tombstones).
-                    let since = self.first_offset_since(consumer, owned, positions[i]);
+                    let since = self.first_offset_since(consumer, owned, last_read);
                     let resume = since.min(log_end).min(position).max(0);
                     metrics::kafka()
                         .log_truncations
@@ -499,7 +604,7 @@ impl IngestThread {
                         partition = owned.partition,
                         position,
                         log_end,
-                        offsets_lost_or_reused = position.saturating_sub(log_end),
+                        offsets_lost_or_reused = position.saturating_sub(log_end).max(0),
                         resume_at = resume,
                         "Kafka partition log truncated: it ends below the offset already read (the broker lost records it had acknowledged and gives their offsets to new records); posts read from the lost records stay in the store; reading resumes at or before the lowest offset a new record may have taken, so no new record is skipped"
                     );

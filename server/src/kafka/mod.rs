@@ -29,17 +29,20 @@
 //! # Log truncation (`ingest.rs`, `supervisor.rs`)
 //! A broker that loses records it had acknowledged (a restart without them, unclean leader
 //! election, a re-created topic) ends the partition's log below the offset we have read, and
-//! gives the lost offsets to new records. Two checks find it: the lag monitor sees a high
-//! watermark below the applied position, and librdkafka reports a fetch position outside the
-//! log (`auto.offset.reset=error`, the default). Either way the partition is counted in
-//! `kafka_log_truncations_total`, logged (position, new log end, offsets lost or reused), and
-//! read again from the new log end as first seen (the lowest offset a new record may have
-//! taken), so no new record is skipped. Posts applied from the lost records stay (until
-//! retention or a delete removes them); records read twice change nothing. A truncation the
-//! monitor does not see before new records regrow the log past our position (within one
-//! monitor tick of the broker's return) cannot be told apart from normal progress.
-//! A position below the log start (retention deleted records before they were read) resumes
-//! at the log start, logged.
+//! gives the lost offsets to new records. Three checks find it: the lag monitor sees a high
+//! watermark below the applied position; librdkafka reports a fetch position outside the log
+//! (`auto.offset.reset=error`, the default); and after a broker outage each ingest thread
+//! reads the last record it had read before the outage again (same offset, timestamp and
+//! payload length), which catches a log that new records regrew past our position before we
+//! reconnected. Each truncation is counted once in `kafka_log_truncations_total`, logged
+//! (position, new log end, offsets lost or reused, where reading resumes), and the partition
+//! is read again from the first record not older than the last one read before it, less five
+//! minutes (the log start if that lookup fails), which is at or before the lowest offset a new
+//! record may have taken: no new record is skipped. Posts applied from the lost records stay
+//! (until retention or a delete removes them); records read twice change nothing (creates of
+//! stored ids are counted as `duplicate` drops, deletes refresh their tombstones). A position
+//! below the log start (retention deleted records before they were read) resumes at the log
+//! start, logged, not counted as a truncation.
 //!
 //! # After catch-up
 //! Batches of caught-up threads take one of `--kafka-live-batch-permits` permits (default 1,
