@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use prometheus::core::Collector;
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,
 };
 use thunder_engine::{DropReason, LightPost, StoreStats};
@@ -145,15 +145,30 @@ pub struct KafkaMetrics {
     /// ([`drop_reasons`]: `out_of_contract_id`, rejected at decode, and the store's drop
     /// reasons). Every reason is exported at zero from the start.
     pub events_dropped: IntCounterVec,
+    /// `kafka_log_truncations_total{topic,partition}`: times the partition's log end was found
+    /// below the position ingestion had read to (the broker lost records and may reuse their
+    /// offsets); ingestion resumed at the new log end. Exported at zero for every partition.
+    pub log_truncations: IntCounterVec,
+    /// `kafka_partition_lag_refresh_age_seconds{topic,partition}`: seconds since
+    /// `kafka_partition_lag` was last refreshed from the broker (the lag sample is removed
+    /// while the refresh fails).
+    pub partition_lag_refresh_age: GaugeVec,
 }
 
 /// The `kafka_events_dropped_total` reason of events rejected at decode (an id the contract
-/// cannot express); the other reasons are the store's [`DropReason`]s.
+/// cannot express: negative, or a post or author id of 0); the other reasons are
+/// [`DELETED_IN_BATCH`] and the store's [`DropReason`]s.
 pub const OUT_OF_CONTRACT_ID: &str = "out_of_contract_id";
+
+/// The `kafka_events_dropped_total` reason of a create that a delete of the same batch removed
+/// again, so it was never served.
+pub const DELETED_IN_BATCH: &str = "deleted_in_batch";
 
 /// Every label of `kafka_events_dropped_total`, exported at zero from the start.
 pub fn drop_reasons() -> impl Iterator<Item = &'static str> {
-    std::iter::once(OUT_OF_CONTRACT_ID).chain(DropReason::ALL.iter().map(|r| r.as_str()))
+    [OUT_OF_CONTRACT_ID, DELETED_IN_BATCH]
+        .into_iter()
+        .chain(DropReason::ALL.iter().map(|r| r.as_str()))
 }
 
 static GLOBAL: LazyLock<Metrics> = LazyLock::new(|| Metrics::new(prometheus::default_registry()));
@@ -517,8 +532,18 @@ impl KafkaMetrics {
             ),
             events_dropped: r.counter_vec(
                 "kafka_events_dropped_total",
-                "Kafka events dropped, by reason (out_of_contract_id, too_old, in_future, invalid_time, duplicate, tombstoned)",
+                "Kafka events dropped, by reason (out_of_contract_id, deleted_in_batch, too_old, in_future, invalid_time, duplicate, tombstoned)",
                 &["reason"],
+            ),
+            log_truncations: r.counter_vec(
+                "kafka_log_truncations_total",
+                "Times the partition's log end was found below the offset ingestion had read to (records lost by the broker, their offsets possibly reused); ingestion resumed at the new log end",
+                &["topic", "partition"],
+            ),
+            partition_lag_refresh_age: r.float_gauge_vec(
+                "kafka_partition_lag_refresh_age_seconds",
+                "Seconds since kafka_partition_lag was last refreshed from the broker (the lag sample is removed while refreshing fails)",
+                &["topic", "partition"],
             ),
         };
         for reason in drop_reasons() {
@@ -758,6 +783,10 @@ impl<'a> Registrar<'a> {
         built
     }
 
+    fn float_gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+        self.register(GaugeVec::new(Opts::new(name, help), labels))
+    }
+
     fn gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
         let built = self.register(IntGaugeVec::new(Opts::new(name, help), labels));
         self.note(&built, "gauge");
@@ -946,7 +975,7 @@ mod tests {
             .iter()
             .find(|f| f.name() == "kafka_events_dropped_total")
             .expect("exported");
-        assert_eq!(dropped.get_metric().len(), 1 + DropReason::ALL.len());
+        assert_eq!(dropped.get_metric().len(), 2 + DropReason::ALL.len());
     }
 
     #[test]

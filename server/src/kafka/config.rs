@@ -46,13 +46,13 @@ pub struct KafkaArgs {
     )]
     pub kafka_request_timeout_ms: u64,
 
-    /// librdkafka `auto.offset.reset`: where to resume when a position falls outside the log
-    /// (for example after retention deleted it). `earliest` or `latest`.
-    #[arg(
-        long,
-        env = "THUNDER_KAFKA_AUTO_OFFSET_RESET",
-        default_value = "earliest"
-    )]
+    /// librdkafka `auto.offset.reset`: what happens when a position falls outside the log.
+    /// `error` (the default): ingestion handles it, logs it and counts a truncation: above the
+    /// log end (the broker lost records) it resumes at the new log end, below the log start
+    /// (retention deleted unread records) at the log start. `earliest` or `latest` let
+    /// librdkafka reset silently to the log start (reading everything again) or end
+    /// (skipping every record written meanwhile).
+    #[arg(long, env = "THUNDER_KAFKA_AUTO_OFFSET_RESET", default_value = "error")]
     pub kafka_auto_offset_reset: String,
 
     /// Start each partition at the first record not older than the store's retention
@@ -264,7 +264,7 @@ impl Default for KafkaArgs {
             kafka_batch_size: 1000,
             kafka_fetch_timeout_ms: 1000,
             kafka_request_timeout_ms: 10_000,
-            kafka_auto_offset_reset: "earliest".to_owned(),
+            kafka_auto_offset_reset: "error".to_owned(),
             start_from_time: false,
             lag_monitor_interval_secs: 30,
             kafka_stall_timeout_secs: 30,
