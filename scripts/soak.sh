@@ -13,6 +13,7 @@
 #   --scale S            synthetic workload scale: 1M/S authors (default 100: 10,000 authors)
 #   --partitions P       partitions of the topic (default 4)
 #   --keep DIR           copy the samples, logs and summaries to DIR before cleaning up
+#   --rss-slope-bound M  the RSS check's bound, MiB/min (default 4; see below)
 #   THUNDER_SERVER_BIN=PATH   run that thunder-server binary instead of this tree's
 #
 # What it does, everything on 127.0.0.1, every process and temp dir removed on exit:
