@@ -8,6 +8,7 @@
 # on 127.0.0.1 and stopped again.
 #
 # THUNDER_FUZZ_SECONDS=N   seconds per fuzz target (default 60; 0 skips fuzzing)
+# THUNDER_SOAK=0           skips the short soak (scripts/soak.sh --short, about 3-4 minutes)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -70,6 +71,12 @@ RUSTFLAGS="${RUSTFLAGS:-} --cfg thunder_loom" CARGO_TARGET_DIR="${CARGO_TARGET_D
 step "Benchmark smoke run (small scale; prints figures, asserts no timing)"
 cargo run --release --locked -p thunder-benches --bin compare -- --scale 1000 --queries 200 --settle-secs 0
 cargo run --release --locked -p thunder-benches --bin seen_filter -- --scale 1000 --rounds 20 --probes 20000
+
+if [ "${THUNDER_SOAK:-1}" != "0" ]; then
+    step "Short soak (live feed, query load, fresh replica and snapshot restart compared)"
+    python3 scripts/soak_verdict_test.py
+    scripts/soak.sh --short
+fi
 
 if [ "${THUNDER_FUZZ_SECONDS:-60}" != "0" ] && [ -x scripts/fuzz-smoke.sh ]; then
     step "Fuzz smoke run"
