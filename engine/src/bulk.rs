@@ -493,8 +493,9 @@ impl PostStore {
             let own_video = has_own_video(post);
             let holders = IN_PRIMARY | if own_video { IN_VIDEO } else { 0 };
             let Some(slot) = self.arena.publish(post, holders) else {
-                // No slot (every id in use or memory exhausted): neither stored nor counted,
-                // as in the per-post path.
+                // No slot (every id in use or memory exhausted): not stored, counted as in the
+                // per-post path.
+                out.report.count_drop(DropReason::NoSlot);
                 continue;
             };
             let is_stored = |s: SlotId| self.arena.read(s, post_id).is_some();

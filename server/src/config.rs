@@ -33,7 +33,9 @@ pub struct Args {
     /// 0 disables it (the client's grpc-timeout still applies).
     #[arg(long, env = "THUNDER_REQUEST_TIMEOUT_MS", default_value_t = 0)]
     pub request_timeout_ms: u64,
-    /// How long posts are kept, in seconds.
+    /// How long posts are kept, in seconds. Trimming follows it: one of the 5 author shards
+    /// every retention/50 seconds (1 to 120 s), so an expired post is freed within about a
+    /// tenth of the retention.
     #[arg(long, env = "THUNDER_POST_RETENTION_SECONDS", default_value_t = DEFAULT_RETENTION_SECS)]
     pub post_retention_seconds: i64,
     /// Largest decoded gRPC request message, in bytes.
@@ -189,7 +191,7 @@ impl Args {
                 self.tls_client_ca.clone(),
             )?,
             drain_timeout: Duration::from_millis(self.shutdown_timeout_ms),
-            trim_interval: tasks::TRIM_INTERVAL,
+            trim_interval: tasks::trim_interval_for(self.post_retention_seconds),
             stats_interval: tasks::STATS_INTERVAL,
             admin_access: crate::admin::AdminAccess {
                 token: self.admin_token.clone(),

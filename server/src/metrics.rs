@@ -108,6 +108,9 @@ pub struct Metrics {
     pub store_arena_bytes: IntGaugeVec,
     /// `post_store_timeline_bytes`: bytes held by timeline buffers.
     pub store_timeline_bytes: IntGauge,
+    /// `post_store_index_bytes`: bytes of the post and author indexes (tables and author
+    /// records).
+    pub store_index_bytes: IntGauge,
     /// `post_store_trimmed_posts_total`: posts removed by trimming.
     pub store_trimmed_posts: IntCounter,
     /// The Kafka ingestion's metrics.
@@ -354,6 +357,10 @@ impl Metrics {
                 "post_store_timeline_bytes",
                 "Bytes held by per-author timeline buffers",
             ),
+            store_index_bytes: r.gauge(
+                "post_store_index_bytes",
+                "Bytes of the post and author indexes: their tables and the author records",
+            ),
             store_trimmed_posts: r.counter(
                 "post_store_trimmed_posts_total",
                 "Post records freed by trimming",
@@ -443,6 +450,7 @@ impl Metrics {
             .with_label_values(&["used"])
             .set(as_i64(stats.arena_bytes_used));
         self.store_timeline_bytes.set(as_i64(stats.timeline_bytes));
+        self.store_index_bytes.set(as_i64(stats.index_bytes));
     }
 
     /// Observes the `get_in_network_posts_found_*` histograms for `posts` at `stage`
