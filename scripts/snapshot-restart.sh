@@ -10,7 +10,7 @@
 #       the previous server freed has gone back to the host, on a virtual machine that hands freed memory
 #       back), then times a third start from the snapshot right after the fresh_memory bench
 #       has touched and freed as much memory as the load took: the difference is the host's
-#       cost of backing the load's fresh memory (see the README's *Snapshots and restart*)
+#       cost of backing the load's fresh memory (see docs/performance-history.md, *Snapshots and restart*)
 #
 # Builds the release binaries, starts a broker (scripts/kafka-broker.sh), produces the backlog
 # into an 8-partition topic, then times, from process start to /readyz 200:

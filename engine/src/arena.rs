@@ -7,10 +7,12 @@
 //! 31 bits index the slot within its class. Each class has its own chunks, bump counter and
 //! free list, so a slot is only ever reused for a post of its own class. Chunks are 2 MiB
 //! aligned and slots are naturally aligned, so no slot straddles a line. Chunks are allocated
-//! as the store grows and are never returned to the system; freed slots go back to their
+//! as the store grows and stay mapped while the arena lives; freed slots go back to their
 //! class's lock-free free list, but only after a crossbeam-epoch grace period, so a reader that
 //! could still hold the id of a freed slot never sees it rewritten under its feet while it is
-//! pinned.
+//! pinned. A chunk whose slots are all on the free list can give its pages back to the system
+//! (`release_free_chunks`, after a trim that emptied much of the store); they read as zeroes,
+//! like a fresh chunk's, until a slot of it is taken again.
 //!
 //! Every slot carries a `meta` word: a sequence number that changes whenever the slot is
 //! published or freed, the `LIVE` bit, which timelines hold the post, and the post's flags.
@@ -490,6 +492,16 @@ struct SlotClass<S: PostSlot> {
     /// Whether chunks are made ahead (off while a load keeps every core busy).
     #[cfg(not(thunder_loom))]
     ahead: std::sync::atomic::AtomicBool,
+    /// Per chunk: its pages were handed back to the system (`release_free_chunks`) and none of
+    /// its slots has been taken since. It is not in `chunk_count` meanwhile.
+    #[cfg(not(thunder_loom))]
+    released: Box<[std::sync::atomic::AtomicBool]>,
+    /// Held by the one `release_free_chunks` running.
+    #[cfg(not(thunder_loom))]
+    releasing: std::sync::Mutex<()>,
+    /// Tests only: refuse every new chunk, as when the system has no memory left.
+    #[cfg(test)]
+    refuse_chunks: std::sync::atomic::AtomicBool,
 }
 
 /// Chunks a class holds before its next chunks are made ahead on a background thread (small
@@ -524,6 +536,14 @@ impl<S: PostSlot> SlotClass<S> {
             spare: Self::chunk_layout().map(crate::huge_memory::Spare::new),
             #[cfg(not(thunder_loom))]
             ahead: std::sync::atomic::AtomicBool::new(true),
+            #[cfg(not(thunder_loom))]
+            released: (0..Self::MAX_CHUNKS)
+                .map(|_| std::sync::atomic::AtomicBool::new(false))
+                .collect(),
+            #[cfg(not(thunder_loom))]
+            releasing: std::sync::Mutex::new(()),
+            #[cfg(test)]
+            refuse_chunks: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -571,6 +591,13 @@ impl<S: PostSlot> SlotClass<S> {
         if !cell.load(Ordering::Acquire).is_null() {
             return Some(());
         }
+        #[cfg(test)]
+        if self
+            .refuse_chunks
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
         let layout = Self::chunk_layout()?;
         let fresh = self.new_chunk(layout)?;
         // Release publishes the zeroed chunk to readers that Acquire-load the pointer (`slot`);
@@ -597,11 +624,97 @@ impl<S: PostSlot> SlotClass<S> {
         if !self.free.is_empty()
             && let Some(index) = self.free.pop()
         {
+            #[cfg(not(thunder_loom))]
+            self.note_reused(index);
             return Some(index);
         }
         let index = self.bump_run()?;
         self.ensure_chunk((index >> S::CHUNK_SHIFT) as usize)?;
         Some(index)
+    }
+
+    /// A slot of a released chunk is taken again: the chunk counts as reserved from now on
+    /// (its pages come back, zeroed, as they are touched).
+    #[cfg(not(thunder_loom))]
+    #[inline]
+    fn note_reused(&self, index: u32) {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Relaxed: the flag was set before the index was pushed back onto the free list, and
+        // the queue's push/pop order that before this load.
+        if let Some(flag) = self.released.get((index >> S::CHUNK_SHIFT) as usize)
+            && flag.load(Relaxed)
+            && flag.swap(false, Relaxed)
+        {
+            self.chunk_count.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Hands the pages of every chunk whose slots are all on the free list back to the system
+    /// (they read as zeroes, a fresh chunk's contents, until a slot is taken again). Returns
+    /// the chunks released. Does nothing unless at least half the handed-out slots and a whole
+    /// chunk's worth are free: the free list is taken whole while it runs, and writers bump
+    /// fresh slots meanwhile.
+    ///
+    /// Sound because every id on the free list is past its grace period: no pinned reader
+    /// holds it, no writer owns it (the ids taken here are this call's until pushed back), and
+    /// no slot is live. A reader that reads a slot anyway (a scan of every slot, or a stale id)
+    /// validates it: a live `meta` (odd sequence) never equals the zero a discarded page reads,
+    /// and the scans pin, so a slot live when they read it cannot reach the free list (and be
+    /// discarded and reused) before they finish.
+    #[cfg(not(thunder_loom))]
+    fn release_free_chunks(&self) -> usize {
+        let Ok(_one) = self.releasing.try_lock() else {
+            return 0;
+        };
+        let handed_out = (self.bump.load(Ordering::Relaxed) as usize).min(CLASS_SLOTS as usize);
+        let free = self.free.len();
+        if free < S::CHUNK_SLOTS || free * 2 < handed_out {
+            return 0;
+        }
+        let mut taken = Vec::with_capacity(free);
+        while let Some(index) = self.free.pop() {
+            taken.push(index);
+        }
+        taken.sort_unstable();
+        let Some(layout) = Self::chunk_layout() else {
+            return 0;
+        };
+        let mut released = 0;
+        let mut resident = Vec::with_capacity(taken.len());
+        let mut discarded = Vec::new();
+        for run in taken.chunk_by(|a, b| a >> S::CHUNK_SHIFT == b >> S::CHUNK_SHIFT) {
+            let chunk = (run[0] >> S::CHUNK_SHIFT) as usize;
+            // Ids on the free list are distinct, so a full run is every slot of the chunk.
+            let whole = run.len() == S::CHUNK_SLOTS;
+            let flag = &self.released[chunk];
+            if whole && flag.load(std::sync::atomic::Ordering::Relaxed) {
+                // Released before, and no slot of it taken since.
+                discarded.extend_from_slice(run);
+                continue;
+            }
+            // Acquire pairs with the Release CAS that installed the chunk.
+            let base = self.chunks[chunk].load(Ordering::Acquire);
+            let discard = || {
+                // SAFETY: `base` is a chunk of `layout` from `allocate_zeroed`; no slot of it
+                // is live or owned by anyone but this call (see above), and readers only ever
+                // load from it and validate what they read.
+                unsafe { crate::huge_memory::discard(base.cast(), layout.size()) }
+            };
+            if whole && !base.is_null() && discard() {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.chunk_count.fetch_sub(1, Ordering::Relaxed);
+                released += 1;
+                discarded.extend_from_slice(run);
+            } else {
+                resident.extend_from_slice(run);
+            }
+        }
+        // Slots in resident chunks are reused first; the flags above are set before the pushes,
+        // which order them before the pops that read them.
+        for index in resident.into_iter().chain(discarded) {
+            self.free.push(index);
+        }
+        released
     }
 
     /// Takes `n` fresh indexes from the bump counter: the first and the end of the run, or
@@ -683,6 +796,9 @@ impl<S: PostSlot> SlotClass<S> {
     /// Calls `each` with the index and a validated copy of every post live in scan unit
     /// `unit`.
     fn scan_unit(&self, unit: usize, mut each: impl FnMut(u32, CompactPost)) {
+        // Pinned so that no slot live when read here is discarded and reused before the scan
+        // unit is done (`release_free_chunks`).
+        let _pinned = crossbeam_epoch::pin();
         let first = unit << SCAN_UNIT_SHIFT;
         for offset in 0..1 << SCAN_UNIT_SHIFT {
             let index = match u32::try_from(first + offset) {
@@ -783,7 +899,26 @@ impl Arena {
         }
     }
 
-    /// Bytes reserved for slots (whole chunks of both classes).
+    /// Tests only: every new chunk is refused from now on, as when memory has run out.
+    #[cfg(test)]
+    pub fn refuse_new_chunks(&self) {
+        for refuse in [&self.large.refuse_chunks, &self.small.refuse_chunks] {
+            refuse.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Hands back to the system the memory of every chunk whose slots are all free (see
+    /// `SlotClass::release_free_chunks`); the bytes released.
+    pub fn release_free_chunks(&self) -> usize {
+        #[cfg(not(thunder_loom))]
+        {
+            (self.large.release_free_chunks() + self.small.release_free_chunks()) * CHUNK_BYTES
+        }
+        #[cfg(thunder_loom)]
+        0
+    }
+
+    /// Bytes reserved for slots (whole chunks of both classes, less those released).
     pub fn bytes_reserved(&self) -> usize {
         (self.large.chunk_count.load(Ordering::Relaxed)
             + self.small.chunk_count.load(Ordering::Relaxed))
@@ -863,6 +998,8 @@ impl Arena {
     /// knows the slot but not the post, as a scan's second pass). Needs no epoch pin, as
     /// `scan_chunk`.
     pub fn read_live(&self, id: SlotId) -> Option<CompactPost> {
+        // Pinned as `scan_chunk` is.
+        let _pinned = crossbeam_epoch::pin();
         with_class!(self, id, |class, index| class.slot(index)?.read_live())
     }
 

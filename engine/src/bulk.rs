@@ -25,7 +25,7 @@
 //!    needs of a post is read back from the load's posts through its rank, a block of keys at
 //!    a time, rather than kept per post by phase 1 and gathered into author order: those two
 //!    copies took 40 bytes a post each, the largest fresh memory of the load after the posts
-//!    and the store themselves (see *A load with less fresh memory* in the README);
+//!    and the store themselves (*A load with less fresh memory* in docs/performance-history.md);
 //! 4. the records no timeline holds are freed, the pending reposts stored by source.
 //!
 //! It refuses (and leaves the store as it found it, apart from tombstone bases raised by the
@@ -493,8 +493,9 @@ impl PostStore {
             let own_video = has_own_video(post);
             let holders = IN_PRIMARY | if own_video { IN_VIDEO } else { 0 };
             let Some(slot) = self.arena.publish(post, holders) else {
-                // No slot (every id in use or memory exhausted): neither stored nor counted,
-                // as in the per-post path.
+                // No slot (every id in use or memory exhausted): not stored, counted as in the
+                // per-post path.
+                out.report.count_drop(DropReason::NoSlot);
                 continue;
             };
             let is_stored = |s: SlotId| self.arena.read(s, post_id).is_some();

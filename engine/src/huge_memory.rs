@@ -60,6 +60,18 @@ mod imp {
             libc::munmap(ptr.cast(), layout.size());
         }
     }
+    /// Hands the pages of `ptr..+len` back to the system, keeping the mapping: they read as
+    /// zeroes from then on, and are faulted in afresh when touched. True if it was done.
+    ///
+    /// # Safety
+    /// `ptr..+len` lies in a region from [`allocate_zeroed`] (`ptr` and `len` page-aligned),
+    /// no one writes to it meanwhile, and whoever reads it accepts zeroes in place of the
+    /// contents from any moment on.
+    pub(crate) unsafe fn discard(ptr: *mut u8, len: usize) -> bool {
+        // SAFETY: as the caller guarantees; a private anonymous mapping reads as zero-fill
+        // after MADV_DONTNEED.
+        unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTNEED) == 0 }
+    }
 }
 
 /// Elsewhere: zeroed, aligned memory from the global allocator.
@@ -82,9 +94,17 @@ mod imp {
         // SAFETY: as the caller guarantees.
         unsafe { std::alloc::dealloc(ptr, layout) }
     }
+
+    /// Nothing: the allocator's memory cannot be handed back in place. Always false.
+    ///
+    /// # Safety
+    /// None needed; `unsafe` to match the Linux version.
+    pub(crate) unsafe fn discard(_ptr: *mut u8, _len: usize) -> bool {
+        false
+    }
 }
 
-pub(crate) use imp::{allocate_zeroed, free};
+pub(crate) use imp::{allocate_zeroed, discard, free};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

@@ -1482,6 +1482,7 @@ fn add_report(total: &mut InsertReport, r: InsertReport) {
     total.too_old += r.too_old;
     total.tombstoned += r.tombstoned;
     total.duplicate += r.duplicate;
+    total.no_slot += r.no_slot;
 }
 
 /// Which of `workers` loads an author's posts (one worker per author keeps each timeline's

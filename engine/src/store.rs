@@ -92,6 +92,9 @@ pub struct InsertReport {
     pub tombstoned: usize,
     /// Dropped: the post is already stored (the stored record is kept unchanged).
     pub duplicate: usize,
+    /// Dropped: no arena slot could be had (every slot id of the post's class in use, or the
+    /// system refused the memory for a new chunk).
+    pub no_slot: usize,
 }
 
 impl InsertReport {
@@ -103,6 +106,7 @@ impl InsertReport {
             DropReason::TooOld => self.too_old,
             DropReason::Tombstoned => self.tombstoned,
             DropReason::Duplicate => self.duplicate,
+            DropReason::NoSlot => self.no_slot,
         }
     }
 
@@ -119,6 +123,7 @@ impl InsertReport {
             DropReason::TooOld => &mut self.too_old,
             DropReason::Tombstoned => &mut self.tombstoned,
             DropReason::Duplicate => &mut self.duplicate,
+            DropReason::NoSlot => &mut self.no_slot,
         } += 1;
     }
 }
@@ -137,20 +142,24 @@ pub enum DropReason {
     Tombstoned,
     /// The post id is already stored; the stored record is kept.
     Duplicate,
+    /// No arena slot could be had: every slot id of the post's class is in use, or the system
+    /// refused the memory for a new chunk. Nothing was stored.
+    NoSlot,
 }
 
 impl DropReason {
     /// Every reason, for registering one metric per reason.
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 6] = [
         DropReason::TooOld,
         DropReason::InFuture,
         DropReason::InvalidTime,
         DropReason::Tombstoned,
         DropReason::Duplicate,
+        DropReason::NoSlot,
     ];
 
     /// A snake_case label for metrics and logs: `too_old`, `in_future`, `invalid_time`,
-    /// `tombstoned`, `duplicate`.
+    /// `tombstoned`, `duplicate`, `no_slot`.
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::TooOld => "too_old",
@@ -158,6 +167,7 @@ impl DropReason {
             DropReason::InvalidTime => "invalid_time",
             DropReason::Tombstoned => "tombstoned",
             DropReason::Duplicate => "duplicate",
+            DropReason::NoSlot => "no_slot",
         }
     }
 }
@@ -271,8 +281,6 @@ pub(crate) struct PendingRepost {
 enum Applied {
     Inserted,
     Dropped(DropReason),
-    /// No arena slot (every `u32` slot id in use, or memory exhausted); nothing stored.
-    NoSlot,
 }
 
 /// The post store.
@@ -558,7 +566,6 @@ impl PostStore {
                         report.count_drop(reason);
                         on_drop(base + i, reason);
                     }
-                    Applied::NoSlot => {}
                 }
             }
         }
@@ -678,7 +685,7 @@ impl PostStore {
         let holders = IN_PRIMARY | if video { IN_VIDEO } else { 0 };
         let Some(slot) = self.arena.publish(&record, holders) else {
             // Only when every u32 slot id is in use or memory is exhausted.
-            return Applied::NoSlot;
+            return Applied::Dropped(DropReason::NoSlot);
         };
         let hashed = self.posts.hash(post_id);
         let is_stored = |s: SlotId| self.arena.read(s, post_id).is_some();
@@ -965,6 +972,10 @@ impl PostStore {
             if empty {
                 *removed = true;
                 self.authors.remove(author, &g.epoch);
+                // The record stays for reuse; its (empty) rings need not.
+                for timeline in &author.timelines {
+                    timeline.release_buffer(&g.epoch);
+                }
                 report.authors_dropped += 1;
             }
         });
@@ -993,6 +1004,9 @@ impl PostStore {
             &g.maps,
         );
         self.arena.retire(retired, &g.epoch);
+        // The slots freed above reach the free list after their grace period: a later trim
+        // releases what they empty.
+        self.arena.release_free_chunks();
         report
     }
 
@@ -1033,6 +1047,38 @@ impl PostStore {
             index_bytes: self.posts.bytes(&g.epoch) + self.authors.bytes(&g.epoch),
         }
     }
+
+    /// [`stats`](Self::stats) with the counts recounted from the data instead of read from
+    /// the running counters: authors in use, live post records (a scan of every arena slot)
+    /// and the entries of every in-use author's timelines. Walks the whole store; for checks
+    /// and tests that the counters (and so the gauges) match what the store serves. Exact
+    /// when nothing writes meanwhile.
+    pub fn recount(&self) -> StoreStats {
+        let mut stats = self.stats();
+        let g = self.guards();
+        let (mut authors, mut entries) = (0, [0usize; 3]);
+        self.authors.for_each(|author| {
+            let removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            if *removed {
+                return;
+            }
+            authors += 1;
+            for (kind, timeline) in author.timelines.iter().enumerate() {
+                entries[kind] += timeline.snapshot(&g.epoch).map_or(0, |snap| snap.len());
+            }
+        });
+        let mut posts = 0;
+        for unit in 0..self.arena.scan_chunks() {
+            self.arena.scan_chunk(unit, |_, _| posts += 1);
+        }
+        stats.authors = authors;
+        stats.posts = posts;
+        stats.original_entries = entries[Kind::Originals as usize];
+        stats.secondary_entries = entries[Kind::Secondary as usize];
+        stats.video_entries = entries[Kind::Videos as usize];
+        stats.tombstones = self.tombstones.pin().iter().count();
+        stats
+    }
 }
 
 #[cfg(all(test, not(thunder_loom)))]
@@ -1065,5 +1111,205 @@ mod tests {
         clock.advance(1001);
         assert_eq!(store.trim_all().tombstones_expired, 200_000);
         assert_eq!(passing(&store), 0, "the renewed filter holds no expired id");
+    }
+}
+
+#[cfg(all(test, not(thunder_loom), target_os = "linux"))]
+mod memory_tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::query::FeedQuery;
+    use std::sync::atomic::AtomicBool;
+
+    const NOW: i64 = 1_700_000_000;
+    const RETENTION: i64 = 1000;
+    const AUTHORS: i64 = 500;
+
+    /// Post `id`: its author, time and kind follow from the id, so a reader can check that
+    /// whatever it is served is whole.
+    fn post(id: i64, now: i64) -> LightPost {
+        let author_id = 1 + id % AUTHORS;
+        let created_at = now - id % 7;
+        if id % 3 == 0 {
+            LightPost {
+                in_reply_to_post_id: Some(id + 1),
+                in_reply_to_user_id: Some(author_id + 1),
+                is_reply: true,
+                conversation_id: Some(id + 2),
+                ..LightPost::original(id, author_id, created_at)
+            }
+        } else {
+            LightPost {
+                has_video: id % 5 == 0,
+                ..LightPost::original(id, author_id, created_at)
+            }
+        }
+    }
+
+    fn assert_whole(served: &LightPost, now: i64) {
+        let mut expected = post(served.post_id, now);
+        // The store answers with the post's reply-to ids; it only keeps what it stores.
+        expected.created_at = served.created_at;
+        assert_eq!(served.author_id, expected.author_id, "{served:?}");
+        assert_eq!(served.is_reply, expected.is_reply, "{served:?}");
+        assert_eq!(
+            served.in_reply_to_post_id, expected.in_reply_to_post_id,
+            "{served:?}"
+        );
+        assert_eq!(served.has_video, expected.has_video, "{served:?}");
+        assert!(served.created_at <= now && now - served.created_at < 7);
+    }
+
+    fn fill(store: &PostStore, ids: std::ops::Range<i64>, now: i64) {
+        let posts: Vec<LightPost> = ids.map(|id| post(id, now)).collect();
+        for batch in posts.chunks(4096) {
+            assert_eq!(store.insert_posts(batch).inserted, batch.len());
+        }
+    }
+
+    /// Bytes of one arena chunk.
+    const CHUNK: usize = 2 << 20;
+
+    /// Trims everything expired, and again while the freed slots pass their grace period,
+    /// until at most two chunks (one per slot class) stay reserved (10 s at most).
+    fn trim_until_released(store: &PostStore) {
+        store.trim_all();
+        crate::sync::flush_epoch_until(|| {
+            store.trim_all();
+            store.stats().arena_bytes_reserved <= 2 * CHUNK
+        });
+    }
+
+    #[test]
+    fn a_post_without_a_slot_is_dropped_and_counted() {
+        let store = PostStore::with_clock(RETENTION, Arc::new(ManualClock::new(NOW)));
+        store.arena.refuse_new_chunks();
+        let mut drops = Vec::new();
+        let report = store.insert_posts_with(&[post(1, NOW), post(3, NOW)], |i, reason| {
+            drops.push((i, reason))
+        });
+        drops.sort_unstable();
+        assert_eq!(report.no_slot, 2);
+        assert_eq!(report.inserted + report.dropped(), 2);
+        assert_eq!(drops, [(0, DropReason::NoSlot), (1, DropReason::NoSlot)]);
+        assert_eq!(DropReason::NoSlot.as_str(), "no_slot");
+        assert_eq!(store.stats().posts, 0);
+        assert_eq!(store.recount(), store.stats());
+    }
+
+    #[test]
+    fn an_emptied_store_hands_its_arena_chunks_and_rings_back() {
+        let clock = Arc::new(ManualClock::new(NOW));
+        let store = PostStore::with_clock(RETENTION, clock.clone());
+        let posts = 400_000;
+        fill(&store, 0..posts, NOW);
+        let full = store.stats();
+        assert_eq!(full.posts, posts as usize);
+        assert_eq!(store.recount(), full);
+        assert!(full.arena_bytes_reserved >= 8 << 20, "{full:?}");
+        assert!(full.timeline_bytes > 0);
+
+        clock.advance(RETENTION + 10);
+        trim_until_released(&store);
+        let empty = store.stats();
+        assert_eq!((empty.posts, empty.authors), (0, 0), "{empty:?}");
+        assert_eq!(empty.timeline_bytes, 0, "no authors, no rings: {empty:?}");
+        // At most the chunk each class is still bumping into stays.
+        assert!(
+            empty.arena_bytes_reserved <= 2 * CHUNK,
+            "{} of {} bytes still reserved",
+            empty.arena_bytes_reserved,
+            full.arena_bytes_reserved
+        );
+        assert_eq!(store.recount(), empty);
+
+        // The released chunks are taken again before any new one.
+        let now = clock.now_secs();
+        fill(&store, posts..2 * posts, now);
+        let refilled = store.stats();
+        assert_eq!(refilled.posts, posts as usize);
+        assert!(
+            refilled.arena_bytes_reserved <= full.arena_bytes_reserved,
+            "{refilled:?} vs {full:?}"
+        );
+        assert_eq!(store.recount(), refilled);
+        let authors: Vec<i64> = (1..=AUTHORS).collect();
+        let mut query = FeedQuery::new(0, &authors);
+        query.max_results = usize::MAX;
+        query.max_originals_per_author = usize::MAX;
+        query.max_secondary_per_author = usize::MAX;
+        for served in store.get_all_posts_by_users(&query).posts {
+            assert!(served.post_id >= posts);
+            assert_whole(&served, now);
+        }
+    }
+
+    /// Chunks are released and reused while readers query (pinned) and scan (snapshot)
+    /// throughout: every post served is whole, and every post of the current round is served.
+    #[test]
+    fn releasing_chunks_under_concurrent_readers_serves_only_whole_posts() {
+        let clock = Arc::new(ManualClock::new(NOW));
+        let store = PostStore::with_clock(RETENTION, clock.clone());
+        let stop = AtomicBool::new(false);
+        let released = std::sync::atomic::AtomicUsize::new(0);
+        let per_round = 100_000;
+        /// Stops the readers however the writer's part ends (a failed assertion included).
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        std::thread::scope(|scope| {
+            let _stop_readers = StopOnDrop(&stop);
+            for reader in 0..2i64 {
+                let (store, stop) = (&store, &stop);
+                scope.spawn(move || {
+                    let authors: Vec<i64> = (1..=AUTHORS).filter(|a| a % 2 == reader).collect();
+                    while !stop.load(Ordering::Relaxed) {
+                        let outcome = store.get_all_posts_by_users(&FeedQuery::new(0, &authors));
+                        for served in &outcome.posts {
+                            assert_whole(served, outcome.as_of_secs);
+                        }
+                        // A scan of every slot, as a snapshot makes.
+                        for unit in 0..store.arena.scan_chunks() {
+                            store.arena.scan_chunk(unit, |_, record| {
+                                let light = record.to_light();
+                                assert_eq!(light.author_id, 1 + light.post_id % AUTHORS);
+                                assert_eq!(light.is_reply, light.post_id % 3 == 0);
+                            });
+                        }
+                    }
+                });
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            for round in 0..3i64 {
+                let now = clock.now_secs();
+                let first = round * per_round;
+                fill(&store, first..first + per_round, now);
+                assert_eq!(store.recount().posts, per_round as usize);
+                // Every post of the round is there, whole.
+                let epoch = crossbeam_epoch::pin();
+                for id in first..first + per_round {
+                    let record = store.lookup(id, &epoch).expect("stored");
+                    assert_whole(&record.to_light(), now);
+                }
+                drop(epoch);
+                clock.advance(RETENTION + 10);
+                let reserved = store.stats().arena_bytes_reserved;
+                trim_until_released(&store);
+                let after = store.stats().arena_bytes_reserved;
+                if after < reserved {
+                    released.fetch_add(1, Ordering::Relaxed);
+                }
+                if std::time::Instant::now() > deadline {
+                    break;
+                }
+            }
+        });
+        assert!(
+            released.load(Ordering::Relaxed) > 0,
+            "no chunk was released"
+        );
     }
 }

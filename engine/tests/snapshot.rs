@@ -232,6 +232,7 @@ proptest! {
             prop_assert_eq!(report.posts_loaded + report.posts_skipped, report.counts.posts);
             let when = format!("right after loading in place ({path:?})");
             assert_same_answers(store, &model, &when)?;
+            assert_counts_match(store, &when)?;
         }
         // With and without the input's length (`load_snapshot_sized`).
         let len = Some(bytes.len() as u64);
@@ -246,14 +247,18 @@ proptest! {
             prop_assert_eq!(report.per_post_reason, path);
             prop_assert_eq!(&report.header.meta, &meta());
             prop_assert_eq!(report.posts_loaded + report.posts_skipped, report.counts.posts);
-            assert_same_answers(store, &model, &format!("right after loading ({path:?})"))?;
+            let when = format!("right after loading ({path:?})");
+            assert_same_answers(store, &model, &when)?;
+            assert_counts_match(store, &when)?;
         }
+        assert_counts_match(&engine, "the store snapshotted")?;
         let stores = [&bulk, &asked, &not_empty, &in_place, &in_place_asked];
         let everyone: [&dyn Store; 6] =
             [&bulk, &asked, &not_empty, &in_place, &in_place_asked, &model];
         run(&after, &table, &clock, &everyone);
         for store in stores {
             assert_same_answers(store, &model, "after more events")?;
+            assert_counts_match(store, "after more events")?;
         }
     }
 
@@ -294,9 +299,21 @@ proptest! {
         prop_assert_eq!(report.per_post_reason, None);
         prop_assert_eq!(report.inserts, expected.inserts);
         assert_identical(&in_place, &per_post, "right after loading in place")?;
+        assert_counts_match(&bulk, "right after a bulk load at a small cap")?;
+        assert_counts_match(&per_post, "right after a per-post load at a small cap")?;
         run(&after, &table, &clock, &[&bulk, &per_post]);
         assert_identical(&bulk, &per_post, "after more events")?;
+        assert_counts_match(&bulk, "after more events at a small cap")?;
+        assert_counts_match(&per_post, "after more events at a small cap")?;
     }
+}
+
+/// The store's counters (what the `post_store_*` gauges show) equal a recount of what it
+/// holds.
+fn assert_counts_match(store: &PostStore, when: &str) -> Result<(), TestCaseError> {
+    let (stats, recount) = (store.stats(), store.recount());
+    prop_assert_eq!(stats, recount, "counters vs recount {}", when);
+    Ok(())
 }
 
 /// Every question over every author: exactly the same answers and timeline lengths, and the

@@ -1031,6 +1031,7 @@ fn drops_are_counted_by_reason_with_their_batch_index() {
             too_old: 1,
             tombstoned: 1,
             duplicate: 2,
+            no_slot: 0,
         }
     );
     assert_eq!(r.inserted + r.dropped(), batch.len());
@@ -1065,7 +1066,8 @@ fn drops_are_counted_by_reason_with_their_batch_index() {
             "in_future",
             "invalid_time",
             "tombstoned",
-            "duplicate"
+            "duplicate",
+            "no_slot"
         ]
     );
     // insert_posts is the same without the callback.

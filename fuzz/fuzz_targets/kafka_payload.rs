@@ -52,8 +52,8 @@ fuzz_target!(|payload: &[u8]| {
 
     match decoded {
         Err(error) if error.drop_reason().is_some() => {
-            // Well-formed but outside the contract (a negative id): rejected and counted as a
-            // drop, not as a parse failure.
+            // Well-formed but outside the contract (a negative id, a post or author id of 0):
+            // rejected and counted as a drop, not as a parse failure.
             assert_eq!(
                 (
                     outcome.rejected,

@@ -33,7 +33,9 @@ pub struct Args {
     /// 0 disables it (the client's grpc-timeout still applies).
     #[arg(long, env = "THUNDER_REQUEST_TIMEOUT_MS", default_value_t = 0)]
     pub request_timeout_ms: u64,
-    /// How long posts are kept, in seconds.
+    /// How long posts are kept, in seconds. Trimming follows it: one of the 5 author shards
+    /// every retention/50 seconds (1 to 120 s), so an expired post is freed within about a
+    /// tenth of the retention.
     #[arg(long, env = "THUNDER_POST_RETENTION_SECONDS", default_value_t = DEFAULT_RETENTION_SECS)]
     pub post_retention_seconds: i64,
     /// Largest decoded gRPC request message, in bytes.
@@ -78,15 +80,38 @@ pub struct Args {
     /// per core). Fewer workers than cores cost less CPU per answer when other busy threads
     /// share the machine; with a single worker the query queue is the runtime's own, and
     /// overload is seen through each call's acceptance time, but refusals come only after
-    /// the call's wait in it (README, "Serving path").
+    /// the call's wait in it (docs/architecture.md, "Overload design").
     #[arg(long, env = "THUNDER_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
     /// Concurrent HTTP/2 streams per gRPC connection.
     #[arg(long, env = "THUNDER_MAX_CONCURRENT_STREAMS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
-    /// Open gRPC connections at most (more are closed at accept).
+    /// Streams a client may open and reset before the server has taken them, waiting at once
+    /// on one gRPC connection; past it the connection is closed (GOAWAY ENHANCE_YOUR_CALM
+    /// "too_many_resets", the rapid-reset guard). 0: 20 x --max-concurrent-streams.
+    #[arg(
+        long,
+        env = "THUNDER_HTTP2_MAX_PENDING_RESET_STREAMS",
+        default_value_t = 0
+    )]
+    pub http2_max_pending_reset_streams: usize,
+    /// Open gRPC connections at most. At the cap a new connection takes the slot of an idle
+    /// one (never sent a byte first, else least recently active); it is closed at accept only
+    /// when every connection has a call running.
     #[arg(long, env = "THUNDER_MAX_CONNECTIONS", default_value_t = crate::server::DEFAULT_GRPC_CONNECTIONS.max_connections)]
     pub max_connections: usize,
+    /// Open gRPC connections from one peer IP address at most (0: half of --max-connections).
+    /// At this cap a new connection takes the slot of one of the same address's idle ones.
+    #[arg(long, env = "THUNDER_MAX_CONNECTIONS_PER_PEER", default_value_t = 0)]
+    pub max_connections_per_peer: usize,
+    /// A new gRPC connection must send the HTTP/2 preface and a first request within this
+    /// long, in ms, or it is closed.
+    #[arg(
+        long,
+        env = "THUNDER_GRPC_HANDSHAKE_TIMEOUT_MS",
+        default_value_t = 5000
+    )]
+    pub grpc_handshake_timeout_ms: u64,
     /// A gRPC connection without a call for this long is closed, in seconds.
     #[arg(long, env = "THUNDER_GRPC_IDLE_TIMEOUT_SECS", default_value_t = 120)]
     pub grpc_idle_timeout_secs: u64,
@@ -98,6 +123,21 @@ pub struct Args {
     /// same one. Unset: a built-in secret (cursors are still checked, but forgeable).
     #[arg(long, env = "THUNDER_CURSOR_SECRET", hide_env_values = true)]
     pub cursor_secret: Option<String>,
+    /// Check the configuration and exit without serving: TLS files readable and the key
+    /// matching the certificate, the snapshot directory writable, the Kafka properties
+    /// accepted by librdkafka. Prints the effective configuration (secrets masked); exits 0
+    /// when it is valid, 2 with the reasons when not.
+    #[arg(long, env = "THUNDER_CHECK_CONFIG")]
+    pub check_config: bool,
+    /// Bearer token that state-changing admin requests (POST /admin/snapshot) must send as
+    /// `Authorization: Bearer <token>`, besides the header `X-Thunder-Admin: 1`. Unset: the
+    /// header and the Host/Origin checks only.
+    #[arg(long, env = "THUNDER_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Host names accepted in the Host header of state-changing admin requests, comma-separated,
+    /// besides localhost, 127.0.0.1, [::1] and the --admin-addr IP (`name` or `name:port`).
+    #[arg(long, env = "THUNDER_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub admin_allowed_hosts: Vec<String>,
     /// Kafka ingestion.
     #[command(flatten)]
     pub kafka: KafkaArgs,
@@ -133,6 +173,11 @@ impl Args {
                 "--post-retention-seconds must be greater than 0".into(),
             ));
         }
+        if self.admin_token.as_deref().is_some_and(str::is_empty) {
+            return Err(StartupError::Config(
+                "--admin-token must not be empty".into(),
+            ));
+        }
         Ok(ServerOptions {
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,
@@ -146,8 +191,12 @@ impl Args {
                 self.tls_client_ca.clone(),
             )?,
             drain_timeout: Duration::from_millis(self.shutdown_timeout_ms),
-            trim_interval: tasks::TRIM_INTERVAL,
+            trim_interval: tasks::trim_interval_for(self.post_retention_seconds),
             stats_interval: tasks::STATS_INTERVAL,
+            admin_access: crate::admin::AdminAccess {
+                token: self.admin_token.clone(),
+                allowed_hosts: self.admin_allowed_hosts.clone(),
+            },
             ..self.serving_options()
         })
     }
@@ -173,9 +222,16 @@ impl Args {
             overload,
             inline_queries: !self.blocking_queries,
             max_concurrent_streams: self.max_concurrent_streams.max(1),
+            http2_max_pending_reset_streams: self.http2_max_pending_reset_streams,
             grpc_connections: crate::listener::ConnLimits {
                 max_connections: self.max_connections.max(1),
+                max_connections_per_peer: if self.max_connections_per_peer > 0 {
+                    self.max_connections_per_peer
+                } else {
+                    (self.max_connections / 2).max(1)
+                },
                 idle_timeout: Duration::from_secs(self.grpc_idle_timeout_secs.max(1)),
+                handshake_timeout: Duration::from_millis(self.grpc_handshake_timeout_ms.max(1)),
                 ..defaults.grpc_connections
             },
             ..defaults
@@ -225,11 +281,74 @@ mod tests {
     }
 
     #[test]
+    fn the_per_peer_cap_defaults_to_half_the_connection_cap() {
+        let options = |argv: &[&str]| {
+            let mut all = vec!["thunder-server"];
+            all.extend_from_slice(argv);
+            Args::try_parse_from(all)
+                .expect("parses")
+                .server_options()
+                .expect("valid")
+                .grpc_connections
+        };
+        assert_eq!(options(&[]).max_connections_per_peer, 500);
+        assert_eq!(
+            options(&["--max-connections", "10"]).max_connections_per_peer,
+            5
+        );
+        let set = options(&[
+            "--max-connections-per-peer",
+            "7",
+            "--grpc-handshake-timeout-ms",
+            "250",
+        ]);
+        assert_eq!(set.max_connections_per_peer, 7);
+        assert_eq!(set.handshake_timeout, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn the_pending_reset_stream_limit_is_passed_on() {
+        let args =
+            Args::try_parse_from(["thunder-server", "--http2-max-pending-reset-streams", "300"])
+                .expect("parses");
+        let options = args.server_options().expect("valid");
+        assert_eq!(options.http2_max_pending_reset_streams, 300);
+        let args = Args::try_parse_from(["thunder-server"]).expect("parses");
+        assert_eq!(
+            args.server_options()
+                .expect("valid")
+                .http2_max_pending_reset_streams,
+            0,
+            "0: derived from the stream cap"
+        );
+    }
+
+    #[test]
     fn refuses_zero_qps_and_partial_tls() {
         let args = Args::try_parse_from(["thunder-server", "--qps-limit", "0"]).expect("parses");
         let err = args.server_options().expect_err("0 is refused");
         assert!(err.to_string().contains("--qps-limit"));
         let args = Args::try_parse_from(["thunder-server", "--tls-cert", "c.pem"]).expect("parses");
         assert!(args.server_options().is_err());
+    }
+
+    #[test]
+    fn admin_access_flags() {
+        let args = Args::try_parse_from([
+            "thunder-server",
+            "--admin-token",
+            "t",
+            "--admin-allowed-hosts",
+            "a.example,b.example:8080",
+        ])
+        .expect("parses");
+        let access = args.server_options().expect("valid").admin_access;
+        assert_eq!(access.token.as_deref(), Some("t"));
+        assert_eq!(access.allowed_hosts, ["a.example", "b.example:8080"]);
+        let args = Args::try_parse_from(["thunder-server", "--admin-token", ""]).expect("parses");
+        let err = args
+            .server_options()
+            .expect_err("an empty token is refused");
+        assert!(err.to_string().contains("--admin-token"), "{err}");
     }
 }

@@ -21,7 +21,6 @@ use tonic::body::Body;
 use tonic::codec::CompressionEncoding;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
-use tonic::transport::server::TlsConnectInfo;
 use tonic::{Code, Status};
 
 use crate::arrival::Accepted;
@@ -99,11 +98,7 @@ fn is_grpc_content_type(headers: &http::HeaderMap) -> bool {
 
 /// The connection a request came on (plaintext or TLS).
 fn connection_of<B>(req: &http::Request<B>) -> Option<&ConnInfo> {
-    req.extensions().get::<ConnInfo>().or_else(|| {
-        req.extensions()
-            .get::<TlsConnectInfo<ConnInfo>>()
-            .map(TlsConnectInfo::get_ref)
-    })
+    ConnInfo::of(req.extensions())
 }
 
 /// Counts a call that never reached the handler.

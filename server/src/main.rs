@@ -20,6 +20,9 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    if args.check_config {
+        std::process::exit(thunder_server::config_check::run(&args));
+    }
     // Queries run on the worker that serves the call (`--worker-threads`).
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.runtime_workers())
@@ -59,6 +62,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let mut live = None;
     let mut snapshots = None;
     if let Some(workload) = demo_workload {
+        server.readiness().set_source(format!(
+            "demo: synthetic feed-2d workload (scale {}, {} live events/s), no Kafka",
+            args.demo_scale, args.demo_events_per_sec
+        ));
         tracing::info!(
             scale = args.demo_scale,
             "demo mode: synthetic event source (no Kafka)"
@@ -97,6 +104,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             feed_stopped,
         )));
     } else {
+        server.readiness().set_source(format!(
+            "Kafka topic {} at {}",
+            args.kafka.kafka_topic,
+            args.kafka.kafka_brokers.as_deref().unwrap_or("-")
+        ));
         let restore =
             snapshot::restorer(&args.snapshot, Arc::clone(&store), &args.kafka.kafka_topic);
         let started = kafka::start_with(&args.kafka, Arc::clone(&store), restore)

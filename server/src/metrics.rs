@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use prometheus::core::Collector;
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,
 };
 use thunder_engine::{DropReason, LightPost, StoreStats};
@@ -87,8 +87,13 @@ pub struct Metrics {
     pub connections: IntGaugeVec,
     /// `grpc_connections_refused_total{port}`: connections closed at accept (connection cap).
     pub connections_refused: IntCounterVec,
+    /// `grpc_connections_evicted_total{port,reason}`: idle connections closed to admit a new
+    /// one at a cap.
+    pub connections_evicted: IntCounterVec,
     /// `init_duration_seconds`: seconds from start-up to ready (store caught up).
     pub init_duration: Gauge,
+    /// `server_ready`: 1 while readiness is SERVING (caught up, no partition stalled), else 0.
+    pub ready: IntGauge,
     /// `strato_requests_total{endpoint,status}`: follow-graph fetches by endpoint and outcome.
     pub following_fetches: IntCounterVec,
     /// `post_store_user_count`: authors in the store.
@@ -103,12 +108,18 @@ pub struct Metrics {
     pub store_arena_bytes: IntGaugeVec,
     /// `post_store_timeline_bytes`: bytes held by timeline buffers.
     pub store_timeline_bytes: IntGauge,
+    /// `post_store_index_bytes`: bytes of the post and author indexes (tables and author
+    /// records).
+    pub store_index_bytes: IntGauge,
     /// `post_store_trimmed_posts_total`: posts removed by trimming.
     pub store_trimmed_posts: IntCounter,
     /// The Kafka ingestion's metrics.
     pub kafka: KafkaMetrics,
     /// The snapshots' metrics.
     pub snapshot: SnapshotMetrics,
+    /// The standard `process_*` metrics (resident memory, CPU, start time, open files), read
+    /// from `/proc/self` at each scrape.
+    pub process: ProcessCollector,
 }
 
 /// The Kafka ingestion's metrics (part of [`Metrics`]).
@@ -137,15 +148,30 @@ pub struct KafkaMetrics {
     /// ([`drop_reasons`]: `out_of_contract_id`, rejected at decode, and the store's drop
     /// reasons). Every reason is exported at zero from the start.
     pub events_dropped: IntCounterVec,
+    /// `kafka_log_truncations_total{topic,partition}`: times the partition's log end was found
+    /// below the position ingestion had read to (the broker lost records and may reuse their
+    /// offsets); ingestion resumed at the new log end. Exported at zero for every partition.
+    pub log_truncations: IntCounterVec,
+    /// `kafka_partition_lag_refresh_age_seconds{topic,partition}`: seconds since
+    /// `kafka_partition_lag` was last refreshed from the broker (the lag sample is removed
+    /// while the refresh fails).
+    pub partition_lag_refresh_age: GaugeVec,
 }
 
 /// The `kafka_events_dropped_total` reason of events rejected at decode (an id the contract
-/// cannot express); the other reasons are the store's [`DropReason`]s.
+/// cannot express: negative, or a post or author id of 0); the other reasons are
+/// [`DELETED_IN_BATCH`] and the store's [`DropReason`]s.
 pub const OUT_OF_CONTRACT_ID: &str = "out_of_contract_id";
+
+/// The `kafka_events_dropped_total` reason of a create that a delete of the same batch removed
+/// again, so it was never served.
+pub const DELETED_IN_BATCH: &str = "deleted_in_batch";
 
 /// Every label of `kafka_events_dropped_total`, exported at zero from the start.
 pub fn drop_reasons() -> impl Iterator<Item = &'static str> {
-    std::iter::once(OUT_OF_CONTRACT_ID).chain(DropReason::ALL.iter().map(|r| r.as_str()))
+    [OUT_OF_CONTRACT_ID, DELETED_IN_BATCH]
+        .into_iter()
+        .chain(DropReason::ALL.iter().map(|r| r.as_str()))
 }
 
 static GLOBAL: LazyLock<Metrics> = LazyLock::new(|| Metrics::new(prometheus::default_registry()));
@@ -160,7 +186,21 @@ impl Metrics {
     /// registered the same name) is logged and that metric keeps working unexported, rather
     /// than failing start-up.
     pub fn new(registry: &Registry) -> Self {
-        let r = Registrar(registry);
+        Self::build(&Registrar::new(registry))
+    }
+
+    /// Every metric family the process exports, with its type, label names and help, in the
+    /// order they are built (process metrics first): the source of docs/metrics.md. Label names
+    /// are known here even for label sets no sample has used yet.
+    pub fn catalogue() -> Vec<MetricInfo> {
+        let registry = Registry::new();
+        let registrar = Registrar::new(&registry);
+        Self::build(&registrar);
+        registrar.catalogue.into_inner()
+    }
+
+    fn build(r: &Registrar<'_>) -> Self {
+        let process = r.process();
         let metrics = Self {
             request_duration: r.histogram(
                 "get_in_network_posts_duration_seconds",
@@ -280,10 +320,21 @@ impl Metrics {
             connections: r.gauge_vec("grpc_connections", "Open connections by port", &["port"]),
             connections_refused: r.counter_vec(
                 "grpc_connections_refused_total",
-                "Connections closed at accept because the connection cap was reached",
+                "Connections closed at accept because a connection cap was reached and every \
+                 connection that could give up its slot was busy",
                 &["port"],
             ),
+            connections_evicted: r.counter_vec(
+                "grpc_connections_evicted_total",
+                "Idle connections closed to admit a new one at a connection cap, by cap \
+                 (max_connections, per_peer)",
+                &["port", "reason"],
+            ),
             init_duration: r.float_gauge("init_duration_seconds", "Seconds from start-up to ready"),
+            ready: r.gauge(
+                "server_ready",
+                "1 while readiness is SERVING (store caught up, no Kafka partition stalled), else 0",
+            ),
             following_fetches: r.counter_vec(
                 "strato_requests_total",
                 "Following-list fetches by outcome",
@@ -306,12 +357,17 @@ impl Metrics {
                 "post_store_timeline_bytes",
                 "Bytes held by per-author timeline buffers",
             ),
+            store_index_bytes: r.gauge(
+                "post_store_index_bytes",
+                "Bytes of the post and author indexes: their tables and the author records",
+            ),
             store_trimmed_posts: r.counter(
                 "post_store_trimmed_posts_total",
                 "Post records freed by trimming",
             ),
-            kafka: KafkaMetrics::new(&r),
-            snapshot: SnapshotMetrics::new(&r),
+            kafka: KafkaMetrics::new(r),
+            snapshot: SnapshotMetrics::new(r),
+            process,
         };
         for level in DEGRADE_LEVEL_LABELS {
             metrics.degrade_levels.with_label_values(&[level]);
@@ -394,6 +450,7 @@ impl Metrics {
             .with_label_values(&["used"])
             .set(as_i64(stats.arena_bytes_used));
         self.store_timeline_bytes.set(as_i64(stats.timeline_bytes));
+        self.store_index_bytes.set(as_i64(stats.index_bytes));
     }
 
     /// Observes the `get_in_network_posts_found_*` histograms for `posts` at `stage`
@@ -483,8 +540,18 @@ impl KafkaMetrics {
             ),
             events_dropped: r.counter_vec(
                 "kafka_events_dropped_total",
-                "Kafka events dropped, by reason (out_of_contract_id, too_old, in_future, invalid_time, duplicate, tombstoned)",
+                "Kafka events dropped, by reason (out_of_contract_id, deleted_in_batch, too_old, in_future, invalid_time, duplicate, tombstoned)",
                 &["reason"],
+            ),
+            log_truncations: r.counter_vec(
+                "kafka_log_truncations_total",
+                "Times the partition's log end was found below the offset ingestion had read to (records lost by the broker, their offsets possibly reused); ingestion resumed at the new log end",
+                &["topic", "partition"],
+            ),
+            partition_lag_refresh_age: r.float_gauge_vec(
+                "kafka_partition_lag_refresh_age_seconds",
+                "Seconds since kafka_partition_lag was last refreshed from the broker (the lag sample is removed while refreshing fails)",
+                &["topic", "partition"],
             ),
         };
         for reason in drop_reasons() {
@@ -635,44 +702,111 @@ pub fn render() -> String {
         .unwrap_or_else(|e| format!("# encoding metrics failed: {e}\n"))
 }
 
-/// Builds metrics and registers each in a registry as it is built.
-struct Registrar<'a>(&'a Registry);
+/// One exported metric family, as docs/metrics.md lists it ([`Metrics::catalogue`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricInfo {
+    /// Family name (a histogram's series add `_bucket`, `_sum` and `_count`).
+    pub name: String,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// Label names (empty: one unlabelled series).
+    pub labels: Vec<String>,
+    /// The help text of the family.
+    pub help: String,
+}
 
-impl Registrar<'_> {
+/// Builds metrics and registers each in a registry as it is built, noting each family in a
+/// catalogue.
+struct Registrar<'a> {
+    registry: &'a Registry,
+    catalogue: std::cell::RefCell<Vec<MetricInfo>>,
+}
+
+impl<'a> Registrar<'a> {
+    fn new(registry: &'a Registry) -> Self {
+        Self {
+            registry,
+            catalogue: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
     /// Registers `built`. Metric definitions are compile-time constants, so an invalid one is a
     /// bug in this file; a registration clash is logged and the metric kept, unexported.
     fn register<C: Collector + Clone + 'static>(&self, built: prometheus::Result<C>) -> C {
         let collector = built.unwrap_or_else(|e| panic!("invalid metric definition: {e}"));
-        if let Err(e) = self.0.register(Box::new(collector.clone())) {
+        if let Err(e) = self.registry.register(Box::new(collector.clone())) {
             tracing::warn!(error = %e, "metric not registered");
         }
         collector
     }
 
+    /// Notes the families of `collector` as `kind` in the catalogue.
+    fn note<C: Collector>(&self, collector: &C, kind: &'static str) {
+        let mut catalogue = self.catalogue.borrow_mut();
+        for desc in collector.desc() {
+            catalogue.push(MetricInfo {
+                name: desc.fq_name.clone(),
+                kind,
+                labels: desc.variable_labels.clone(),
+                help: desc.help.clone(),
+            });
+        }
+    }
+
+    fn process(&self) -> ProcessCollector {
+        let collector = self.register(Ok(ProcessCollector::new()));
+        let mut catalogue = self.catalogue.borrow_mut();
+        for (name, kind, help) in ProcessCollector::FAMILIES {
+            catalogue.push(MetricInfo {
+                name: (*name).to_owned(),
+                kind,
+                labels: Vec::new(),
+                help: (*help).to_owned(),
+            });
+        }
+        collector
+    }
+
     fn counter(&self, name: &str, help: &str) -> IntCounter {
-        self.register(IntCounter::new(name, help))
+        let built = self.register(IntCounter::new(name, help));
+        self.note(&built, "counter");
+        built
     }
 
     fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-        self.register(IntCounterVec::new(Opts::new(name, help), labels))
+        let built = self.register(IntCounterVec::new(Opts::new(name, help), labels));
+        self.note(&built, "counter");
+        built
     }
 
     fn gauge(&self, name: &str, help: &str) -> IntGauge {
-        self.register(IntGauge::new(name, help))
+        let built = self.register(IntGauge::new(name, help));
+        self.note(&built, "gauge");
+        built
     }
 
     fn float_gauge(&self, name: &str, help: &str) -> Gauge {
-        self.register(Gauge::new(name, help))
+        let built = self.register(Gauge::new(name, help));
+        self.note(&built, "gauge");
+        built
+    }
+
+    fn float_gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+        self.register(GaugeVec::new(Opts::new(name, help), labels))
     }
 
     fn gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-        self.register(IntGaugeVec::new(Opts::new(name, help), labels))
+        let built = self.register(IntGaugeVec::new(Opts::new(name, help), labels));
+        self.note(&built, "gauge");
+        built
     }
 
     fn histogram(&self, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
-        self.register(Histogram::with_opts(
+        let built = self.register(Histogram::with_opts(
             HistogramOpts::new(name, help).buckets(buckets),
-        ))
+        ));
+        self.note(&built, "histogram");
+        built
     }
 
     fn histogram_vec(
@@ -682,10 +816,119 @@ impl Registrar<'_> {
         labels: &[&str],
         buckets: Vec<f64>,
     ) -> HistogramVec {
-        self.register(HistogramVec::new(
+        let built = self.register(HistogramVec::new(
             HistogramOpts::new(name, help).buckets(buckets),
             labels,
-        ))
+        ));
+        self.note(&built, "histogram");
+        built
+    }
+}
+
+/// The standard `process_*` metrics of the Prometheus client libraries, read from
+/// `/proc/self` at each scrape (the prometheus crate's own collector needs another procfs
+/// major version than the workspace's). Where `/proc` cannot be read, nothing is exported.
+#[derive(Clone, Debug)]
+pub struct ProcessCollector {
+    descs: Vec<prometheus::core::Desc>,
+}
+
+impl ProcessCollector {
+    /// Name, type and help of each family.
+    pub const FAMILIES: &[(&str, &str, &str)] = &[
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes",
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size in bytes",
+        ),
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds",
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since unix epoch in seconds",
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors",
+        ),
+    ];
+
+    fn new() -> Self {
+        let descs = Self::FAMILIES
+            .iter()
+            .filter_map(|(name, _, help)| {
+                prometheus::core::Desc::new(
+                    (*name).to_owned(),
+                    (*help).to_owned(),
+                    Vec::new(),
+                    std::collections::HashMap::new(),
+                )
+                .ok()
+            })
+            .collect();
+        Self { descs }
+    }
+
+    /// The current values, in [`Self::FAMILIES`] order, or `None` when `/proc` is unreadable.
+    fn read() -> Option<[f64; 5]> {
+        let me = procfs::process::Process::myself().ok()?;
+        let stat = me.stat().ok()?;
+        let ticks = procfs::ticks_per_second().max(1) as f64;
+        let boot_secs = procfs::boot_time_secs().ok()? as f64;
+        let open_fds = me.fd_count().unwrap_or(0) as f64;
+        Some([
+            (stat.rss * procfs::page_size()) as f64,
+            stat.vsize as f64,
+            (stat.utime + stat.stime) as f64 / ticks,
+            boot_secs + stat.starttime as f64 / ticks,
+            open_fds,
+        ])
+    }
+}
+
+impl Collector for ProcessCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        use prometheus::proto::{Counter, Gauge as GaugeValue, Metric, MetricFamily, MetricType};
+        let Some(values) = Self::read() else {
+            return Vec::new();
+        };
+        Self::FAMILIES
+            .iter()
+            .zip(values)
+            .map(|((name, kind, help), value)| {
+                let mut metric = Metric::default();
+                let mut family = MetricFamily::default();
+                if *kind == "counter" {
+                    let mut counter = Counter::default();
+                    counter.set_value(value);
+                    metric.set_counter(counter);
+                    family.set_field_type(MetricType::COUNTER);
+                } else {
+                    let mut gauge = GaugeValue::default();
+                    gauge.set_value(value);
+                    metric.set_gauge(gauge);
+                    family.set_field_type(MetricType::GAUGE);
+                }
+                family.set_name((*name).to_owned());
+                family.set_help((*help).to_owned());
+                family.set_metric(vec![metric]);
+                family
+            })
+            .collect()
     }
 }
 
@@ -740,7 +983,7 @@ mod tests {
             .iter()
             .find(|f| f.name() == "kafka_events_dropped_total")
             .expect("exported");
-        assert_eq!(dropped.get_metric().len(), 1 + DropReason::ALL.len());
+        assert_eq!(dropped.get_metric().len(), 2 + DropReason::ALL.len());
     }
 
     #[test]
@@ -762,6 +1005,66 @@ mod tests {
         ] {
             assert!(names.iter().any(|n| n == name), "{name} missing");
         }
+    }
+
+    #[test]
+    fn the_catalogue_knows_every_family_and_its_labels_before_any_sample() {
+        let (_metrics, registry) = metrics();
+        let catalogue = Metrics::catalogue();
+        let find = |name: &str| {
+            catalogue
+                .iter()
+                .find(|m| m.name == name)
+                .unwrap_or_else(|| panic!("{name} not in the catalogue"))
+        };
+        assert_eq!(find("kafka_partition_lag").labels, ["topic", "partition"]);
+        assert_eq!(find("kafka_partition_lag").kind, "gauge");
+        assert_eq!(find("strato_requests_total").labels, ["endpoint", "status"]);
+        assert_eq!(
+            find("get_in_network_posts_duration_seconds").kind,
+            "histogram"
+        );
+        assert_eq!(find("process_resident_memory_bytes").kind, "gauge");
+        // Every family a scrape shows is catalogued, with the same type and help.
+        for family in registry.gather() {
+            let info = find(family.name());
+            assert_eq!(info.help, family.help(), "{}", family.name());
+            let kind = format!("{:?}", family.get_field_type()).to_ascii_lowercase();
+            assert_eq!(info.kind, kind, "{}", family.name());
+        }
+        let mut names: Vec<_> = catalogue.iter().map(|m| &m.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), catalogue.len(), "a family is catalogued twice");
+    }
+
+    #[test]
+    fn process_metrics_read_this_process() {
+        let (_metrics, registry) = metrics();
+        let families = registry.gather();
+        let value = |name: &str| {
+            let family = families
+                .iter()
+                .find(|f| f.name() == name)
+                .unwrap_or_else(|| panic!("{name} missing"));
+            let metric = &family.get_metric()[0];
+            if family.get_field_type() == prometheus::proto::MetricType::COUNTER {
+                metric.get_counter().get_value()
+            } else {
+                metric.get_gauge().get_value()
+            }
+        };
+        assert!(value("process_resident_memory_bytes") > 1_000_000.0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_secs_f64();
+        let started = value("process_start_time_seconds");
+        assert!(
+            started <= now + 2.0 && started > now - 86_400.0,
+            "{started}"
+        );
+        assert!(value("process_open_fds") >= 3.0);
     }
 
     #[test]

@@ -13,12 +13,17 @@
 //!   [`OverloadConfig::max_queue_wait`] or what is left of the call's deadline, or when
 //!   [`OverloadConfig::max_queued`] calls already wait. The limit follows the measured cost,
 //!   so admitted work finishes in time and goodput stays near capacity under any offered load.
-//! - **Degrade ladder** (CoDel-style, on queue wait): every [`OverloadConfig::interval`] the
-//!   queue waits seen are compared with [`OverloadConfig::target_wait`]; a standing queue
-//!   (most calls waited longer) steps the level up at once, and
-//!   [`CLEAN_INTERVALS_TO_STEP_DOWN`] clean intervals step it down by one. A call runs at the
-//!   level current when it leaves the queue: cheaper answers drain the queue faster, and
-//!   refusals come only once even degraded answers cannot keep up.
+//! - **Degrade ladder** (CoDel-style, on queue wait, only on evidence of our own queue): a call
+//!   counts as *queued* when it waited longer than [`OverloadConfig::target_wait`] **and** every
+//!   executor was busy with other calls at some moment of its wait. A wait during which an
+//!   executor stayed free is scheduler delay (a neighbour's CPU, a late wake-up of a lone
+//!   call), not a queue that cheaper answers would shorten. Every [`OverloadConfig::interval`]
+//!   the calls are judged: at least [`MIN_CALLS_PER_INTERVAL`] calls, most of them queued, is a
+//!   standing queue and steps the level up at once; [`CLEAN_INTERVALS_TO_STEP_DOWN`] clean
+//!   intervals step it down by one. An interval whose calls are mostly queued but too few to
+//!   tell (slow queries) is extended, up to [`MIN_CALLS_PER_INTERVAL`] intervals, to collect
+//!   them. A call runs at the level current when it leaves the queue: cheaper answers drain
+//!   the queue faster, and refusals come only once even degraded answers cannot keep up.
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -29,6 +34,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Clean intervals (no standing queue) before the degrade level steps down by one.
 pub const CLEAN_INTERVALS_TO_STEP_DOWN: u32 = 3;
+/// Calls an interval needs before it can show a standing queue: one or two queued calls may
+/// be a coincidence (two callers meeting once), not a queue.
+pub const MIN_CALLS_PER_INTERVAL: u32 = 4;
 /// Highest degrade level (see [`DegradeLevel`]).
 pub const MAX_DEGRADE_LEVEL: u8 = 3;
 /// Service time assumed before the first query is measured.
@@ -43,7 +51,8 @@ pub struct OverloadConfig {
     pub max_queue_wait: Duration,
     /// Calls are refused when this many already wait.
     pub max_queued: usize,
-    /// Queue wait that counts as a standing queue (the CoDel target).
+    /// Queue wait behind busy executors that counts towards a standing queue (the CoDel
+    /// target).
     pub target_wait: Duration,
     /// Length of one controller interval.
     pub interval: Duration,
@@ -98,22 +107,66 @@ pub struct Overload {
     /// The last closed interval had a standing queue.
     standing: AtomicBool,
     service_nanos: AtomicU64,
+    busy: Arc<BusyClock>,
     controller: Mutex<Controller>,
 }
 
 #[derive(Debug)]
 struct Controller {
     interval_start: Instant,
-    /// Calls seen in this interval, and how many of them waited longer than the target.
+    /// Calls seen in this interval, and how many of them were queued (waited longer than the
+    /// target behind busy executors).
     calls: u32,
-    over_target: u32,
+    queued: u32,
     clean: u32,
+}
+
+/// When every executor was last busy at once; kept up to date by each [`ExecutorPermit`].
+#[derive(Debug)]
+struct BusyClock {
+    base: Instant,
+    /// Nanoseconds after `base` at which the latest moment with every executor busy ended
+    /// (0: none yet).
+    all_busy_until_nanos: AtomicU64,
+}
+
+impl BusyClock {
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// True when every executor was busy at some moment after `since`.
+    fn all_busy_since(&self, since: Instant) -> bool {
+        self.all_busy_until_nanos.load(Ordering::Relaxed) > self.nanos(since)
+    }
+}
+
+/// An executor held by a query. Dropping it frees the executor.
+#[derive(Debug)]
+pub struct ExecutorPermit {
+    permit: OwnedSemaphorePermit,
+    busy: Arc<BusyClock>,
+}
+
+impl Drop for ExecutorPermit {
+    fn drop(&mut self) {
+        // The permit is still held here (fields drop after this body): no free executor means
+        // every executor was busy until now.
+        if self.permit.semaphore().available_permits() == 0 {
+            let now = self.busy.nanos(Instant::now());
+            // Relaxed: a waiter given this executor is ordered after this store by the
+            // semaphore's own synchronisation; other readers only need a recent value.
+            self.busy
+                .all_busy_until_nanos
+                .fetch_max(now, Ordering::Relaxed);
+        }
+    }
 }
 
 /// An executor slot: the call may run its query. Dropping it frees the slot.
 #[derive(Debug)]
 pub struct Slot {
-    permit: OwnedSemaphorePermit,
+    permit: ExecutorPermit,
     /// The degrade level to answer at.
     pub level: DegradeLevel,
     /// How long the call waited for the slot.
@@ -123,7 +176,7 @@ pub struct Slot {
 impl Slot {
     /// The permit, to move into the thread that runs the query (so the slot stays taken
     /// until the query really ends, even if the call is abandoned meanwhile).
-    pub fn into_permit(self) -> OwnedSemaphorePermit {
+    pub fn into_permit(self) -> ExecutorPermit {
         self.permit
     }
 }
@@ -148,10 +201,14 @@ impl Overload {
             level: AtomicU8::new(0),
             standing: AtomicBool::new(false),
             service_nanos: AtomicU64::new(INITIAL_SERVICE_NANOS),
+            busy: Arc::new(BusyClock {
+                base: Instant::now(),
+                all_busy_until_nanos: AtomicU64::new(0),
+            }),
             controller: Mutex::new(Controller {
                 interval_start: Instant::now(),
                 calls: 0,
-                over_target: 0,
+                queued: 0,
                 clean: 0,
             }),
             config,
@@ -197,16 +254,20 @@ impl Overload {
         let waited = arrived.saturating_duration_since(accepted);
         if waited > self.config.max_queue_wait && self.saturated() {
             // Counted as a wait: the controller stays at its top while calls wait this long.
-            self.observe_wait(arrived, waited);
+            let behind_busy =
+                self.executors.available_permits() == 0 || self.busy.all_busy_since(accepted);
+            self.observe_wait(arrived, waited, behind_busy);
             return Err(Refusal::Overloaded);
         }
         // Fast path: a free executor and nobody waiting.
         if self.waiting() == 0
             && let Ok(permit) = Arc::clone(&self.executors).try_acquire_owned()
         {
-            let level = self.observe_wait(arrived, waited);
+            // Its wait (before the handler ran) was queued only if the executors were all
+            // busy meanwhile: else it was scheduler delay.
+            let level = self.observe_wait(arrived, waited, self.busy.all_busy_since(accepted));
             return Ok(Slot {
-                permit,
+                permit: self.permit(permit),
                 level,
                 queue_wait: waited,
             });
@@ -228,12 +289,19 @@ impl Overload {
         drop(waiting);
         let now = Instant::now();
         let queue_wait = now.saturating_duration_since(accepted);
-        let level = self.observe_wait(now, queue_wait);
+        let level = self.observe_wait(now, queue_wait, self.busy.all_busy_since(accepted));
         Ok(Slot {
-            permit,
+            permit: self.permit(permit),
             level,
             queue_wait,
         })
+    }
+
+    fn permit(&self, permit: OwnedSemaphorePermit) -> ExecutorPermit {
+        ExecutorPermit {
+            permit,
+            busy: Arc::clone(&self.busy),
+        }
     }
 
     /// True when degrading cannot go further: the ladder (if any) is at its top and the last
@@ -253,9 +321,10 @@ impl Overload {
         self.service_nanos.store(new.max(1), Ordering::Relaxed);
     }
 
-    /// Records one queue wait; closes the controller interval when it is over and returns
-    /// the level to answer at.
-    fn observe_wait(&self, now: Instant, wait: Duration) -> DegradeLevel {
+    /// Records one queue wait (`behind_busy`: every executor was busy with other calls at some
+    /// moment of it); closes the controller interval when it is over and returns the level to
+    /// answer at.
+    fn observe_wait(&self, now: Instant, wait: Duration, behind_busy: bool) -> DegradeLevel {
         if self.config.max_level == 0 {
             return 0;
         }
@@ -263,21 +332,31 @@ impl Overload {
             return self.level();
         };
         c.calls = c.calls.saturating_add(1);
-        if wait > self.config.target_wait {
-            c.over_target = c.over_target.saturating_add(1);
+        if wait > self.config.target_wait && behind_busy {
+            c.queued = c.queued.saturating_add(1);
         }
         let elapsed = now.saturating_duration_since(c.interval_start);
         if elapsed < self.config.interval {
             return self.level();
         }
-        let mut level = self.level();
         // Most calls, not every call (CoDel's minimum): with one runtime worker, a stream task
         // spawned by its connection often runs next (tokio's LIFO slot) and waits ~15 us while
         // the others wait tens of ms; the minimum then never shows the standing queue
         // (measured: 97% of calls over target, minimum 11-17 us, in every interval).
-        let standing = u64::from(c.over_target) * 2 > u64::from(c.calls);
+        let mostly_queued = u64::from(c.queued) * 2 > u64::from(c.calls);
+        let enough_calls = c.calls >= MIN_CALLS_PER_INTERVAL;
+        if mostly_queued
+            && !enough_calls
+            && elapsed < self.config.interval.saturating_mul(MIN_CALLS_PER_INTERVAL)
+        {
+            // Too few calls yet to tell a queue from a coincidence (slow queries leave few
+            // calls per interval): keep collecting.
+            return self.level();
+        }
+        let standing = mostly_queued && enough_calls;
+        let mut level = self.level();
         c.calls = 0;
-        c.over_target = 0;
+        c.queued = 0;
         // Whole intervals that passed without any call count as clean.
         let idle_intervals =
             (elapsed.as_nanos() / self.config.interval.as_nanos().max(1)).saturating_sub(1);
@@ -319,29 +398,161 @@ mod tests {
         }
     }
 
+    /// Feeds the calls of one interval: one per entry of `waits_ms`, each having waited so
+    /// long, `behind_busy` or not. The last call, at `end_ms` after `start`, closes the
+    /// interval (when it is long enough); the others come 50 ms before it. Returns the level
+    /// the last call is answered at.
+    fn interval(
+        overload: &Overload,
+        start: Instant,
+        end_ms: u64,
+        waits_ms: &[u64],
+        behind_busy: bool,
+    ) -> DegradeLevel {
+        let mut level = overload.level();
+        for (i, wait) in (0u64..).zip(waits_ms) {
+            let at_ms = if i + 1 == waits_ms.len() as u64 {
+                end_ms
+            } else {
+                end_ms - 50 + i
+            };
+            level = overload.observe_wait(
+                start + Duration::from_millis(at_ms),
+                Duration::from_millis(*wait),
+                behind_busy,
+            );
+        }
+        level
+    }
+
     #[test]
     fn a_standing_queue_steps_up_at_once_and_clean_intervals_step_down() {
         let overload = Overload::new(config());
         let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        // Interval 1: every call waited 10 ms (> 5 ms target) -> level 1 at its end.
-        overload.observe_wait(at(10), Duration::from_millis(10));
-        assert_eq!(overload.observe_wait(at(101), Duration::from_millis(10)), 1);
-        assert_eq!(overload.observe_wait(at(202), Duration::from_millis(20)), 2);
-        assert_eq!(overload.observe_wait(at(303), Duration::from_millis(20)), 3);
-        assert_eq!(overload.observe_wait(at(404), Duration::from_millis(20)), 3);
+        // Every call waited behind busy executors longer than the 5 ms target: one step up at
+        // the end of each interval.
+        assert_eq!(interval(&overload, start, 101, &[10; 4], true), 1);
+        assert_eq!(interval(&overload, start, 202, &[20; 4], true), 2);
+        assert_eq!(interval(&overload, start, 303, &[20; 4], true), 3);
+        assert_eq!(interval(&overload, start, 404, &[20; 4], true), 3);
         // Most calls waited, one lucky call did not: still a standing queue (level stays 3).
-        overload.observe_wait(at(420), Duration::ZERO);
-        overload.observe_wait(at(430), Duration::from_millis(9));
-        overload.observe_wait(at(440), Duration::from_millis(9));
-        assert_eq!(overload.observe_wait(at(505), Duration::from_millis(9)), 3);
+        assert_eq!(interval(&overload, start, 505, &[0, 9, 9, 9], true), 3);
         // Half of the calls or fewer waited: clean; three clean intervals step down by one.
-        overload.observe_wait(at(550), Duration::ZERO);
-        assert_eq!(overload.observe_wait(at(606), Duration::from_millis(9)), 3);
-        assert_eq!(overload.observe_wait(at(707), Duration::ZERO), 3);
-        assert_eq!(overload.observe_wait(at(808), Duration::ZERO), 2);
+        assert_eq!(interval(&overload, start, 606, &[0, 0, 9, 9], true), 3);
+        assert_eq!(interval(&overload, start, 707, &[0; 4], true), 3);
+        assert_eq!(interval(&overload, start, 808, &[0; 4], true), 2);
         // A long idle gap counts as clean intervals.
-        assert_eq!(overload.observe_wait(at(1600), Duration::ZERO), 0);
+        assert_eq!(interval(&overload, start, 1600, &[0], false), 0);
+    }
+
+    #[test]
+    fn waits_with_an_executor_free_never_step_up() {
+        let overload = Overload::new(config());
+        let start = Instant::now();
+        // Every call waited 50 ms (ten times the target), but never behind busy executors:
+        // scheduler delay, however long and however many calls.
+        for i in 1..=20u64 {
+            assert_eq!(interval(&overload, start, 101 * i, &[50; 8], false), 0);
+        }
+    }
+
+    #[test]
+    fn too_few_calls_are_not_a_queue_until_more_show_it() {
+        let overload = Overload::new(config());
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let queued = |ms: u64| overload.observe_wait(at(ms), Duration::from_millis(20), true);
+        // One queued call per interval, and a clean one between them: never a standing queue.
+        for i in 0..10u64 {
+            assert_eq!(queued(101 + 200 * i), 0);
+            assert_eq!(
+                overload.observe_wait(at(201 + 200 * i), Duration::ZERO, false),
+                0
+            );
+        }
+        // Slow queries: one queued call per interval, and nothing else. The interval is
+        // extended until it holds enough calls, then the queue shows.
+        let overload = Overload::new(config());
+        let queued = |ms: u64| overload.observe_wait(at(ms), Duration::from_millis(20), true);
+        assert_eq!(queued(101), 0);
+        assert_eq!(queued(202), 0);
+        assert_eq!(queued(303), 0);
+        assert_eq!(queued(404), 1);
+        // An interval extended past its limit without enough calls is judged clean.
+        let overload = Overload::new(config());
+        let queued = |ms: u64| overload.observe_wait(at(ms), Duration::from_millis(20), true);
+        assert_eq!(queued(101), 0);
+        assert_eq!(queued(502), 0);
+        assert_eq!(queued(603), 0);
+    }
+
+    /// A lone caller: one call at a time, each woken late (simulated: 8 ms, above the 5 ms
+    /// target, between its acceptance and its handler), with every executor free. Before,
+    /// each late call was a standing queue of its interval and stepped the ladder up.
+    #[tokio::test]
+    async fn a_lone_sequential_caller_woken_late_is_never_degraded() {
+        let overload = Overload::new(OverloadConfig {
+            interval: Duration::from_millis(10),
+            ..config()
+        });
+        for _ in 0..40 {
+            let accepted = Instant::now();
+            std::thread::sleep(Duration::from_millis(8));
+            let slot = overload.acquire(accepted, None).await.expect("served");
+            assert!(slot.queue_wait > overload.config().target_wait);
+            assert_eq!(slot.level, 0, "a lone caller degraded");
+            drop(slot);
+        }
+        assert_eq!(overload.level(), 0);
+    }
+
+    /// Six callers in a closed loop on one executor, each holding it 3 ms: every call waits
+    /// ~15 ms for the executor, a real standing queue, and the ladder steps up. Then one
+    /// caller alone: clean intervals step it down to 0.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_real_queue_steps_up_and_clean_intervals_step_down() {
+        let overload = Arc::new(Overload::new(OverloadConfig {
+            interval: Duration::from_millis(20),
+            max_queue_wait: Duration::from_secs(5),
+            max_queued: 64,
+            ..config()
+        }));
+        let until = Instant::now() + Duration::from_millis(500);
+        let mut callers = Vec::new();
+        for _ in 0..6 {
+            let o = Arc::clone(&overload);
+            callers.push(tokio::spawn(async move {
+                let mut top = 0;
+                while Instant::now() < until {
+                    let slot = o.acquire(Instant::now(), None).await.expect("queued");
+                    top = top.max(slot.level);
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    drop(slot);
+                }
+                top
+            }));
+        }
+        let mut top = 0;
+        for c in callers {
+            top = top.max(c.await.expect("joins"));
+        }
+        assert!(top >= 1, "a standing queue did not degrade");
+        // Alone now: no wait, so every interval is clean and the level only goes down.
+        let mut level = overload.level();
+        for _ in 0..200 {
+            if level == 0 {
+                break;
+            }
+            let slot = overload
+                .acquire(Instant::now(), None)
+                .await
+                .expect("served");
+            assert!(slot.level <= level, "stepped up without a queue");
+            level = slot.level;
+            drop(slot);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(level, 0, "clean intervals did not step down");
     }
 
     #[test]
@@ -355,6 +566,7 @@ mod tests {
             let level = overload.observe_wait(
                 start + Duration::from_millis(i * 150),
                 Duration::from_secs(1),
+                true,
             );
             assert_eq!(level, 0);
         }
@@ -412,10 +624,7 @@ mod tests {
         // Standing queue for three intervals: the ladder reaches its top.
         let start = Instant::now();
         for i in 1..=4u64 {
-            overload.observe_wait(
-                start + Duration::from_millis(101 * i),
-                Duration::from_millis(20),
-            );
+            interval(&overload, start, 101 * i, &[20; 4], true);
         }
         assert_eq!(overload.level(), MAX_DEGRADE_LEVEL);
         assert_eq!(
@@ -435,10 +644,7 @@ mod tests {
             ..config()
         });
         for i in 1..=4u64 {
-            flat.observe_wait(
-                start + Duration::from_millis(101 * i),
-                Duration::from_millis(20),
-            );
+            interval(&flat, start, 101 * i, &[20; 4], true);
         }
         assert!(flat.acquire(long_ago, None).await.is_ok());
     }

@@ -1,8 +1,10 @@
 //! Readiness: NOT_SERVING (gRPC health) and 503 (`/readyz`) until the store has caught up with
-//! its event source, SERVING and 200 after.
+//! its event source, SERVING and 200 after. Liveness is separate: the gRPC health service
+//! [`LIVENESS_SERVICE`] and `/healthz` say the process is up, SERVING from start-up (during
+//! catch-up too) until shutdown, so a probe does not kill a replica that is still replaying.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tonic_health::ServingStatus;
@@ -10,8 +12,13 @@ use tonic_health::server::HealthReporter;
 
 use crate::metrics::Metrics;
 
+/// gRPC health service name of liveness: SERVING from start-up until shutdown, whatever the
+/// catch-up state (the readiness names are `""` and `thunder.v1.InNetworkPostsService`).
+pub const LIVENESS_SERVICE: &str = "liveness";
+
 /// Shared readiness flag, mirrored into `grpc.health.v1.Health` for both the overall server
-/// (service `""`) and `thunder.v1.InNetworkPostsService`.
+/// (service `""`) and `thunder.v1.InNetworkPostsService`, with the reason of its last change
+/// and the event source, for the status page.
 #[derive(Clone, Debug)]
 pub struct Readiness {
     inner: Arc<Inner>,
@@ -22,6 +29,10 @@ struct Inner {
     ready: AtomicBool,
     health: HealthReporter,
     started: Instant,
+    /// Why the server is (not) ready, for the status page.
+    reason: Mutex<String>,
+    /// What feeds the store (demo workload or Kafka topic), for the status page.
+    source: Mutex<String>,
 }
 
 const HEALTH_SERVICES: [&str; 2] = ["", thunder_proto::SERVICE_NAME];
@@ -34,13 +45,43 @@ impl Readiness {
                 .set_service_status(service, ServingStatus::NotServing)
                 .await;
         }
+        Metrics::global().ready.set(0);
+        health
+            .set_service_status(LIVENESS_SERVICE, ServingStatus::Serving)
+            .await;
         Self {
             inner: Arc::new(Inner {
                 ready: AtomicBool::new(false),
                 health,
                 started,
+                reason: Mutex::new("starting: catching up with the event source".to_owned()),
+                source: Mutex::new("not set".to_owned()),
             }),
         }
+    }
+
+    /// Why the server is ready or not (the reason of the last change).
+    pub fn reason(&self) -> String {
+        lock(&self.inner.reason).clone()
+    }
+
+    /// What feeds the store, as set by [`Readiness::set_source`].
+    pub fn source(&self) -> String {
+        lock(&self.inner.source).clone()
+    }
+
+    /// Records what feeds the store (shown on the status page).
+    pub fn set_source(&self, source: impl Into<String>) {
+        *lock(&self.inner.source) = source.into();
+    }
+
+    fn set_reason(&self, reason: &str) {
+        *lock(&self.inner.reason) = reason.to_owned();
+    }
+
+    /// Seconds since start-up.
+    pub fn uptime_secs(&self) -> f64 {
+        self.inner.started.elapsed().as_secs_f64()
     }
 
     /// True once [`Readiness::set_ready`] ran (and until [`Readiness::set_not_ready`]).
@@ -60,7 +101,9 @@ impl Readiness {
                 .set_service_status(service, ServingStatus::Serving)
                 .await;
         }
+        self.set_reason("caught up with the event source");
         self.inner.ready.store(true, Ordering::Relaxed);
+        Metrics::global().ready.set(1);
         tracing::info!(
             after_secs = self.inner.started.elapsed().as_secs_f64(),
             "ready: health SERVING"
@@ -73,7 +116,9 @@ impl Readiness {
         if serving == self.is_ready() {
             return;
         }
+        self.set_reason(reason);
         self.inner.ready.store(serving, Ordering::Relaxed);
+        Metrics::global().ready.set(i64::from(serving));
         let status = if serving {
             ServingStatus::Serving
         } else {
@@ -89,14 +134,25 @@ impl Readiness {
         }
     }
 
-    /// Marks the server not ready (during shutdown, so balancers stop sending traffic).
+    /// Marks the server not ready (during shutdown, so balancers stop sending traffic); the
+    /// liveness service turns NOT_SERVING too, as the process is going away.
     pub async fn set_not_ready(&self) {
+        self.set_reason("shutting down");
         self.inner.ready.store(false, Ordering::Relaxed);
-        for service in HEALTH_SERVICES {
+        Metrics::global().ready.set(0);
+        for service in HEALTH_SERVICES.into_iter().chain([LIVENESS_SERVICE]) {
             self.inner
                 .health
                 .set_service_status(service, ServingStatus::NotServing)
                 .await;
         }
     }
+}
+
+/// Locks a status string; a poisoned lock (a panic while holding it) still holds a whole
+/// string, so it is used as is.
+fn lock(mutex: &Mutex<String>) -> std::sync::MutexGuard<'_, String> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

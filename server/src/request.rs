@@ -67,6 +67,10 @@ pub struct ValidatedRequest {
 impl ValidatedRequest {
     /// Checks and normalises `req`:
     /// - `user_id` and every used id must fit in `i64` (else [`ServiceError::InvalidArgument`]);
+    /// - id 0 is no id: a `following_user_ids` or `exclude_tweet_ids` entry 0 is
+    ///   [`ServiceError::InvalidArgument`], and so is `user_id` 0 with an empty following list
+    ///   (there is no one to look the follow graph up for). `user_id` 0 with a following list
+    ///   stays valid: the reference's popular-posts job sends exactly that;
     /// - `following_user_ids` and `exclude_tweet_ids` are cut to their first
     ///   [`MAX_INPUT_LIST_SIZE`] entries (ids beyond are ignored unchecked), with a warning;
     /// - [`BLACKLISTED_AUTHORS`] are removed (duplicates are read once by the store query);
@@ -75,15 +79,20 @@ impl ValidatedRequest {
     /// - an unknown `algorithm` is logged and served as `recent`.
     pub fn from_request(req: &GetInNetworkPostsRequest) -> Result<Self, ServiceError> {
         let viewer_id = to_i64("user_id", req.user_id)?;
+        if viewer_id == 0 && req.following_user_ids.is_empty() {
+            return Err(ServiceError::InvalidArgument(
+                "user_id: id 0 is not an id, and following_user_ids is empty".into(),
+            ));
+        }
         let following = truncated("following_user_ids", &req.following_user_ids, viewer_id);
         let excluded = truncated("exclude_tweet_ids", &req.exclude_tweet_ids, viewer_id);
         let mut authors = Vec::with_capacity(following.len());
         for &id in following {
-            authors.push(to_i64("following_user_ids", id)?);
+            authors.push(to_id("following_user_ids", id)?);
         }
         let exclude = excluded
             .iter()
-            .map(|&id| to_i64("exclude_tweet_ids", id))
+            .map(|&id| to_id("exclude_tweet_ids", id))
             .collect::<Result<Vec<_>, _>>()?;
 
         let default_max = if req.is_video_request {
@@ -210,6 +219,16 @@ fn to_i64(field: &str, id: u64) -> Result<i64, ServiceError> {
     i64::try_from(id).map_err(|_| {
         ServiceError::InvalidArgument(format!("{field}: id {id} exceeds the int64 range"))
     })
+}
+
+/// A list entry: an id in the `i64` range other than 0.
+fn to_id(field: &str, id: u64) -> Result<i64, ServiceError> {
+    if id == 0 {
+        return Err(ServiceError::InvalidArgument(format!(
+            "{field}: id 0 is not an id"
+        )));
+    }
+    to_i64(field, id)
 }
 
 fn truncated<'a>(field: &str, ids: &'a [u64], viewer_id: i64) -> &'a [u64] {
@@ -376,5 +395,53 @@ mod tests {
             let err = ValidatedRequest::from_request(&req).expect_err("invalid");
             assert_eq!(err.code(), tonic::Code::InvalidArgument);
         }
+    }
+
+    #[test]
+    fn ids_0_are_invalid() {
+        for (req, field) in [
+            (
+                GetInNetworkPostsRequest {
+                    following_user_ids: vec![2, 0, 3],
+                    ..request()
+                },
+                "following_user_ids",
+            ),
+            (
+                GetInNetworkPostsRequest {
+                    exclude_tweet_ids: vec![7, 0],
+                    ..request()
+                },
+                "exclude_tweet_ids",
+            ),
+            (
+                GetInNetworkPostsRequest {
+                    user_id: 0,
+                    following_user_ids: Vec::new(),
+                    ..request()
+                },
+                "user_id",
+            ),
+        ] {
+            let err = ValidatedRequest::from_request(&req).expect_err("invalid");
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{field}");
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        // The popular-posts job's request: viewer 0 with an explicit author list.
+        let popular = GetInNetworkPostsRequest {
+            user_id: 0,
+            following_user_ids: vec![2, 3],
+            ..request()
+        };
+        let v = ValidatedRequest::from_request(&popular).expect("valid");
+        assert_eq!((v.viewer_id, v.authors), (0, vec![2, 3]));
+        // Past the first MAX_INPUT_LIST_SIZE entries ids are ignored unchecked, 0 included.
+        let mut following: Vec<u64> = (1..=MAX_INPUT_LIST_SIZE as u64).collect();
+        following.push(0);
+        let long = GetInNetworkPostsRequest {
+            following_user_ids: following,
+            ..request()
+        };
+        assert!(ValidatedRequest::from_request(&long).is_ok());
     }
 }

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 
+use crate::admin::{self, AdminAccess};
 use crate::admission::Admission;
 use crate::arrival::ArrivalLayer;
 use crate::error::StartupError;
@@ -20,8 +21,9 @@ use crate::metrics::Metrics;
 use crate::overload::{Overload, OverloadConfig};
 use crate::readiness::Readiness;
 use crate::service::ThunderService;
+use crate::status::StatusSampler;
+use crate::tasks;
 use crate::tls::TlsFiles;
-use crate::{admin, tasks};
 
 /// Default largest accepted (decoded) request message: 4 MiB, far above the ~200 KB of two
 /// full 10000-id lists.
@@ -61,6 +63,12 @@ pub struct ServerOptions {
     pub grpc_connections: ConnLimits,
     /// Connection bounds of the admin port.
     pub admin_connections: ConnLimits,
+    /// Who may send state-changing admin requests (token, extra allowed hosts).
+    pub admin_access: AdminAccess,
+    /// Streams a client may reset before the server has accepted them, waiting at once on
+    /// one connection, before the connection is closed (GOAWAY `too_many_resets`); 0:
+    /// [`PENDING_RESET_STREAMS_PER_STREAM`] x `max_concurrent_streams`.
+    pub http2_max_pending_reset_streams: usize,
 }
 
 /// Exit code of `thunder-server` when the shutdown drain timed out and cut in-flight calls.
@@ -68,18 +76,26 @@ pub const EXIT_DRAIN_CUT: i32 = 3;
 
 /// Default concurrent streams per gRPC connection.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
-/// Default gRPC connection bounds: 1000 connections, closed after 120 s without a call.
+/// Default pending-reset streams allowed per connection, per stream of the stream cap: a
+/// client at the cap whose calls each give up after 20 ms can wait out a 400 ms stall.
+pub const PENDING_RESET_STREAMS_PER_STREAM: usize = 20;
+/// Default gRPC connection bounds: 1000 connections, half of them from one address at most,
+/// 5 s for the HTTP/2 preface and a first request, closed after 120 s without a call.
 pub const DEFAULT_GRPC_CONNECTIONS: ConnLimits = ConnLimits {
     max_connections: 1000,
+    max_connections_per_peer: 500,
     idle_timeout: Duration::from_secs(120),
     header_timeout: Duration::from_secs(10),
+    handshake_timeout: Duration::from_secs(5),
 };
-/// Default admin connection bounds: 32 connections, 10 s for a request header, closed after
-/// 30 s waiting for a request.
+/// Default admin connection bounds: 32 connections (no cap per address: the port is meant
+/// for local scrapers), 10 s for a request header, closed after 30 s waiting for a request.
 pub const DEFAULT_ADMIN_CONNECTIONS: ConnLimits = ConnLimits {
     max_connections: 32,
+    max_connections_per_peer: 32,
     idle_timeout: Duration::from_secs(30),
     header_timeout: Duration::from_secs(10),
+    handshake_timeout: Duration::from_secs(30),
 };
 
 impl Default for ServerOptions {
@@ -101,8 +117,21 @@ impl Default for ServerOptions {
             http2_keepalive: (Duration::from_secs(30), Duration::from_secs(10)),
             grpc_connections: DEFAULT_GRPC_CONNECTIONS,
             admin_connections: DEFAULT_ADMIN_CONNECTIONS,
+            admin_access: AdminAccess::default(),
+            http2_max_pending_reset_streams: 0,
         }
     }
+}
+
+/// The pending-reset stream limit `options` ask for (see [`ServerOptions`]).
+fn pending_reset_streams(options: &ServerOptions) -> usize {
+    if options.http2_max_pending_reset_streams > 0 {
+        return options.http2_max_pending_reset_streams;
+    }
+    usize::try_from(options.max_concurrent_streams)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(PENDING_RESET_STREAMS_PER_STREAM)
+        .max(20)
 }
 
 /// A running server. Dropping it without [`RunningServer::shutdown`] leaves the tasks running
@@ -222,18 +251,16 @@ pub async fn start_with<H: AnswerPosts>(
 
     let mut builder = Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
-        // Streams the client resets before the server has taken them (calls it gave up on
-        // while the runtime was busy) are counted by h2, which closes the whole connection
-        // past its default of 20 (its guard against reset floods), failing every other call
-        // on it. Twice the stream cap keeps the guard bounded, while a client that keeps to
-        // the cap can give up on every call it has open, and on each one's next try, before
-        // a busy server reads them.
-        .http2_max_pending_accept_reset_streams(Some(
-            usize::try_from(options.max_concurrent_streams)
-                .unwrap_or(usize::MAX)
-                .saturating_mul(2)
-                .max(20),
-        ))
+        // Streams the client resets before the server has taken them are counted by h2 while
+        // they wait to be accepted; past the limit h2 closes the connection with GOAWAY
+        // ENHANCE_YOUR_CALM `too_many_resets` (its guard against "rapid reset" floods). h2
+        // reads every frame the socket holds before it accepts a stream, so a client whose
+        // own deadlines expire while the server's runtime is busy arrives as a batch of
+        // opened-and-reset streams too: a client keeping to the stream cap with deadlines of
+        // 20 ms leaves about (stream cap) x (stall / 20 ms) of them. The limit
+        // (`pending_reset_streams`) covers a stall of that client of several hundred ms and
+        // still cuts off a connection that opens and resets thousands of streams at once.
+        .http2_max_pending_accept_reset_streams(Some(pending_reset_streams(&options)))
         .http2_keepalive_interval(Some(options.http2_keepalive.0))
         .http2_keepalive_timeout(Some(options.http2_keepalive.1));
     if let Some(tls) = &options.tls {
@@ -272,22 +299,31 @@ pub async fn start_with<H: AnswerPosts>(
         .add_service(service);
     let grpc =
         tokio::spawn(router.serve_with_incoming_shutdown(incoming, stopped(shutdown_rx.clone())));
+    let status = Arc::new(StatusSampler::new());
+    let admin_router = admin::router(
+        readiness.clone(),
+        Arc::clone(&status),
+        &options.admin_access,
+        admin_addr,
+    );
     let admin = tokio::spawn(
-        axum::serve(admin_listener, admin::router(readiness.clone()))
+        axum::serve(admin_listener, admin_router)
             .with_graceful_shutdown(stopped(shutdown_rx.clone()))
             .into_future(),
     );
-    let background = match store {
-        Some(store) => vec![
-            tokio::spawn(tasks::run_trim(
-                Arc::clone(&store),
-                options.trim_interval,
-                shutdown_rx.clone(),
-            )),
-            tokio::spawn(tasks::run_stats(store, options.stats_interval, shutdown_rx)),
-        ],
-        None => Vec::new(),
-    };
+    let mut background = vec![tokio::spawn(status.run(shutdown_rx.clone()))];
+    if let Some(store) = store {
+        background.push(tokio::spawn(tasks::run_trim(
+            Arc::clone(&store),
+            options.trim_interval,
+            shutdown_rx.clone(),
+        )));
+        background.push(tokio::spawn(tasks::run_stats(
+            store,
+            options.stats_interval,
+            shutdown_rx,
+        )));
+    }
     match &options.tls {
         Some(tls) => {
             tracing::info!(%grpc_addr, cert = %tls.cert.display(), "gRPC server mTLS enabled (client certificates required)")

@@ -30,7 +30,7 @@ use crate::error::ServiceError;
 use crate::following::FollowingSource;
 use crate::log_limit::{LogLimit, for_log};
 use crate::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
-use crate::overload::{DegradeLevel, Overload, OverloadConfig};
+use crate::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
 use crate::request::ValidatedRequest;
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
@@ -238,7 +238,7 @@ impl ThunderService {
         &self,
         validated: ValidatedRequest,
         deadline: Option<Instant>,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        permit: ExecutorPermit,
         summary: &mut RequestSummary,
     ) -> Result<(), ServiceError> {
         let store = Arc::clone(&self.store);

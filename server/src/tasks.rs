@@ -10,8 +10,26 @@ use tokio::time::MissedTickBehavior;
 
 use crate::metrics::Metrics;
 
-/// How often one author shard is trimmed (the reference's `start_auto_trim(2)`).
+/// How often one author shard is trimmed at the default retention (the reference's
+/// `start_auto_trim(2)`), and at most at any retention ([`trim_interval_for`]).
 pub const TRIM_INTERVAL: Duration = Duration::from_secs(120);
+/// How often one author shard is trimmed at least, whatever the retention.
+pub const MIN_TRIM_INTERVAL: Duration = Duration::from_secs(1);
+/// Parts of the retention window a whole trim cycle (all `TRIM_FRACTION` shards) may take:
+/// an expired post waits at most one cycle for its shard's turn, so it is freed within a
+/// tenth of the retention after it expired.
+const TRIM_CYCLES_PER_RETENTION: u32 = 10;
+
+/// The trim interval for a retention of `retention_secs`: a whole cycle over the
+/// `TRIM_FRACTION` shards takes a tenth of the retention, within [`MIN_TRIM_INTERVAL`] and
+/// [`TRIM_INTERVAL`]. So no post is kept more than ~10% past the retention (at retentions
+/// under 50 s, at most the 5 s of one cycle at the minimum interval), and at the default two
+/// days the interval is the reference's 120 s.
+pub fn trim_interval_for(retention_secs: i64) -> Duration {
+    let retention = Duration::from_secs(u64::try_from(retention_secs).unwrap_or(0));
+    (retention / (TRIM_CYCLES_PER_RETENTION * TRIM_FRACTION as u32))
+        .clamp(MIN_TRIM_INTERVAL, TRIM_INTERVAL)
+}
 /// How often the `post_store_*` gauges are refreshed (the reference's stats logger period).
 pub const STATS_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -65,6 +83,60 @@ pub async fn run_stats(
         match tokio::task::spawn_blocking(move || store.stats()).await {
             Ok(stats) => Metrics::global().record_store_stats(&stats),
             Err(e) => tracing::error!(error = %e, "store stats task failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use thunder_engine::{LightPost, ManualClock};
+
+    #[test]
+    fn the_trim_interval_follows_the_retention_within_bounds() {
+        let secs = |s: i64| trim_interval_for(s).as_secs_f64();
+        assert_eq!(secs(thunder_engine::config::DEFAULT_RETENTION_SECS), 120.0);
+        assert_eq!(secs(6000), 120.0);
+        assert_eq!(secs(600), 12.0);
+        assert_eq!(secs(120), 2.4);
+        assert_eq!(secs(10), 1.0);
+        assert_eq!(secs(0), 1.0);
+        assert_eq!(secs(-5), 1.0);
+        assert_eq!(secs(i64::MAX), 120.0);
+    }
+
+    /// The store under the schedule `run_trim` keeps (one shard per interval, in turn) holds
+    /// no post much past the retention: at 120 s retention and one post a second, never
+    /// more than the last ~132 s of posts (with the fixed 120 s interval it held up to 720).
+    #[test]
+    fn under_the_trim_schedule_no_post_outlives_the_retention_by_more_than_a_tenth() {
+        for retention in [60i64, 120, 600, 6000] {
+            let start = 1_700_000_000;
+            let clock = Arc::new(ManualClock::new(start));
+            let store = PostStore::with_clock(retention, clock.clone());
+            let interval = trim_interval_for(retention).as_millis() as i64;
+            let (mut next_trim_ms, mut shard) = (interval, 1usize);
+            let mut most = 0;
+            for second in 0..retention * 4 {
+                let now = start + second;
+                clock.set(now);
+                // Authors spread over every shard.
+                store.insert_posts(&[LightPost::original(second + 1, second % 17, now)]);
+                while next_trim_ms <= second * 1000 {
+                    store.trim(shard % TRIM_FRACTION);
+                    shard += 1;
+                    next_trim_ms += interval;
+                }
+                most = most.max(store.stats().posts as i64);
+            }
+            // Posts of the last `retention` seconds are all kept (one a second, the newest
+            // included); any more are expired ones waiting for their shard's turn.
+            let bound = retention + 1 + (retention / 10).max(5);
+            assert!(
+                most <= bound,
+                "retention {retention} s: up to {most} posts stored (at most {bound})"
+            );
+            assert!(most >= retention, "retention {retention} s: {most}");
         }
     }
 }

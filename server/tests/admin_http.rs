@@ -5,9 +5,12 @@ mod common;
 use std::io::Read;
 use std::time::Duration;
 
-use common::{TestServer, eventually, original, request, store};
+use common::{
+    HttpResponse, TestServer, admin_post, eventually, http_request_with, original, request, store,
+};
 use pprof::protos::Message;
 use thunder_server::ServerOptions;
+use thunder_server::admin::AdminAccess;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_carry_the_counters_after_a_request() {
@@ -130,4 +133,109 @@ async fn profiles_are_served_one_at_a_time() {
     }
     let long = long.await.expect("joined");
     assert!(conflict || long.status == 409, "no 409 while a profile ran");
+}
+
+/// `POST /admin/snapshot` to `addr` with `Host: host` and `headers`.
+async fn post(addr: std::net::SocketAddr, host: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    http_request_with(addr, "POST", "/admin/snapshot", host, headers).await
+}
+
+/// The handler ran: without `--snapshot-dir` it answers 404 "snapshots are off".
+fn reached_the_handler(response: &HttpResponse) -> bool {
+    response.status == 404 && response.text().contains("snapshots are off")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_changing_requests_need_the_header_a_local_host_and_no_foreign_origin() {
+    let server = TestServer::start(ServerOptions::default(), store(), None).await;
+    let addr = server.running().admin_addr();
+    let host = addr.to_string();
+    const ADMIN: (&str, &str) = ("X-Thunder-Admin", "1");
+
+    let accepted = admin_post(addr, "/admin/snapshot").await;
+    assert!(reached_the_handler(&accepted), "{accepted:?}");
+    for host in ["localhost:1234", "LocalHost", "127.0.0.1", "[::1]:8080"] {
+        let response = post(addr, host, &[ADMIN]).await;
+        assert!(reached_the_handler(&response), "{host}: {response:?}");
+    }
+    let same_origin = format!("http://{host}");
+    let response = post(addr, &host, &[ADMIN, ("Origin", &same_origin)]).await;
+    assert!(reached_the_handler(&response), "{response:?}");
+
+    // What a page in a browser, or a DNS-rebinding page, can send is refused with a reason.
+    // (Host, headers, what the 403 body says)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let refused: [Case; 8] = [
+        (&host, vec![], "X-Thunder-Admin: 1"),
+        (&host, vec![("X-Thunder-Admin", "0")], "X-Thunder-Admin: 1"),
+        ("evil.example", vec![ADMIN], "Host \"evil.example\""),
+        (
+            "evil.example:8080",
+            vec![ADMIN],
+            "not an allowed admin host",
+        ),
+        (
+            &host,
+            vec![ADMIN, ("Origin", "http://evil.example")],
+            "cross-origin",
+        ),
+        (&host, vec![ADMIN, ("Origin", "null")], "cross-origin"),
+        (
+            &host,
+            vec![ADMIN, ("Content-Type", "text/plain;charset=UTF-8")],
+            "text/plain",
+        ),
+        (
+            &host,
+            vec![ADMIN, ("Sec-Fetch-Site", "cross-site")],
+            "cross-site",
+        ),
+    ];
+    for (host, headers, reason) in refused {
+        let response = post(addr, host, &headers).await;
+        assert_eq!(response.status, 403, "{host} {headers:?}: {response:?}");
+        assert!(
+            response.text().starts_with("forbidden: ") && response.text().contains(reason),
+            "{host} {headers:?}: {}",
+            response.text()
+        );
+    }
+    // Reads are not state-changing: probes and scrapes by any name still work.
+    for path in ["/metrics", "/healthz"] {
+        let response = http_request_with(addr, "GET", path, "10.1.2.3:8080", &[]).await;
+        assert_eq!(response.status, 200, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_token_and_extra_hosts_are_enforced() {
+    let options = ServerOptions {
+        admin_access: AdminAccess {
+            token: Some("s3cret-token".into()),
+            allowed_hosts: vec!["thunder-0.thunder".into()],
+        },
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start(options, store(), None).await;
+    let addr = server.running().admin_addr();
+    let host = addr.to_string();
+    const ADMIN: (&str, &str) = ("X-Thunder-Admin", "1");
+
+    for headers in [
+        vec![ADMIN],
+        vec![ADMIN, ("Authorization", "Bearer wrong")],
+        vec![ADMIN, ("Authorization", "s3cret-token")],
+        vec![("Authorization", "Bearer s3cret-token")],
+    ] {
+        let response = post(addr, &host, &headers).await;
+        assert_eq!(response.status, 403, "{headers:?}: {response:?}");
+        assert!(!response.text().contains("s3cret"), "{}", response.text());
+    }
+    let bearer = ("Authorization", "Bearer s3cret-token");
+    for host in [host.as_str(), "thunder-0.thunder:8080", "thunder-0.thunder"] {
+        let response = post(addr, host, &[ADMIN, bearer]).await;
+        assert!(reached_the_handler(&response), "{host}: {response:?}");
+    }
+    let response = post(addr, "thunder-1.thunder", &[ADMIN, bearer]).await;
+    assert_eq!(response.status, 403, "{response:?}");
 }

@@ -230,6 +230,61 @@ async fn ids_beyond_int64_are_invalid_arguments() {
     assert!(client.get_in_network_posts(req).await.is_ok());
 }
 
+/// Id 0 is no id: a followed author 0 or an excluded post 0 is refused like an id out of range,
+/// and so is viewer 0 without a following list (no one to look up). Viewer 0 with a following
+/// list is the reference's popular-posts job and stays served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_0_are_invalid_arguments() {
+    let store = store();
+    store.insert_posts(&[original(1, 5, 10)]);
+    let server = TestServer::ready(store).await;
+    let mut client = server.client().await;
+    let cases = [
+        (request(&[5, 0]), "following_user_ids"),
+        (
+            GetInNetworkPostsRequest {
+                exclude_tweet_ids: vec![0],
+                ..request(&[5])
+            },
+            "exclude_tweet_ids",
+        ),
+        (
+            GetInNetworkPostsRequest {
+                user_id: 0,
+                ..request(&[])
+            },
+            "user_id",
+        ),
+    ];
+    for (req, field) in cases {
+        let status = client
+            .get_in_network_posts(req.clone())
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{req:?}: {status:?}"
+        );
+        assert!(
+            status.message().starts_with(field) && status.message().contains("id 0"),
+            "{}",
+            status.message()
+        );
+    }
+    let popular = GetInNetworkPostsRequest {
+        user_id: 0,
+        ..request(&[5])
+    };
+    let posts = client
+        .get_in_network_posts(popular)
+        .await
+        .expect("served")
+        .into_inner()
+        .posts;
+    assert_eq!(posts.len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zstd_and_gzip_are_accepted_and_sent() {
     let store = store();

@@ -4,6 +4,7 @@ mod common;
 
 use common::{TestServer, store};
 use thunder_server::ServerOptions;
+use thunder_server::readiness::LIVENESS_SERVICE;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -50,9 +51,11 @@ async fn not_serving_until_ready_then_serving() {
     }
     assert_eq!(server.admin_get("/readyz").await.status, 200);
     assert_eq!(server.admin_get("/healthz").await.status, 200);
-    let index = server.admin_get("/").await;
+    // The endpoint list, as text, at `/endpoints` and `/?format=text` (`/` is the status page).
+    let index = server.admin_get("/endpoints").await;
     assert_eq!(index.status, 200);
     let index = index.text();
+    assert_eq!(server.admin_get("/?format=text").await.text(), index);
     for path in [
         "/metrics",
         "/healthz",
@@ -73,6 +76,70 @@ async fn not_serving_until_ready_then_serving() {
             .any(|l| l.starts_with("init_duration_seconds ")),
         "{metrics}"
     );
+}
+
+/// Liveness is not readiness: while the store is catching up (not ready) and while a stalled
+/// partition turns readiness off, the liveness health service and `/healthz` stay healthy, so
+/// a liveness probe does not kill a replica that is replaying; only shutdown ends liveness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_stays_serving_while_not_ready() {
+    let server = TestServer::start(ServerOptions::default(), store(), None).await;
+    let mut health = HealthClient::new(server.channel().await);
+    let probes = |mut health: HealthClient<tonic::transport::Channel>| async move {
+        let ready = status_of(&mut health, "").await;
+        let service = status_of(&mut health, thunder_proto::SERVICE_NAME).await;
+        let live = status_of(&mut health, LIVENESS_SERVICE).await;
+        (ready, service, live)
+    };
+    // Catching up: not ready, alive.
+    assert_eq!(
+        probes(health.clone()).await,
+        (
+            ServingStatus::NotServing,
+            ServingStatus::NotServing,
+            ServingStatus::Serving
+        )
+    );
+    assert_eq!(server.admin_get("/readyz").await.status, 503);
+    assert_eq!(server.admin_get("/healthz").await.status, 200);
+
+    let readiness = server.running().readiness().clone();
+    readiness.set_ready().await;
+    assert_eq!(
+        probes(health.clone()).await,
+        (
+            ServingStatus::Serving,
+            ServingStatus::Serving,
+            ServingStatus::Serving
+        )
+    );
+    // A stall after catch-up: not ready again, still alive.
+    readiness
+        .set_serving(false, "Kafka partitions [0] stalled")
+        .await;
+    assert_eq!(
+        probes(health.clone()).await,
+        (
+            ServingStatus::NotServing,
+            ServingStatus::NotServing,
+            ServingStatus::Serving
+        )
+    );
+    assert_eq!(server.admin_get("/readyz").await.status, 503);
+    assert_eq!(server.admin_get("/healthz").await.status, 200);
+    assert!(
+        readiness.reason().contains("stalled"),
+        "{}",
+        readiness.reason()
+    );
+
+    // Shutdown (which starts with this call) turns liveness off as well.
+    readiness.set_not_ready().await;
+    assert_eq!(
+        status_of(&mut health, LIVENESS_SERVICE).await,
+        ServingStatus::NotServing
+    );
+    assert_eq!(readiness.reason(), "shutting down");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

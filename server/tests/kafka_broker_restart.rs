@@ -55,6 +55,24 @@ fn ingestion_survives_a_broker_restart() {
     flush(&producer, events.len() as u64);
     wait_applied(&ingest, events.len() as u64);
 
+    // The broker came back with its whole log: no truncation is counted.
+    for partition in ["0", "1"] {
+        let truncations = prometheus::gather()
+            .iter()
+            .filter(|f| f.name() == "kafka_log_truncations_total")
+            .flat_map(|f| f.get_metric().iter())
+            .find(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == "topic" && l.value() == topic)
+                    && m.get_label()
+                        .iter()
+                        .any(|l| l.name() == "partition" && l.value() == partition)
+            })
+            .map(|m| m.get_counter().get_value());
+        assert_eq!(truncations, Some(0.0), "partition {partition}");
+    }
+
     apply_to_model(&mut model, &events);
     assert_same_answers(&store, &model, &viewers_for(&config, 40, &events));
     assert_eq!(store.stats().posts, model.stats().posts, "stored posts");

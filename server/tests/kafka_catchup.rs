@@ -73,7 +73,7 @@ fn fewer_partitions_than_threads_and_empty_topics_become_ready() {
     create_topic(&broker.bootstrap(), "one_partition", 1);
     create_topic(&broker.bootstrap(), "empty", 2);
     let producer = producer(&broker.bootstrap(), "one_partition");
-    for id in 0..3 {
+    for id in 1..=3 {
         producer
             .send_create(&LightPost::original(id, 7, now - id))
             .expect("queue");
@@ -111,7 +111,7 @@ fn a_missing_topic_is_waited_for() {
 
     create_topic(&broker.bootstrap(), topic, 2);
     let producer = producer(&broker.bootstrap(), topic);
-    for id in 0..5 {
+    for id in 1..=5 {
         producer
             .send_create(&LightPost::original(id, id, now))
             .expect("queue");
@@ -133,13 +133,13 @@ fn start_from_time_skips_records_older_than_the_retention() {
     let retention_secs = 3600;
     // Records written two retentions ago (by their Kafka timestamp), then recent ones. The
     // posts themselves are recent, so only the start position decides what is applied.
-    for (id, age_secs) in (0..20)
+    for (id, age_secs) in (1..=20)
         .map(|id| (id, 2 * retention_secs))
-        .chain((20..25).map(|id| (id, 0)))
+        .chain((21..=25).map(|id| (id, 0)))
     {
         let payload = prost::Message::encode_to_vec(&kafka::create_event(&LightPost::original(
             id,
-            id % 3,
+            1 + id % 3,
             now,
         )));
         let timestamp_ms = (now - age_secs) * 1000;

@@ -39,6 +39,11 @@ fn bad_payloads() -> Vec<(Option<Vec<u8>>, &'static str)> {
             ),
             "negative id",
         ),
+        // A create with no post id decodes as post 0: refused like an out-of-contract id.
+        (
+            Some(kafka::create_event(&LightPost::original(0, 7, 1)).encode_to_vec()),
+            "zero id",
+        ),
     ]
 }
 
@@ -159,6 +164,7 @@ fn ingested_store_matches_the_model() {
             DecodeError::NoVariant => *what == "no variant",
             DecodeError::NoPayload => *what == "no payload",
             DecodeError::OutOfContractId { .. } => *what == "negative id",
+            DecodeError::ZeroId { .. } => *what == "zero id",
         };
         assert!(matches, "{what}: got {error}");
     }
@@ -194,7 +200,7 @@ fn ingested_store_matches_the_model() {
     let stats = ingest.stats();
     let rejected = bad
         .iter()
-        .filter(|(_, what)| *what == "negative id")
+        .filter(|(_, what)| matches!(*what, "negative id" | "zero id"))
         .count() as u64;
     assert_eq!(stats.failed, bad.len() as u64 - rejected, "{stats:?}");
     assert_eq!(stats.rejected, rejected, "{stats:?}");

@@ -1,14 +1,15 @@
 //! Readiness of a real `thunder-server` process fed by a real broker: at the instant gRPC
 //! health first says SERVING, every event of the backlog is visible (normal and video
 //! answers equal a model fed the same events); a partition stalled after catch-up turns health
-//! NOT_SERVING and `/readyz` 503.
+//! NOT_SERVING and `/readyz` 503, while liveness (gRPC health `liveness`, `/healthz`) stays
+//! healthy and the status page says why and shows the stalled partition.
 
 mod common;
 mod kafka_support;
 
 use std::time::{Duration, Instant};
 
-use kafka_support::process::{ask, health, start_server, wait_serving};
+use kafka_support::process::{ask, health, health_of, start_server, wait_serving};
 use kafka_support::*;
 use std::sync::Arc;
 
@@ -111,6 +112,27 @@ fn a_small_backlog_is_entirely_visible_when_health_turns_serving_and_a_stall_tur
                 "kafka_partition_stalled{{partition=\"0\",topic=\"{topic}\"}} 1"
             )),
             "stall metric missing"
+        );
+        // Not ready, but alive: a liveness probe must not restart the replica.
+        assert_eq!(
+            health_of(grpc, thunder_server::readiness::LIVENESS_SERVICE).await,
+            Some(ServingStatus::Serving as i32)
+        );
+        assert_eq!(common::http_get(admin, "/healthz").await.status, 200);
+        let page = common::http_get(admin, "/").await.text();
+        assert!(
+            page.contains("id=\"ready\" class=\"bad\">NOT READY<"),
+            "{page}"
+        );
+        assert!(page.contains("stalled"), "{page}");
+        assert!(
+            page.contains(&format!("Kafka topic {topic} at ")),
+            "event source missing: {page}"
+        );
+        assert!(page.contains("<table id=\"partitions\">"), "{page}");
+        assert!(
+            page.contains(&format!("<tr class=\"bad\"><td>{topic}</td><td>0</td>")),
+            "stalled partition row missing: {page}"
         );
     });
 }

@@ -86,7 +86,7 @@ fn restart_from_a_snapshot_after_kill_9_answers_like_a_full_replay() {
     let mut first = start_server(&broker, topic, RETENTION_SECS, &snapshot_flags);
     runtime.block_on(async {
         wait_serving(first.grpc).await;
-        let taken = common::http_request(first.admin, "POST", "/admin/snapshot").await;
+        let taken = common::admin_post(first.admin, "/admin/snapshot").await;
         assert_eq!(taken.status, 200, "{}", taken.text());
         assert!(taken.text().contains("\"posts\""), "{}", taken.text());
     });
@@ -266,7 +266,7 @@ fn a_shard_restarts_from_its_own_snapshot_and_answers_like_before() {
     let first = start_server(&broker, topic, RETENTION_SECS, &flags("0/2"));
     let before = runtime.block_on(async {
         wait_serving(first.grpc).await;
-        let taken = common::http_request(first.admin, "POST", "/admin/snapshot").await;
+        let taken = common::admin_post(first.admin, "/admin/snapshot").await;
         assert_eq!(taken.status, 200, "{}", taken.text());
         answers_of(&first, &viewers).await
     });

@@ -49,9 +49,9 @@ fn every_codec_is_consumed() {
         create_topic(&broker.bootstrap(), &topic, 2);
         let producer = producer_with(&broker.bootstrap(), &topic, codec);
         for i in 0..per_codec {
-            let id = (c * 10_000 + i) as i64;
+            let id = (c * 10_000 + i + 1) as i64;
             producer
-                .send_create(&LightPost::original(id, id % 17, now - 60))
+                .send_create(&LightPost::original(id, 1 + id % 17, now - 60))
                 .expect("queue");
         }
         flush(&producer, per_codec as u64);
@@ -77,7 +77,7 @@ fn one_partition_mixing_every_codec_is_consumed() {
         for (p, producer) in producers.iter().enumerate() {
             for _ in 0..50 {
                 producer
-                    .send_create(&LightPost::original(id, 3, now - 30))
+                    .send_create(&LightPost::original(id + 1, 3, now - 30))
                     .expect("queue");
                 id += 1;
             }
@@ -97,7 +97,7 @@ fn a_batch_no_retry_can_decode_fails_start_up_with_where_and_why() {
     create_topic(&broker.bootstrap(), topic, 2);
     let producer = producer(&broker.bootstrap(), topic);
     // Author 1's records all land in one partition; find which.
-    for id in 0..5 {
+    for id in 10..15 {
         producer
             .send_create(&LightPost::original(id, 1, now - 60))
             .expect("queue");
@@ -117,7 +117,7 @@ fn a_batch_no_retry_can_decode_fails_start_up_with_where_and_why() {
         5,
         b"not a real batch body",
     );
-    for id in 5..8 {
+    for id in 15..18 {
         producer
             .send_create(&LightPost::original(id, 1, now - 60))
             .expect("queue");

@@ -176,6 +176,7 @@ impl ModelStore {
                 DropReason::TooOld => report.too_old += 1,
                 DropReason::Tombstoned => report.tombstoned += 1,
                 DropReason::Duplicate => report.duplicate += 1,
+                DropReason::NoSlot => report.no_slot += 1,
             }
             on_drop(index, reason);
         };
@@ -846,6 +847,7 @@ mod tests {
                 too_old: 1,
                 tombstoned: 1,
                 duplicate: 2,
+                no_slot: 0,
             }
         );
         assert_eq!(report.dropped(), 6);

@@ -9,8 +9,9 @@
 //! workload at the same scale and seed as the server's demo mode, each excluding 500 ids of
 //! that viewer's previous answer. `--concurrency` tasks share `--connections` HTTP/2
 //! connections and together offer `--rate` requests/s (0 = as fast as answers come back).
-//! Prints achieved QPS, latency percentiles of successful calls and the count of each gRPC
-//! status (RESOURCE_EXHAUSTED separately), then one JSON line.
+//! Prints achieved QPS, latency percentiles of successful calls, the count of each gRPC
+//! status (RESOURCE_EXHAUSTED separately) and of the OK answers the server marked degraded
+//! (the `thunder-degraded` response header), then one JSON line.
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -71,7 +72,12 @@ struct LoopResult {
     ok_latency: Histogram<u64>,
     statuses: BTreeMap<String, u64>,
     posts_returned: u64,
+    /// OK answers carrying the `thunder-degraded` header (a cheaper, partial answer).
+    degraded: u64,
 }
+
+/// Response header of an answer computed at a degrade level above 0.
+const DEGRADED_HEADER: &str = "thunder-degraded";
 
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000_000, 3).expect("valid histogram bounds")
@@ -150,6 +156,7 @@ async fn main() -> Result<()> {
     let mut ok_latency = histogram();
     let mut statuses: BTreeMap<String, u64> = BTreeMap::new();
     let mut posts_returned = 0;
+    let mut degraded = 0;
     for task in tasks {
         let result = task.await.context("request loop panicked")?;
         ok_latency
@@ -159,6 +166,7 @@ async fn main() -> Result<()> {
             *statuses.entry(status).or_default() += count;
         }
         posts_returned += result.posts_returned;
+        degraded += result.degraded;
     }
     let elapsed = start.elapsed().as_secs_f64();
     let total: u64 = statuses.values().sum();
@@ -186,6 +194,7 @@ async fn main() -> Result<()> {
         us(1.0)
     );
     println!("RESOURCE_EXHAUSTED {exhausted}");
+    println!("degraded OK answers {degraded}");
     for (status, count) in &statuses {
         println!("status {status:<20} {count}");
     }
@@ -202,7 +211,7 @@ async fn main() -> Result<()> {
             "ok_qps": ok as f64 / elapsed, "offered_rate": args.rate, "concurrency": args.concurrency,
             "connections": args.connections, "scale": args.scale,
             "ok_latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999), "max": us(1.0)},
-            "resource_exhausted": exhausted, "statuses": statuses,
+            "resource_exhausted": exhausted, "degraded": degraded, "statuses": statuses,
         })
     );
     Ok(())
@@ -225,6 +234,7 @@ async fn request_loop(
         ok_latency: histogram(),
         statuses: BTreeMap::new(),
         posts_returned: 0,
+        degraded: 0,
     };
     let mut previous: HashMap<usize, Vec<i64>> = HashMap::new();
     // Loops start spread over one period so the offered load is smooth from the first second.
@@ -271,6 +281,9 @@ async fn request_loop(
         match outcome {
             Ok(response) => {
                 result.ok_latency.saturating_record(ns);
+                if response.metadata().contains_key(DEGRADED_HEADER) {
+                    result.degraded += 1;
+                }
                 let posts = response.into_inner().posts;
                 result.posts_returned += posts.len() as u64;
                 if !is_video {

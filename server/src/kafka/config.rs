@@ -46,13 +46,13 @@ pub struct KafkaArgs {
     )]
     pub kafka_request_timeout_ms: u64,
 
-    /// librdkafka `auto.offset.reset`: where to resume when a position falls outside the log
-    /// (for example after retention deleted it). `earliest` or `latest`.
-    #[arg(
-        long,
-        env = "THUNDER_KAFKA_AUTO_OFFSET_RESET",
-        default_value = "earliest"
-    )]
+    /// librdkafka `auto.offset.reset`: what happens when a position falls outside the log.
+    /// `error` (the default): ingestion handles it, logs it and counts a truncation: above the
+    /// log end (the broker lost records) it resumes at the new log end, below the log start
+    /// (retention deleted unread records) at the log start. `earliest` or `latest` let
+    /// librdkafka reset silently to the log start (reading everything again) or end
+    /// (skipping every record written meanwhile).
+    #[arg(long, env = "THUNDER_KAFKA_AUTO_OFFSET_RESET", default_value = "error")]
     pub kafka_auto_offset_reset: String,
 
     /// Start each partition at the first record not older than the store's retention
@@ -129,6 +129,82 @@ pub struct KafkaArgs {
     pub kafka_properties: Vec<(String, String)>,
 }
 
+/// The Kafka connection flags alone (brokers, topic, security, `-X`): what a producer needs.
+/// `thunder-cli produce` takes these, so its help lists no consumer-only settings. Each flag
+/// reads the same `THUNDER_*` variable as its [`KafkaArgs`] twin (a unit test keeps the two
+/// definitions equal).
+#[derive(clap::Args, Clone)]
+pub struct KafkaClientArgs {
+    /// Bootstrap brokers, `host:port[,host:port...]`.
+    #[arg(long, env = "THUNDER_KAFKA_BROKERS")]
+    pub kafka_brokers: Option<String>,
+
+    /// Topic of protobuf `InNetworkEvent` records.
+    #[arg(long, env = "THUNDER_KAFKA_TOPIC", default_value = IN_NETWORK_EVENTS_TOPIC)]
+    pub kafka_topic: String,
+
+    /// librdkafka `security.protocol`: `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl`.
+    #[arg(
+        long,
+        env = "THUNDER_KAFKA_SECURITY_PROTOCOL",
+        default_value = "plaintext"
+    )]
+    pub kafka_security_protocol: String,
+
+    /// librdkafka `sasl.mechanism`, e.g. `SCRAM-SHA-512`.
+    #[arg(long, env = "THUNDER_KAFKA_SASL_MECHANISM")]
+    pub kafka_sasl_mechanism: Option<String>,
+
+    /// librdkafka `sasl.username`.
+    #[arg(long, env = "THUNDER_KAFKA_SASL_USERNAME")]
+    pub kafka_sasl_username: Option<String>,
+
+    /// librdkafka `sasl.password` (prefer the environment variable over the flag).
+    #[arg(long, env = "THUNDER_KAFKA_SASL_PASSWORD", hide_env_values = true)]
+    pub kafka_sasl_password: Option<String>,
+
+    /// librdkafka `ssl.ca.location`: CA bundle to verify the brokers with.
+    #[arg(long, env = "THUNDER_KAFKA_SSL_CA_LOCATION")]
+    pub kafka_ssl_ca_location: Option<String>,
+
+    /// Extra librdkafka property `KEY=VALUE`, repeatable; applied last, so it overrides
+    /// everything above. In the environment variable, separate pairs with `;`.
+    #[arg(
+        short = 'X',
+        long = "kafka-property",
+        env = "THUNDER_KAFKA_PROPERTIES",
+        value_name = "KEY=VALUE",
+        value_delimiter = ';',
+        value_parser = parse_property
+    )]
+    pub kafka_properties: Vec<(String, String)>,
+}
+
+impl KafkaClientArgs {
+    /// These connection settings with the consumer settings at their defaults, for the code
+    /// that takes [`KafkaArgs`] ([`super::EventProducer::new`], [`KafkaArgs::client_config`]).
+    pub fn to_kafka_args(&self) -> KafkaArgs {
+        KafkaArgs {
+            kafka_brokers: self.kafka_brokers.clone(),
+            kafka_topic: self.kafka_topic.clone(),
+            kafka_security_protocol: self.kafka_security_protocol.clone(),
+            kafka_sasl_mechanism: self.kafka_sasl_mechanism.clone(),
+            kafka_sasl_username: self.kafka_sasl_username.clone(),
+            kafka_sasl_password: self.kafka_sasl_password.clone(),
+            kafka_ssl_ca_location: self.kafka_ssl_ca_location.clone(),
+            kafka_properties: self.kafka_properties.clone(),
+            ..KafkaArgs::default()
+        }
+    }
+}
+
+/// Debug output goes through [`KafkaArgs`]'s, which hides the secrets.
+impl std::fmt::Debug for KafkaClientArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.to_kafka_args().fmt(f)
+    }
+}
+
 /// Debug output hides the SASL password and `-X` values of keys that look secret, so the
 /// arguments can be logged.
 impl std::fmt::Debug for KafkaArgs {
@@ -188,7 +264,7 @@ impl Default for KafkaArgs {
             kafka_batch_size: 1000,
             kafka_fetch_timeout_ms: 1000,
             kafka_request_timeout_ms: 10_000,
-            kafka_auto_offset_reset: "earliest".to_owned(),
+            kafka_auto_offset_reset: "error".to_owned(),
             start_from_time: false,
             lag_monitor_interval_secs: 30,
             kafka_stall_timeout_secs: 30,
@@ -336,6 +412,72 @@ mod tests {
             !shown.contains("hunter2") && !shown.contains("s3cret"),
             "{shown}"
         );
+    }
+
+    /// The producer's connection flags are the server's, word for word: same names, variables,
+    /// defaults and help; and the server's consumer-only flags are not among them.
+    #[test]
+    fn client_flags_are_the_server_flags_of_the_same_name() {
+        #[derive(Parser)]
+        struct ClientCli {
+            #[command(flatten)]
+            kafka: KafkaClientArgs,
+        }
+        use clap::CommandFactory;
+        let server = Cli::command();
+        let client = ClientCli::command();
+        let describe = |arg: &clap::Arg| {
+            format!(
+                "{:?} {:?} {:?} {:?} {:?}",
+                arg.get_long(),
+                arg.get_short(),
+                arg.get_env(),
+                arg.get_default_values(),
+                arg.get_help().map(ToString::to_string),
+            )
+        };
+        let mut shared = 0;
+        for arg in client.get_arguments() {
+            let twin = server
+                .get_arguments()
+                .find(|a| a.get_id() == arg.get_id())
+                .unwrap_or_else(|| panic!("{} is not a server flag", arg.get_id()));
+            let mut twin_text = describe(twin);
+            let text = describe(arg);
+            // The server's broker help adds what happens without it.
+            twin_text = twin_text.replace(". Unset: no Kafka ingestion", "");
+            assert_eq!(text, twin_text);
+            shared += 1;
+        }
+        assert_eq!(shared, 8);
+        for consumer_only in [
+            "kafka_stall_timeout_secs",
+            "kafka_live_batch_permits",
+            "lag_monitor_interval_secs",
+            "kafka_group_id",
+            "kafka_num_threads",
+            "kafka_request_timeout_ms",
+        ] {
+            assert!(
+                client.get_arguments().all(|a| a.get_id() != consumer_only),
+                "{consumer_only}"
+            );
+        }
+        let parsed = ClientCli::try_parse_from([
+            "p",
+            "--kafka-brokers",
+            "127.0.0.1:9092",
+            "--kafka-topic",
+            "t",
+            "-X",
+            "linger.ms=1",
+        ])
+        .expect("parses");
+        let args = parsed.kafka.to_kafka_args();
+        assert_eq!(args.kafka_topic, "t");
+        let config = args.client_config().expect("config");
+        assert_eq!(config.get("bootstrap.servers"), Some("127.0.0.1:9092"));
+        assert_eq!(config.get("linger.ms"), Some("1"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Kafka record → store event: the one decode path of ingestion (also the fuzzers' entry point).
 
+use std::collections::HashSet;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,13 +32,21 @@ pub enum DecodeError {
         /// Its value.
         value: i64,
     },
+    /// A post id or author id is 0: no post or author has it (a create whose id field is
+    /// missing decodes as 0, and would shadow every later post 0 as a duplicate).
+    #[error("{field} is 0 (missing?): no post or author has id 0")]
+    ZeroId {
+        /// The event field.
+        field: &'static str,
+    },
 }
 
 impl DecodeError {
     /// The `kafka_events_dropped_total` reason of an error that drops a well-formed event,
     /// `None` for records that did not decode at all.
     pub fn drop_reason(&self) -> Option<&'static str> {
-        matches!(self, Self::OutOfContractId { .. }).then_some(crate::metrics::OUT_OF_CONTRACT_ID)
+        matches!(self, Self::OutOfContractId { .. } | Self::ZeroId { .. })
+            .then_some(crate::metrics::OUT_OF_CONTRACT_ID)
     }
 }
 
@@ -50,8 +59,17 @@ fn check_ids(ids: &[(&'static str, Option<i64>)]) -> Result<(), DecodeError> {
     }
 }
 
+/// Fails on the first id that is 0: the event's own post id and author id must be set.
+fn check_required_ids(ids: &[(&'static str, i64)]) -> Result<(), DecodeError> {
+    match ids.iter().find(|(_, id)| *id == 0) {
+        Some(&(field, _)) => Err(DecodeError::ZeroId { field }),
+        None => Ok(()),
+    }
+}
+
 /// Decodes one record payload (a protobuf `InNetworkEvent`, no framing). Events with a
-/// negative id are refused ([`DecodeError::OutOfContractId`]).
+/// negative id are refused ([`DecodeError::OutOfContractId`]), and so are creates with post
+/// id or author id 0 and deletes with post id 0 ([`DecodeError::ZeroId`]).
 ///
 /// Never panics, whatever the bytes.
 pub fn decode_event(payload: Option<&[u8]>) -> Result<PostEvent, DecodeError> {
@@ -68,10 +86,12 @@ pub fn decode_event(payload: Option<&[u8]>) -> Result<PostEvent, DecodeError> {
                 ("source_user_id", create.source_user_id),
                 ("conversation_id", create.conversation_id),
             ])?;
+            check_required_ids(&[("post_id", create.post_id), ("author_id", create.author_id)])?;
             Ok(PostEvent::Create(light_post(&create)))
         }
         Some(EventVariant::TweetDeleteEvent(delete)) => {
             check_ids(&[("post_id", Some(delete.post_id))])?;
+            check_required_ids(&[("post_id", delete.post_id)])?;
             Ok(PostEvent::Delete(delete_event(&delete)))
         }
         None => Err(DecodeError::NoVariant),
@@ -158,7 +178,8 @@ pub struct BatchOutcome {
     pub failed: usize,
     /// Events skipped because an id is outside the contract.
     pub rejected: usize,
-    /// Creates the store dropped (too old, in the future, invalid time, duplicate, deleted).
+    /// Creates the store dropped (too old, in the future, invalid time, duplicate, deleted),
+    /// and creates a delete of the same batch removed again (`deleted_in_batch`).
     pub dropped: usize,
 }
 
@@ -201,7 +222,7 @@ impl RecordBatch {
                 self.create_origins.push((partition, offset));
             }
             Ok(PostEvent::Delete(delete)) => self.events.deletes.push(delete),
-            Err(error @ DecodeError::OutOfContractId { .. }) => {
+            Err(error @ (DecodeError::OutOfContractId { .. } | DecodeError::ZeroId { .. })) => {
                 let reason = crate::metrics::OUT_OF_CONTRACT_ID;
                 self.rejected += 1;
                 metrics::kafka()
@@ -230,11 +251,19 @@ impl RecordBatch {
     pub fn apply(&mut self, store: &PostStore) -> BatchOutcome {
         let timer = metrics::kafka().batch_processing.start_timer();
         let mut dropped = 0;
+        // Per create: the store dropped it (only tracked when the batch also deletes).
+        let mut store_dropped = Vec::new();
         if !self.events.creates.is_empty() {
             let creates = &self.events.creates;
             let origins = &self.create_origins;
+            if !self.events.deletes.is_empty() {
+                store_dropped.resize(creates.len(), false);
+            }
             store.insert_posts_with(creates, |index, reason| {
                 dropped += 1;
+                if let Some(flag) = store_dropped.get_mut(index) {
+                    *flag = true;
+                }
                 let reason = reason.as_str();
                 metrics::kafka()
                     .events_dropped
@@ -253,6 +282,7 @@ impl RecordBatch {
         }
         if !self.events.deletes.is_empty() {
             store.mark_as_deleted(&self.events.deletes);
+            dropped += self.count_deleted_in_batch(&store_dropped);
         }
         timer.observe_duration();
         let outcome = BatchOutcome {
@@ -269,6 +299,38 @@ impl RecordBatch {
         self.records = 0;
         self.failed = 0;
         outcome
+    }
+
+    /// Counts (`deleted_in_batch`) and logs the creates of this batch that the store inserted
+    /// and a delete of the same batch removed again: whatever their order in the partition,
+    /// they were never served. `store_dropped` flags the creates the store dropped itself
+    /// (already counted by their reason). Each post id counts once.
+    fn count_deleted_in_batch(&self, store_dropped: &[bool]) -> usize {
+        let deleted: HashSet<i64> = self.events.deletes.iter().map(|d| d.post_id).collect();
+        let mut counted = HashSet::new();
+        let reason = crate::metrics::DELETED_IN_BATCH;
+        for (index, post) in self.events.creates.iter().enumerate() {
+            if store_dropped.get(index).copied().unwrap_or(false)
+                || !deleted.contains(&post.post_id)
+                || !counted.insert(post.post_id)
+            {
+                continue;
+            }
+            if let Some(&(partition, offset)) = self.create_origins.get(index) {
+                let detail = format_args!(
+                    "post {} by {}: a delete in the same batch removed it",
+                    post.post_id, post.author_id
+                );
+                log_drop(reason, partition, offset, &detail);
+            }
+        }
+        if !counted.is_empty() {
+            metrics::kafka()
+                .events_dropped
+                .with_label_values(&[reason])
+                .inc_by(counted.len() as u64);
+        }
+        counted.len()
     }
 }
 
@@ -397,6 +459,149 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![1, 2, 1, 1]
         );
+    }
+
+    fn dropped_count(reason: &str) -> u64 {
+        metrics::kafka()
+            .events_dropped
+            .with_label_values(&[reason])
+            .get()
+    }
+
+    fn push(batch: &mut RecordBatch, offset: i64, event: &InNetworkEvent) {
+        batch
+            .push_record(0, offset, Some(&event.encode_to_vec()))
+            .expect("decodes");
+    }
+
+    #[test]
+    fn zero_post_and_author_ids_are_dropped_as_out_of_contract() {
+        let store = PostStore::new(172_800);
+        let now = store.now_secs();
+        // A create whose post id field is missing decodes as post 0.
+        let no_post_id = InNetworkEvent {
+            event_variant: Some(EventVariant::TweetCreateEvent(TweetCreateEvent {
+                author_id: 5,
+                created_at: now,
+                ..TweetCreateEvent::default()
+            })),
+        };
+        let bytes = no_post_id.encode_to_vec();
+        assert!(matches!(
+            decode_event(Some(&bytes)),
+            Err(DecodeError::ZeroId { field: "post_id" })
+        ));
+        let zero_author = create_event(&LightPost::original(7, 0, now)).encode_to_vec();
+        assert!(matches!(
+            decode_event(Some(&zero_author)),
+            Err(DecodeError::ZeroId { field: "author_id" })
+        ));
+        let zero_delete = delete_envelope(&DeleteEvent {
+            post_id: 0,
+            deleted_at: now,
+        })
+        .encode_to_vec();
+        assert!(matches!(
+            decode_event(Some(&zero_delete)),
+            Err(DecodeError::ZeroId { field: "post_id" })
+        ));
+        // An optional id of 0 is "not set" and stays accepted.
+        let mut reply = LightPost::original(8, 5, now);
+        reply.in_reply_to_post_id = Some(0);
+        let bytes_reply = create_event(&reply).encode_to_vec();
+        assert!(decode_event(Some(&bytes_reply)).is_ok());
+
+        let before = dropped_count(crate::metrics::OUT_OF_CONTRACT_ID);
+        let mut batch = RecordBatch::with_capacity(4);
+        for (offset, bytes) in [&bytes, &zero_author, &zero_delete].into_iter().enumerate() {
+            let error = batch
+                .push_record(0, offset as i64, Some(bytes))
+                .expect_err("refused");
+            assert_eq!(
+                error.drop_reason(),
+                Some(crate::metrics::OUT_OF_CONTRACT_ID)
+            );
+        }
+        // A well-formed post beside them is stored.
+        push(
+            &mut batch,
+            3,
+            &create_event(&LightPost::original(9, 5, now)),
+        );
+        let outcome = batch.apply(&store);
+        assert_eq!(
+            (outcome.records, outcome.rejected, outcome.creates),
+            (4, 3, 1)
+        );
+        assert!(dropped_count(crate::metrics::OUT_OF_CONTRACT_ID) >= before + 3);
+        assert_eq!(store.stats().posts, 1, "only post 9 is stored");
+    }
+
+    #[test]
+    fn a_create_deleted_in_the_same_batch_is_counted() {
+        let store = PostStore::new(172_800);
+        let now = store.now_secs();
+        let reason = crate::metrics::DELETED_IN_BATCH;
+        let before = dropped_count(reason);
+        let tombstoned_before = dropped_count("tombstoned");
+        let delete = |post_id| {
+            delete_envelope(&DeleteEvent {
+                post_id,
+                deleted_at: now,
+            })
+        };
+        // Post 30 is stored by an earlier batch: deleting it later is no drop.
+        let mut batch = RecordBatch::with_capacity(16);
+        push(
+            &mut batch,
+            0,
+            &create_event(&LightPost::original(30, 1, now)),
+        );
+        assert_eq!(batch.apply(&store).dropped, 0);
+
+        // Create then delete (11), delete then create (12), a create deleted twice (13):
+        // each one create cancelled. 14 stays; 30 is an ordinary delete. (No duplicates here:
+        // another test counts those exactly.)
+        push(
+            &mut batch,
+            1,
+            &create_event(&LightPost::original(11, 1, now)),
+        );
+        push(&mut batch, 2, &delete(11));
+        push(&mut batch, 3, &delete(12));
+        push(
+            &mut batch,
+            4,
+            &create_event(&LightPost::original(12, 1, now)),
+        );
+        push(
+            &mut batch,
+            5,
+            &create_event(&LightPost::original(13, 2, now)),
+        );
+        push(&mut batch, 6, &delete(13));
+        push(&mut batch, 7, &delete(13));
+        push(
+            &mut batch,
+            8,
+            &create_event(&LightPost::original(14, 2, now)),
+        );
+        push(&mut batch, 9, &delete(30));
+        let outcome = batch.apply(&store);
+        assert_eq!(outcome.dropped, 3, "{outcome:?}");
+        // Only this test drops for this reason.
+        assert_eq!(dropped_count(reason), before + 3);
+        assert_eq!(dropped_count("tombstoned"), tombstoned_before);
+        assert_eq!(store.stats().posts, 1, "only post 14 is stored");
+
+        // Across batches the same create is counted as tombstoned, not as deleted_in_batch.
+        push(
+            &mut batch,
+            10,
+            &create_event(&LightPost::original(11, 1, now)),
+        );
+        assert_eq!(batch.apply(&store).dropped, 1);
+        assert!(dropped_count("tombstoned") > tombstoned_before);
     }
 
     #[test]

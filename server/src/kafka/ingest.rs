@@ -28,6 +28,45 @@ const POLL_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// was just created can briefly be unknown to the broker that leads it.
 const UNKNOWN_PARTITION_GRACE: Duration = Duration::from_secs(15);
 
+/// Longest wait for the watermarks when checking positions after an offset reset error.
+const OFFSET_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between two failed position checks.
+const OFFSET_CHECK_RETRY: Duration = Duration::from_secs(1);
+/// After a truncation, records not older than the last record read minus this margin are read
+/// again: new records the broker put on the lost offsets were written after that record
+/// (allowing for producers' clocks to differ by up to this much).
+const TRUNCATION_TIME_MARGIN_MS: i64 = 5 * 60 * 1000;
+
+/// Why a partition's position must move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Move {
+    /// The log ends at `log_end`, below the position: the broker lost records and may give
+    /// their offsets to new ones. Reading resumes at `log_end` (or the position, if lower).
+    Truncated { log_end: i64 },
+    /// The log starts at `log_start`, above the position: the records in between were deleted
+    /// (retention) before they were read. Reading resumes at `log_start`.
+    BelowStart { log_start: i64 },
+    /// After a broker outage the last record read before it (at `mark.next - 1`) is not
+    /// there any more: the broker lost it and new records took its offset and more. Reading
+    /// resumes at the first record not older than it (less a margin).
+    Rewritten { mark: Position },
+}
+
+/// Where partition reading must move, if anywhere, given its read position `next` and the
+/// log's `(low, high)` watermarks. Positions that stand for a start marker never move here.
+fn needed_move(next: i64, (low, high): (i64, i64)) -> Option<Move> {
+    if !(0..i64::MAX).contains(&next) {
+        return None;
+    }
+    if high < next {
+        Some(Move::Truncated { log_end: high })
+    } else if next < low {
+        Some(Move::BelowStart { log_start: low })
+    } else {
+        None
+    }
+}
+
 /// One partition owned by an ingest thread.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OwnedPartition {
@@ -54,12 +93,16 @@ pub(crate) struct IngestThread {
 }
 
 /// Where one owned partition stands, as this thread has read it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Position {
     /// Next offset to read (`-1`: from the low watermark; `i64::MAX`: from the end).
     next: i64,
     /// The consumer reported the end of the partition after the last record read.
     at_end: bool,
+    /// Timestamp (ms) of the last record read, if it had one.
+    last_timestamp: Option<i64>,
+    /// Payload length of the last record read.
+    last_len: usize,
 }
 
 /// Why an ingest thread stopped.
@@ -179,6 +222,8 @@ impl IngestThread {
             .map(|owned| Position {
                 next: super::supervisor::start_marker(owned.start),
                 at_end: false,
+                last_timestamp: None,
+                last_len: 0,
             })
             .collect();
         let mut consumer = self.connect(&positions, None)?;
@@ -196,6 +241,13 @@ impl IngestThread {
         let warnings = LogThrottle::new(LOG_INTERVAL);
         // Since when the current run of "unknown partition" errors lasts.
         let mut unknown_since: Option<Instant> = None;
+        // librdkafka reported a position outside the log (`auto.offset.reset=error`) and
+        // stopped fetching that partition: when to check the positions next.
+        let mut check_offsets_at: Option<Instant> = None;
+        // The positions when the broker went away (while it is away), and when it came back
+        // (until checked): a broker may come back without records it had acknowledged.
+        let mut outage: Option<Vec<Position>> = None;
+        let mut verify: Option<Vec<Position>> = None;
 
         if self.all_caught_up(&positions) {
             caught_up = self.report_caught_up();
@@ -219,7 +271,17 @@ impl IngestThread {
                         positions[i] = Position {
                             next: offset.saturating_add(1),
                             at_end: false,
+                            last_timestamp: message
+                                .timestamp()
+                                .to_millis()
+                                .or(positions[i].last_timestamp),
+                            last_len: message.payload().map_or(0, <[u8]>::len),
                         };
+                    }
+                    if let Some(marks) = outage.take() {
+                        // The broker is back: check that it still holds what was read.
+                        check_offsets_at.get_or_insert_with(Instant::now);
+                        verify = Some(marks);
                     }
                     batch_started.get_or_insert_with(Instant::now);
                     unknown_since = None;
@@ -231,9 +293,32 @@ impl IngestThread {
                         positions[i].at_end = true;
                     }
                     flush = true;
+                    if let Some(marks) = outage.take() {
+                        check_offsets_at.get_or_insert_with(Instant::now);
+                        verify = Some(marks);
+                    }
+                }
+                Some(Err(
+                    error @ KafkaError::MessageConsumption(
+                        RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::LogTruncation,
+                    ),
+                )) => {
+                    metrics::kafka().poll_errors.inc();
+                    tracing::warn!(thread = self.index, topic = %self.topic, %error, "a Kafka position is outside the partition's log; checking the positions");
+                    check_offsets_at.get_or_insert_with(Instant::now);
                 }
                 Some(Err(error)) => {
                     metrics::kafka().poll_errors.inc();
+                    if matches!(
+                        error,
+                        KafkaError::MessageConsumption(
+                            RDKafkaErrorCode::AllBrokersDown
+                                | RDKafkaErrorCode::BrokerTransportFailure
+                        )
+                    ) && outage.is_none()
+                    {
+                        outage = Some(verify.take().unwrap_or_else(|| positions.clone()));
+                    }
                     // Consumer errors name no partition: none of ours counts as "at the end"
                     // any more (a batch that fails to decode sits past a reported end), until
                     // its consumer reports the end again.
@@ -315,6 +400,44 @@ impl IngestThread {
                 None => flush = true,
             }
 
+            let mut moves = self.reported_truncations(&positions);
+            let checked = check_offsets_at.is_some_and(|at| at <= Instant::now());
+            if checked {
+                match self.positions_outside_the_log(&consumer, &positions, verify.as_deref()) {
+                    Ok(found) => {
+                        check_offsets_at = None;
+                        verify = None;
+                        moves.extend(found);
+                    }
+                    Err(error) => {
+                        if let Some(suppressed) = warnings.admit("offset check") {
+                            tracing::warn!(thread = self.index, topic = %self.topic, %error, suppressed, "cannot read the watermarks to check the positions; retrying");
+                        }
+                        check_offsets_at = Some(Instant::now() + OFFSET_CHECK_RETRY);
+                    }
+                }
+            }
+            if !moves.is_empty() || (checked && check_offsets_at.is_none()) {
+                // Keep what was read before moving: those records were in the log.
+                if !batch.is_empty() {
+                    self.apply(&mut batch, caught_up, &positions);
+                    batch_started = None;
+                }
+                self.reposition(&consumer, &mut positions, &moves);
+                // A moved partition's record before an outage needs no check any more.
+                for marks in [outage.as_mut(), verify.as_mut()].into_iter().flatten() {
+                    for (i, _) in &moves {
+                        if let Some(mark) = marks.get_mut(*i) {
+                            mark.last_timestamp = None;
+                        }
+                    }
+                }
+                // A fresh assignment at the new positions (librdkafka stopped fetching a
+                // partition whose offset reset errored).
+                consumer = self.connect(&positions, Some(receive_limit))?;
+                continue;
+            }
+
             let full = batch.len() >= self.batch_size;
             let lingered = batch_started.is_some_and(|t| t.elapsed() >= self.fetch_timeout);
             if flush || full || lingered {
@@ -332,6 +455,225 @@ impl IngestThread {
             self.apply(&mut batch, caught_up, &positions);
         }
         Ok(())
+    }
+
+    /// The truncations the monitor reported for owned partitions since they last moved:
+    /// `(index, move)`.
+    fn reported_truncations(&self, positions: &[Position]) -> Vec<(usize, Move)> {
+        let mut moves = Vec::new();
+        for (i, owned) in self.partitions.iter().enumerate() {
+            let Some(state) = self.state(owned) else {
+                continue;
+            };
+            let Some(log_end) = state.truncation().log_end.take() else {
+                continue;
+            };
+            // Reported against an applied offset of this epoch, which is at most `next`.
+            if positions[i].next > log_end {
+                moves.push((i, Move::Truncated { log_end }));
+            }
+        }
+        moves
+    }
+
+    /// Asks the broker for the watermarks of every owned partition: `(index, move)` for those
+    /// whose position is outside the log.
+    /// With `marks` (the positions before a broker outage), also checks that the last record
+    /// read before the outage is still there: a broker that lost it and gave its offset to a
+    /// new record may have regrown its log past the position before we asked.
+    fn positions_outside_the_log(
+        &self,
+        consumer: &BaseConsumer<ThrottledContext>,
+        positions: &[Position],
+        marks: Option<&[Position]>,
+    ) -> Result<Vec<(usize, Move)>, KafkaError> {
+        let mut moves = Vec::new();
+        for (i, owned) in self.partitions.iter().enumerate() {
+            let watermarks =
+                consumer.fetch_watermarks(&self.topic, owned.partition, OFFSET_CHECK_TIMEOUT)?;
+            if let Some(found) = needed_move(positions[i].next, watermarks) {
+                moves.push((i, found));
+                continue;
+            }
+            let Some(mark) = marks.and_then(|m| m.get(i)).copied() else {
+                continue;
+            };
+            let Some(timestamp) = mark.last_timestamp else {
+                continue;
+            };
+            // Retention may have deleted it meanwhile: nothing to compare, nothing lost.
+            if !(1..i64::MAX).contains(&mark.next) || mark.next - 1 < watermarks.0 {
+                continue;
+            }
+            if !self.record_matches(owned, mark.next - 1, timestamp, mark.last_len)? {
+                moves.push((i, Move::Rewritten { mark }));
+            }
+        }
+        Ok(moves)
+    }
+
+    /// True when the record at `offset` of `owned` has this timestamp and payload length.
+    fn record_matches(
+        &self,
+        owned: &OwnedPartition,
+        offset: i64,
+        timestamp: i64,
+        len: usize,
+    ) -> Result<bool, KafkaError> {
+        let probe: BaseConsumer<ThrottledContext> = self
+            .consumer_config
+            .create_with_context(ThrottledContext::default())?;
+        let mut assignment = TopicPartitionList::with_capacity(1);
+        assignment.add_partition_offset(&self.topic, owned.partition, Offset::Offset(offset))?;
+        probe.assign(&assignment)?;
+        let deadline = Instant::now() + OFFSET_CHECK_TIMEOUT;
+        while Instant::now() < deadline {
+            match probe.poll(POLL_INTERVAL) {
+                Some(Ok(message)) => {
+                    return Ok(message.offset() == offset
+                        && message.timestamp().to_millis() == Some(timestamp)
+                        && message.payload().map_or(0, <[u8]>::len) == len);
+                }
+                // The log ends before it, or it is out of range: gone.
+                Some(Err(
+                    KafkaError::PartitionEOF(_)
+                    | KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset),
+                )) => return Ok(false),
+                Some(Err(error)) => return Err(error),
+                None => {}
+            }
+        }
+        Err(KafkaError::MessageConsumption(
+            RDKafkaErrorCode::OperationTimedOut,
+        ))
+    }
+
+    /// Moves the positions of `moves` (several moves of one partition: the lowest wins),
+    /// counts and logs each, and publishes the positions. The caller reconnects.
+    fn reposition(
+        &self,
+        consumer: &BaseConsumer<ThrottledContext>,
+        positions: &mut [Position],
+        moves: &[(usize, Move)],
+    ) {
+        let mut moved = Vec::new();
+        for (i, owned) in self.partitions.iter().enumerate() {
+            let mine = moves.iter().filter(|(at, _)| *at == i).map(|(_, m)| *m);
+            let position = positions[i].next;
+            // The lowest offset known lost: the log end, or the last record read before an
+            // outage that is not there any more.
+            let log_end = mine
+                .clone()
+                .filter_map(|m| match m {
+                    Move::Truncated { log_end } => Some(log_end),
+                    Move::Rewritten { mark } => Some(mark.next - 1),
+                    Move::BelowStart { .. } => None,
+                })
+                .min();
+            let log_start = mine
+                .clone()
+                .filter_map(|m| match m {
+                    Move::BelowStart { log_start } => Some(log_start),
+                    _ => None,
+                })
+                .max();
+            // The last record known read from the old log.
+            let last_read = mine
+                .filter_map(|m| match m {
+                    Move::Rewritten { mark } => Some(mark),
+                    _ => None,
+                })
+                .next()
+                .unwrap_or(positions[i]);
+            let resume = match (log_end, log_start) {
+                (Some(log_end), _) => {
+                    // New records may already sit on offsets below `log_end` (written between
+                    // the broker's return and this check): read again from the first record
+                    // not older than the last one read (less a margin), which is at most the
+                    // lowest offset the broker gave to a new record; failing that, from the
+                    // log start. Records read again change nothing (creates of stored ids are
+                    // duplicates, deletes only refresh their tombstones).
+                    let since = self.first_offset_since(consumer, owned, last_read);
+                    let resume = since.min(log_end).min(position).max(0);
+                    metrics::kafka()
+                        .log_truncations
+                        .with_label_values(&[&self.topic, &owned.partition.to_string()])
+                        .inc();
+                    tracing::warn!(
+                        thread = self.index,
+                        topic = %self.topic,
+                        partition = owned.partition,
+                        position,
+                        log_end,
+                        offsets_lost_or_reused = position.saturating_sub(log_end).max(0),
+                        resume_at = resume,
+                        "Kafka partition log truncated: it ends below the offset already read (the broker lost records it had acknowledged and gives their offsets to new records); posts read from the lost records stay in the store; reading resumes at or before the lowest offset a new record may have taken, so no new record is skipped"
+                    );
+                    resume
+                }
+                (None, Some(log_start)) => {
+                    tracing::warn!(
+                        thread = self.index,
+                        topic = %self.topic,
+                        partition = owned.partition,
+                        position,
+                        log_start,
+                        offsets_skipped = log_start.saturating_sub(position),
+                        "Kafka position below the partition's log start: the records in between were deleted before they were read; reading resumes at the log start"
+                    );
+                    log_start
+                }
+                (None, None) => continue,
+            };
+            positions[i] = Position {
+                next: resume,
+                at_end: false,
+                ..positions[i]
+            };
+            moved.push(owned);
+        }
+        self.publish(positions);
+        // After publishing: a monitor that sees the new epoch sees the new position too.
+        for owned in moved {
+            if let Some(state) = self.state(owned) {
+                let mut report = state.truncation();
+                report.epoch += 1;
+                report.log_end = None;
+            }
+        }
+    }
+
+    /// The first offset of `owned` whose record is not older than `at`'s last record read
+    /// less [`TRUNCATION_TIME_MARGIN_MS`]; the log start when that is unknown.
+    fn first_offset_since(
+        &self,
+        consumer: &BaseConsumer<ThrottledContext>,
+        owned: &OwnedPartition,
+        at: Position,
+    ) -> i64 {
+        let by_time = at.last_timestamp.and_then(|ts| {
+            let mut query = TopicPartitionList::with_capacity(1);
+            let since = Offset::Offset(ts.saturating_sub(TRUNCATION_TIME_MARGIN_MS).max(0));
+            query
+                .add_partition_offset(&self.topic, owned.partition, since)
+                .ok()?;
+            let answer = consumer
+                .offsets_for_times(query, OFFSET_CHECK_TIMEOUT)
+                .ok()?;
+            let element = answer.find_partition(&self.topic, owned.partition)?;
+            element.error().ok()?;
+            match element.offset() {
+                Offset::Offset(offset) => Some(offset),
+                // No record that recent: everything from the log end on is new.
+                Offset::End => Some(i64::MAX),
+                _ => None,
+            }
+        });
+        by_time.unwrap_or_else(|| {
+            consumer
+                .fetch_watermarks(&self.topic, owned.partition, OFFSET_CHECK_TIMEOUT)
+                .map_or(0, |(low, _)| low)
+        })
     }
 
     fn index_of(&self, partition: i32) -> Option<usize> {
@@ -421,5 +763,34 @@ impl IngestThread {
             .messages_consumed
             .inc_by(outcome.records as u64);
         self.shared.counters.record(&outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_outside_the_log_move() {
+        // Inside the log, at its end, or a start marker: no move.
+        assert_eq!(needed_move(5, (0, 10)), None);
+        assert_eq!(needed_move(10, (0, 10)), None);
+        assert_eq!(needed_move(-1, (3, 10)), None);
+        assert_eq!(needed_move(i64::MAX, (3, 10)), None);
+        // Past the log end: truncated.
+        assert_eq!(
+            needed_move(25, (0, 10)),
+            Some(Move::Truncated { log_end: 10 })
+        );
+        // An emptied log (a re-created topic).
+        assert_eq!(
+            needed_move(25, (0, 0)),
+            Some(Move::Truncated { log_end: 0 })
+        );
+        // Below the log start: retention deleted unread records.
+        assert_eq!(
+            needed_move(2, (7, 10)),
+            Some(Move::BelowStart { log_start: 7 })
+        );
     }
 }

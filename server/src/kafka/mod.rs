@@ -26,6 +26,24 @@
 //! `--kafka-stall-timeout-secs` is published on [`KafkaIngest::stalled`] (and in
 //! `kafka_partition_stalled`) until it moves again; the server turns readiness off meanwhile.
 //!
+//! # Log truncation (`ingest.rs`, `supervisor.rs`)
+//! A broker that loses records it had acknowledged (a restart without them, unclean leader
+//! election, a re-created topic) ends the partition's log below the offset we have read, and
+//! gives the lost offsets to new records. Three checks find it: the lag monitor sees a high
+//! watermark below the applied position; librdkafka reports a fetch position outside the log
+//! (`auto.offset.reset=error`, the default); and after a broker outage each ingest thread
+//! reads the last record it had read before the outage again (same offset, timestamp and
+//! payload length), which catches a log that new records regrew past our position before we
+//! reconnected. Each truncation is counted once in `kafka_log_truncations_total`, logged
+//! (position, new log end, offsets lost or reused, where reading resumes), and the partition
+//! is read again from the first record not older than the last one read before it, less five
+//! minutes (the log start if that lookup fails), which is at or before the lowest offset a new
+//! record may have taken: no new record is skipped. Posts applied from the lost records stay
+//! (until retention or a delete removes them); records read twice change nothing (creates of
+//! stored ids are counted as `duplicate` drops, deletes refresh their tombstones). A position
+//! below the log start (retention deleted records before they were read) resumes at the log
+//! start, logged, not counted as a truncation.
+//!
 //! # After catch-up
 //! Batches of caught-up threads take one of `--kafka-live-batch-permits` permits (default 1,
 //! as the reference), so store writes use at most one core and queries keep the rest.
@@ -69,7 +87,7 @@ use rdkafka::consumer::BaseConsumer;
 use thunder_engine::PostStore;
 use tokio::sync::watch;
 
-pub use config::{IN_NETWORK_EVENTS_TOPIC, KafkaArgs};
+pub use config::{IN_NETWORK_EVENTS_TOPIC, KafkaArgs, KafkaClientArgs};
 pub use decode::{
     BatchOutcome, DecodeError, RecordBatch, create_event, decode_event, delete_envelope,
     delete_event, light_post,

@@ -21,9 +21,11 @@ pub struct IngestStats {
     pub deletes: u64,
     /// Records skipped because they did not decode.
     pub failed: u64,
-    /// Events skipped because an id is outside the contract (negative).
+    /// Events skipped because an id is outside the contract (negative, or a post or author id
+    /// of 0).
     pub rejected: u64,
-    /// Creates the store dropped (too old, in the future, invalid time, duplicate, deleted).
+    /// Creates the store dropped (too old, in the future, invalid time, duplicate, deleted),
+    /// and creates a delete of the same batch removed again.
     pub dropped: u64,
     /// Batches applied.
     pub batches: u64,
@@ -146,6 +148,29 @@ pub(super) struct PartitionState {
     pub(super) next: AtomicI64,
     /// The consumer reported the end of the partition after the last applied record.
     pub(super) at_end: AtomicBool,
+    /// A log end the monitor saw below `next` (see [`TruncationReport`]).
+    pub(super) truncation: Mutex<TruncationReport>,
+}
+
+/// The monitor's report of a truncated partition log to the thread that owns the partition.
+///
+/// `epoch` counts the thread's repositionings: a report made against `next` of an earlier
+/// epoch (before the thread moved back) is stale and ignored.
+#[derive(Debug, Default)]
+pub(super) struct TruncationReport {
+    /// Times the owning thread moved the partition's position back.
+    pub(super) epoch: u64,
+    /// The lowest log end seen below `next` during this epoch.
+    pub(super) log_end: Option<i64>,
+}
+
+impl PartitionState {
+    /// The truncation report, consistent after any panic (two plain fields).
+    pub(super) fn truncation(&self) -> MutexGuard<'_, TruncationReport> {
+        self.truncation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Shared {

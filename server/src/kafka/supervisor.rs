@@ -1,9 +1,10 @@
 //! The supervisor thread: discovers the partitions and start offsets, starts the ingest
-//! threads, then keeps the lag gauge fresh until shutdown.
+//! threads, then keeps the lag gauge fresh until shutdown and reports partition logs that end
+//! below the applied position (truncation) to the thread that owns them.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -242,10 +243,12 @@ impl Supervisor {
                 end_at_start: high,
                 next: AtomicI64::new(start_marker(*start)),
                 at_end: AtomicBool::new(false),
+                truncation: Mutex::default(),
             })
             .collect();
         // Only the supervisor sets it, once, before any thread starts.
         let _ = self.shared.partitions.set(states);
+        self.export_partition_gauges(&partitions, &starts, &watermarks);
         tracing::info!(
             topic = %self.args.kafka_topic,
             end_offsets = ?partitions.iter().zip(&watermarks).map(|(p, (_, high))| (*p, *high)).collect::<Vec<_>>(),
@@ -299,6 +302,31 @@ impl Supervisor {
         }
     }
 
+    /// Exports every per-partition metric from start-up: the lag from the watermarks just
+    /// read, not stalled, no truncation, refreshed now.
+    fn export_partition_gauges(
+        &self,
+        partitions: &[i32],
+        starts: &[Offset],
+        watermarks: &[(i64, i64)],
+    ) {
+        let topic = self.args.kafka_topic.as_str();
+        let kafka = metrics::kafka();
+        for ((partition, start), &(low, high)) in partitions.iter().zip(starts).zip(watermarks) {
+            let labels = [topic, &partition.to_string()];
+            kafka
+                .partition_lag
+                .with_label_values(&labels)
+                .set(partition_lag(low, high, start_marker(*start)));
+            kafka.partition_stalled.with_label_values(&labels).set(0);
+            kafka
+                .partition_lag_refresh_age
+                .with_label_values(&labels)
+                .set(0.0);
+            kafka.log_truncations.with_label_values(&labels);
+        }
+    }
+
     /// Low and high watermark of every partition, in order.
     fn watermarks(&self, partitions: &[i32]) -> Result<Vec<(i64, i64)>, String> {
         partitions
@@ -329,6 +357,8 @@ impl Supervisor {
         let topic = self.args.kafka_topic.as_str();
         let mut tracker = StallTracker::new(states.len(), stall_timeout);
         let mut warned_at: Option<Instant> = None;
+        // When each partition's lag was last refreshed (the start watermarks count).
+        let mut refreshed_at = vec![Instant::now(); states.len()];
         loop {
             let caught_up = matches!(
                 *self.shared.caught_up.borrow(),
@@ -339,10 +369,14 @@ impl Supervisor {
                 if self.shared.stopping() {
                     return;
                 }
+                // Read before `next`: a truncation seen against this `next` is reported for
+                // this epoch only (see `TruncationReport`).
+                let epoch = state.truncation().epoch;
                 // Relaxed: the gauges are estimates, and `next` guards no other data.
                 let next = state.next.load(Ordering::Relaxed);
                 let at_end = state.at_end.load(Ordering::Relaxed);
                 let label = state.partition.to_string();
+                let labels = [topic, label.as_str()];
                 let lag = match self.metadata_client.fetch_watermarks(
                     topic,
                     state.partition,
@@ -352,8 +386,17 @@ impl Supervisor {
                         let lag = partition_lag(low, high, next);
                         metrics::kafka()
                             .partition_lag
-                            .with_label_values(&[topic, &label])
+                            .with_label_values(&labels)
                             .set(lag);
+                        refreshed_at[index] = Instant::now();
+                        // The log ends below what was applied: the broker lost records.
+                        if (0..i64::MAX).contains(&next) && high < next {
+                            let mut report = state.truncation();
+                            if report.epoch == epoch {
+                                report.log_end =
+                                    Some(report.log_end.map_or(high, |end| end.min(high)));
+                            }
+                        }
                         Some(lag)
                     }
                     Err(error) => {
@@ -361,9 +404,16 @@ impl Supervisor {
                             tracing::warn!(topic, partition = state.partition, %error, "cannot read Kafka watermarks for the lag gauge");
                             warned_at = Some(Instant::now());
                         }
+                        // No stale lag: the sample is gone until a refresh succeeds, and the
+                        // refresh age says for how long.
+                        let _ = metrics::kafka().partition_lag.remove_label_values(&labels);
                         None
                     }
                 };
+                metrics::kafka()
+                    .partition_lag_refresh_age
+                    .with_label_values(&labels)
+                    .set(refreshed_at[index].elapsed().as_secs_f64());
                 if !caught_up {
                     continue;
                 }

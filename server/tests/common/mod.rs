@@ -134,12 +134,39 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> HttpResponse {
 
 /// Minimal HTTP/1.1 request without a body, `Connection: close` (handles chunked bodies).
 pub async fn http_request(addr: std::net::SocketAddr, method: &str, path: &str) -> HttpResponse {
+    http_request_with(addr, method, path, &addr.to_string(), &[]).await
+}
+
+/// A state-changing admin request as an operator sends it: POST with `X-Thunder-Admin: 1`.
+pub async fn admin_post(addr: std::net::SocketAddr, path: &str) -> HttpResponse {
+    http_request_with(
+        addr,
+        "POST",
+        path,
+        &addr.to_string(),
+        &[("X-Thunder-Admin", "1")],
+    )
+    .await
+}
+
+/// [`http_request`] with the given `Host` and extra headers.
+pub async fn http_request_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+) -> HttpResponse {
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(addr)
             .await
             .expect("admin connects");
+        let extra: String = headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {value}\r\n"))
+            .collect();
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
         );
         stream
             .write_all(head.as_bytes())

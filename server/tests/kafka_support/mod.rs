@@ -172,6 +172,19 @@ impl Broker {
         let _ = child.wait();
     }
 
+    /// Kills the broker (SIGKILL: it saves nothing more), keeping its data directory.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The directory the broker persists its topics in (noida-db: `kafka.json`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.data.path().join("data")
+    }
+
     /// Starts a stopped broker again on the same port with the same data directory.
     pub fn resume(&mut self) {
         assert!(self.child.is_none(), "broker still running");

@@ -81,6 +81,11 @@ pub fn start_server(
 
 /// The gRPC health status, `None` while the server does not answer.
 pub async fn health(grpc: SocketAddr) -> Option<i32> {
+    health_of(grpc, "").await
+}
+
+/// The gRPC health status of `service`, `None` while the server does not answer.
+pub async fn health_of(grpc: SocketAddr, service: &str) -> Option<i32> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
         .ok()?
         .connect()
@@ -89,7 +94,7 @@ pub async fn health(grpc: SocketAddr) -> Option<i32> {
     let mut client = HealthClient::new(channel);
     let response = client
         .check(HealthCheckRequest {
-            service: String::new(),
+            service: service.to_owned(),
         })
         .await
         .ok()?;

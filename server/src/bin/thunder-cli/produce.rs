@@ -21,14 +21,15 @@ use thunder_engine::PostEvent;
 use thunder_engine::{DeleteEvent, LightPost};
 use thunder_testkit::synth::SynthConfig;
 
-use thunder_server::kafka::{EventProducer, KafkaArgs};
+use thunder_server::kafka::{EventProducer, KafkaArgs, KafkaClientArgs};
 
 /// Arguments of `thunder-cli produce`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ProduceArgs {
-    /// Connection (`--kafka-brokers`, `--kafka-topic`, security, `-X`).
+    /// Connection (`--kafka-brokers`, `--kafka-topic`, security, `-X`); the server's consumer
+    /// settings do not apply to a producer.
     #[command(flatten)]
-    pub kafka: KafkaArgs,
+    pub kafka: KafkaClientArgs,
 
     /// Generate the synthetic feed-2d workload instead of reading JSON lines from stdin.
     #[arg(long)]
@@ -189,9 +190,10 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
 /// Runs `thunder-cli produce` on the calling thread.
 fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
     if let Some(partitions) = args.create_topic {
-        create_topic(&args.kafka, partitions)?;
+        create_topic(&args.kafka.to_kafka_args(), partitions)?;
     }
-    let producer = EventProducer::new(&args.kafka).context("creating the Kafka producer")?;
+    let producer =
+        EventProducer::new(&args.kafka.to_kafka_args()).context("creating the Kafka producer")?;
     let started = Instant::now();
     let mut pacer = Pacer::new(args.rate);
     let mut sent = Sent::default();

@@ -1,0 +1,290 @@
+//! deploy/: the Kubernetes manifests parse and say what the server does (probes, ports,
+//! snapshot volume), `thunder-server --check-config` accepts the StatefulSet's arguments and
+//! refuses bad values with exit code 2, and the Dockerfile's build script is sound.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// YAML documents as JSON, through Python's yaml module (the YAML must parse).
+fn yaml_as_json(path: &Path) -> Vec<Value> {
+    let output = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)",
+        ])
+        .arg(path)
+        .output()
+        .expect("python3 runs (with its yaml module: Debian python3-yaml or pip PyYAML)");
+    assert!(
+        output.status.success(),
+        "{} does not parse as YAML: {}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let docs: Value = serde_json::from_slice(&output.stdout).expect("python printed JSON");
+    docs.as_array().expect("a list of documents").clone()
+}
+
+/// Every manifest in deploy/k8s, by kind.
+fn manifests() -> Vec<Value> {
+    let mut docs = Vec::new();
+    let mut paths: Vec<_> = std::fs::read_dir(repo().join("deploy/k8s"))
+        .expect("deploy/k8s")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    paths.sort();
+    for path in paths {
+        assert_eq!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml"),
+            "{}",
+            path.display()
+        );
+        docs.extend(yaml_as_json(&path));
+    }
+    docs
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in deploy/k8s"))
+}
+
+/// The server container of the StatefulSet.
+fn server_container(docs: &[Value]) -> &Value {
+    &of_kind(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// The container's arguments, `--flag=value` each.
+fn container_args(docs: &[Value]) -> Vec<String> {
+    server_container(docs)["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string arg").to_owned())
+        .collect()
+}
+
+fn flag<'a>(args: &'a [String], name: &str) -> &'a str {
+    args.iter()
+        .find_map(|a| a.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("{name} not in the manifest's args"))
+}
+
+fn check_config(args: &[String]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_thunder-server"))
+        .arg("--check-config")
+        .args(args)
+        .env("THUNDER_CURSOR_SECRET", "manifest-test-secret")
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run thunder-server --check-config")
+}
+
+#[test]
+fn manifests_probe_readiness_over_grpc_health_and_liveness_over_healthz() {
+    let docs = manifests();
+    let args = container_args(&docs);
+    let container = server_container(&docs);
+    let grpc_port: u64 = flag(&args, "--grpc-addr")
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("grpc port");
+    let admin_addr = flag(&args, "--admin-addr");
+    assert!(
+        admin_addr.starts_with("0.0.0.0:"),
+        "the kubelet must reach the admin port"
+    );
+
+    let readiness = &container["readinessProbe"]["grpc"];
+    assert_eq!(readiness["service"], thunder_proto::SERVICE_NAME);
+    assert_eq!(readiness["port"], grpc_port);
+    let liveness = &container["livenessProbe"]["httpGet"];
+    assert_eq!(liveness["path"], "/healthz");
+    let admin_port = container["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == liveness["port"])
+        .expect("the liveness port is a named container port")["containerPort"]
+        .clone();
+    assert_eq!(
+        Some(admin_port.to_string().as_str()),
+        admin_addr.rsplit_once(':').map(|(_, p)| p)
+    );
+
+    // The snapshot directory lives on the claimed volume.
+    let snapshot_dir = flag(&args, "--snapshot-dir");
+    let mount = &container["volumeMounts"][0];
+    let claim = &of_kind(&docs, "StatefulSet")["spec"]["volumeClaimTemplates"][0];
+    assert_eq!(mount["name"], claim["metadata"]["name"]);
+    assert!(snapshot_dir.starts_with(mount["mountPath"].as_str().expect("mountPath")));
+
+    let service = of_kind(&docs, "Service");
+    assert_eq!(service["spec"]["clusterIP"], "None", "headless");
+    let pdb = of_kind(&docs, "PodDisruptionBudget");
+    assert_eq!(
+        pdb["spec"]["selector"],
+        of_kind(&docs, "StatefulSet")["spec"]["selector"]
+    );
+}
+
+#[test]
+fn check_config_accepts_the_manifest_args() {
+    let docs = manifests();
+    let snapshots = tempfile::tempdir().expect("tempdir");
+    // The manifest's own arguments, with the snapshot directory moved to a scratch one (the
+    // volume's path does not exist here).
+    let args: Vec<String> = container_args(&docs)
+        .into_iter()
+        .map(|a| {
+            if a.starts_with("--snapshot-dir=") {
+                format!("--snapshot-dir={}", snapshots.path().display())
+            } else {
+                a
+            }
+        })
+        .collect();
+    let output = check_config(&args);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("configuration OK"), "{stdout}");
+    assert!(stdout.contains("kafka-0.kafka:9092"), "{stdout}");
+    assert!(stdout.contains("mode: Kafka ingestion"), "{stdout}");
+    assert!(
+        !stdout.contains("manifest-test-secret"),
+        "secret shown: {stdout}"
+    );
+    // Nothing was served and nothing was left in the snapshot directory.
+    assert_eq!(std::fs::read_dir(snapshots.path()).expect("dir").count(), 0);
+}
+
+#[test]
+fn check_config_refuses_bad_values_with_exit_code_2() {
+    // A value clap cannot parse.
+    let output = check_config(&["--qps-limit=many".to_owned()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--qps-limit"));
+    // A value clap parses but the server refuses.
+    let output = check_config(&["--qps-limit=0".to_owned()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("configuration invalid")
+            && stderr.contains("--qps-limit must be greater than 0"),
+        "{stderr}"
+    );
+    // A librdkafka property librdkafka does not know, and a key that is not the certificate's.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+    let cert_path = dir.path().join("cert.pem");
+    let key_path = dir.path().join("key.pem");
+    std::fs::write(&cert_path, cert.cert.pem()).expect("write cert");
+    std::fs::write(&key_path, other.signing_key.serialize_pem()).expect("write key");
+    let output = check_config(&[
+        "--kafka-brokers=127.0.0.1:9".to_owned(),
+        "-X".to_owned(),
+        "fetch.wait.max.ms=soon".to_owned(),
+        format!("--tls-cert={}", cert_path.display()),
+        format!("--tls-key={}", key_path.display()),
+        format!("--tls-client-ca={}", cert_path.display()),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("fetch.wait.max.ms"), "{stderr}");
+    assert!(stderr.contains("does not fit --tls-cert"), "{stderr}");
+    // The matching key passes.
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).expect("write key");
+    let output = check_config(&[
+        format!("--tls-cert={}", cert_path.display()),
+        format!("--tls-key={}", key_path.display()),
+        format!("--tls-client-ca={}", cert_path.display()),
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn dockerfile_builds_with_the_release_script_of_existing_binaries() {
+    let dockerfile =
+        std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("deploy/Dockerfile");
+    assert!(dockerfile.contains("RUN deploy/build-release.sh "));
+    assert!(dockerfile.contains("\nUSER 10001"), "non-root");
+    assert!(
+        dockerfile.matches("\nFROM ").count() + usize::from(dockerfile.starts_with("FROM ")) >= 2
+    );
+
+    let script = repo().join("deploy/build-release.sh");
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .expect("bash -n");
+    assert!(
+        syntax.status.success(),
+        "{}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    let text = std::fs::read_to_string(&script).expect("read the script");
+    let binaries: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("BINARIES=("))
+        .and_then(|l| l.strip_suffix(')'))
+        .expect("a BINARIES=(...) line")
+        .split_whitespace()
+        .collect();
+    assert!(!binaries.is_empty());
+    // The workspace's binary targets, as cargo sees them.
+    let metadata = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("cargo metadata");
+    assert!(metadata.status.success());
+    let metadata: Value = serde_json::from_slice(&metadata.stdout).expect("metadata JSON");
+    let bins: Vec<&str> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter(|p| p["name"] == "thunder-server")
+        .flat_map(|p| p["targets"].as_array().expect("targets"))
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "bin"))
+        })
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    for binary in &binaries {
+        assert!(
+            bins.contains(binary),
+            "{binary} is not a binary of thunder-server: {bins:?}"
+        );
+        assert!(
+            dockerfile.contains(&format!("/out/{binary}")),
+            "the image does not copy {binary}"
+        );
+    }
+    for expected in ["thunder-server", "thunder-cli"] {
+        assert!(binaries.contains(&expected), "{expected} not built");
+    }
+}
