@@ -900,7 +900,7 @@ impl Arena {
     }
 
     /// Tests only: every new chunk is refused from now on, as when memory has run out.
-    #[cfg(test)]
+    #[cfg(all(test, not(thunder_loom)))]
     pub fn refuse_new_chunks(&self) {
         for refuse in [&self.large.refuse_chunks, &self.small.refuse_chunks] {
             refuse.store(true, std::sync::atomic::Ordering::Relaxed);

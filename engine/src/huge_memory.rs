@@ -67,6 +67,7 @@ mod imp {
     /// `ptr..+len` lies in a region from [`allocate_zeroed`] (`ptr` and `len` page-aligned),
     /// no one writes to it meanwhile, and whoever reads it accepts zeroes in place of the
     /// contents from any moment on.
+    #[cfg_attr(thunder_loom, allow(dead_code))]
     pub(crate) unsafe fn discard(ptr: *mut u8, len: usize) -> bool {
         // SAFETY: as the caller guarantees; a private anonymous mapping reads as zero-fill
         // after MADV_DONTNEED.
@@ -99,12 +100,16 @@ mod imp {
     ///
     /// # Safety
     /// None needed; `unsafe` to match the Linux version.
+    #[cfg_attr(thunder_loom, allow(dead_code))]
     pub(crate) unsafe fn discard(_ptr: *mut u8, _len: usize) -> bool {
         false
     }
 }
 
-pub(crate) use imp::{allocate_zeroed, discard, free};
+// Chunk release is left out of loom builds (engine/src/arena.rs), so `discard` has no caller there.
+#[cfg(not(thunder_loom))]
+pub(crate) use imp::discard;
+pub(crate) use imp::{allocate_zeroed, free};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
