@@ -134,16 +134,18 @@ fn has_invalid_extension(req: &GetInNetworkPostsRequest) -> bool {
     bad_filter || bad_cursor || inverted
 }
 
-/// True when an id that validation looks at exceeds `i64`.
+/// True when an id that validation looks at exceeds `i64` or is 0 (a list entry 0, or viewer
+/// 0 with no following list to serve instead of a follow graph).
 fn has_invalid_id(req: &GetInNetworkPostsRequest) -> bool {
-    let too_big = |ids: &[u64]| {
+    let bad = |ids: &[u64]| {
         ids.iter()
             .take(MAX_INPUT_LIST_SIZE)
-            .any(|&id| id > i64::MAX as u64)
+            .any(|&id| id == 0 || id > i64::MAX as u64)
     };
     req.user_id > i64::MAX as u64
-        || too_big(&req.following_user_ids)
-        || too_big(&req.exclude_tweet_ids)
+        || (req.user_id == 0 && req.following_user_ids.is_empty())
+        || bad(&req.following_user_ids)
+        || bad(&req.exclude_tweet_ids)
 }
 
 fn serve(
