@@ -6,11 +6,13 @@
 //!   benchmark drives them through, with [`FeedQuery`](thunder_engine::FeedQuery) requests.
 //! - [`EventBatch`] and [`load`]: the synthetic stream cut into ingest batches and applied.
 //! - [`floor`]: the serving floor, thunder's gRPC path answering pre-built answers.
+//! - [`line_floor`]: the store query's floor, random reads of the lines a query must touch.
 //! - [`memory`]: resident-set measurement; [`cpu_time`]: CPU time of a thread or the process.
 #![deny(missing_docs)]
 
 pub mod baseline;
 pub mod floor;
+pub mod line_floor;
 pub mod memory;
 
 use std::time::{Duration, Instant};

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thunder_benches::baseline::TimelineKind;
+use thunder_benches::line_floor::{LineFloor, LinesTouched};
 use thunder_benches::memory::{self, peak_rss_bytes, release_free_memory, rss_bytes};
 use thunder_benches::{
     BaselineStore, DEFAULT_BATCH_EVENTS, batches, cpu_time, load, load_shares, partition,
@@ -214,6 +215,8 @@ struct StoreRun {
     idle_video: Latency,
     under_ingest: Latency,
     achieved_ingest_rate: f64,
+    /// The engine's 2000-follow queries against random reads of the lines they must touch.
+    line_floor: Option<StoreFloor>,
     normal_answers: Vec<Answer>,
     video_answers: Vec<Answer>,
 }
@@ -253,7 +256,96 @@ impl StoreRun {
             "query_idle_video": self.idle_video.json(),
             "query_under_ingest": self.under_ingest.json(),
             "under_ingest_events_per_sec": self.achieved_ingest_rate,
+            "store_floor_2000_follows": self.line_floor.as_ref().map(StoreFloor::json),
         })
+    }
+}
+
+/// The engine's 2000-follow queries in thread CPU per post returned, each followed by random
+/// reads of as many lines as it had to touch ([`LinesTouched`]) in an array as large as the
+/// arena: medians over the viewers.
+#[derive(Clone, Debug, Default)]
+struct StoreFloor {
+    viewers: usize,
+    arena_bytes: usize,
+    authors: f64,
+    posts: f64,
+    lines: f64,
+    query_us: f64,
+    query_ns_per_post: f64,
+    independent_ns_per_post: f64,
+    dependent_ns_per_post: f64,
+}
+
+impl StoreFloor {
+    /// How many times the floor the query costs.
+    fn ratio(&self) -> f64 {
+        ratio_or_zero(self.query_ns_per_post, self.independent_ns_per_post)
+    }
+
+    fn json(&self) -> Value {
+        json!({"viewers": self.viewers, "arena_bytes": self.arena_bytes,
+               "authors_p50": self.authors, "posts_p50": self.posts, "lines_p50": self.lines, "query_cpu_p50_us": self.query_us,
+               "query_ns_per_post_p50": self.query_ns_per_post,
+               "independent_reads_ns_per_post_p50": self.independent_ns_per_post,
+               "dependent_reads_ns_per_post_p50": self.dependent_ns_per_post,
+               "query_over_independent_reads": self.ratio()})
+    }
+}
+
+/// Viewers the store floor is measured on, at most.
+const FLOOR_VIEWERS: usize = 2000;
+
+/// Measures [`StoreFloor`] on `engine` for the 2000-follow viewers of `w` (at most
+/// `FLOOR_VIEWERS`), the query and the reads alternating viewer by viewer.
+fn store_floor(engine: &PostStore, w: &Workload) -> StoreFloor {
+    let arena_bytes = engine.stats().arena_bytes_reserved;
+    let floor = LineFloor::new(arena_bytes);
+    let thread_cpu = || cpu_time(libc::CLOCK_THREAD_CPUTIME_ID);
+    let (mut authors, mut posts) = (Vec::new(), Vec::new());
+    let (mut lines, mut query_us) = (Vec::new(), Vec::new());
+    let (mut query, mut independent, mut dependent) = (Vec::new(), Vec::new(), Vec::new());
+    let viewers = w
+        .viewers
+        .iter()
+        .zip(&w.excludes)
+        .filter(|(v, _)| v.following.len() <= 2000)
+        .take(FLOOR_VIEWERS);
+    for (n, (viewer, exclude)) in viewers.enumerate() {
+        let start = thread_cpu();
+        let answer = engine
+            .get_all_posts_by_users(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN))
+            .posts;
+        let took = thread_cpu().saturating_sub(start);
+        if answer.is_empty() {
+            continue;
+        }
+        let touched = LinesTouched::of(viewer.following.len(), &answer).total();
+        let per_post = |d: Duration| d.as_nanos() as f64 / answer.len() as f64;
+        let start = thread_cpu();
+        std::hint::black_box(floor.independent(touched, 2 * n as u64));
+        let independent_took = thread_cpu().saturating_sub(start);
+        let start = thread_cpu();
+        std::hint::black_box(floor.dependent(touched, 2 * n as u64 + 1));
+        let dependent_took = thread_cpu().saturating_sub(start);
+        authors.push(viewer.following.len() as f64);
+        posts.push(answer.len() as f64);
+        lines.push(touched as f64);
+        query_us.push(took.as_secs_f64() * 1e6);
+        query.push(per_post(took));
+        independent.push(per_post(independent_took));
+        dependent.push(per_post(dependent_took));
+    }
+    StoreFloor {
+        viewers: posts.len(),
+        arena_bytes: floor.bytes(),
+        authors: median(&authors),
+        posts: median(&posts),
+        lines: median(&lines),
+        query_us: median(&query_us),
+        query_ns_per_post: median(&query),
+        independent_ns_per_post: median(&independent),
+        dependent_ns_per_post: median(&dependent),
     }
 }
 
@@ -451,6 +543,24 @@ fn run_store(
             video.len(),
             run.idle_video.p50_us
         );
+
+        if let Built::Engine(engine) = &built {
+            let floor = store_floor(engine, w);
+            eprintln!(
+                "[{name}] store floor, 2000 follows ({} viewers): query {:.1} ns per post \
+                 (CPU p50 {:.1} us, {} posts, {} lines); independent reads of the same lines \
+                 {:.1} ns per post ({:.2}x), dependent reads {:.1} ns per post",
+                floor.viewers,
+                floor.query_ns_per_post,
+                floor.query_us,
+                floor.posts,
+                floor.lines,
+                floor.independent_ns_per_post,
+                floor.ratio(),
+                floor.dependent_ns_per_post,
+            );
+            run.line_floor = Some(floor);
+        }
 
         agreements = match (&built, engine_run) {
             (Built::Baseline(baseline), Some(engine)) => Some([
@@ -1031,6 +1141,26 @@ fn report(
         format!("{:.2}", under_over_idle_all(e)),
         format!("{:.2}", under_over_idle_all(b))
     );
+    if let Some(floor) = &e.line_floor {
+        println!(
+            "{:<44} {:>14} {:>14} {:>8.2}x",
+            "store floor, 2000 follows (CPU ns per post)",
+            format!("{:.1}", floor.query_ns_per_post),
+            format!("{:.1}", floor.independent_ns_per_post),
+            floor.ratio()
+        );
+        println!(
+            "  (the baseline column: independent random reads of the {} lines the query must \
+             touch, in {} MiB: {} authors + ring + {} posts, p50 of {} viewers; dependent reads \
+             {:.1} ns per post; the last column is query / floor, not an advantage)",
+            floor.lines,
+            floor.arena_bytes >> 20,
+            floor.authors,
+            floor.posts,
+            floor.viewers,
+            floor.dependent_ns_per_post
+        );
+    }
     println!(
         "{:<44} {:>14} {:>14}",
         "achieved ingest rate while querying",
