@@ -52,7 +52,7 @@ use crate::store::{DropReason, Guards, InsertReport, Kind, PendingRepost, PostSt
 use crate::timeline::TinyPost;
 
 /// Where a load reads its posts from: decoded in memory, or still in the records of a mapped
-/// snapshot file (`snapshot::MappedPosts`), decoded as they are read. By index, by value.
+/// snapshot file (`snapshot/mapped.rs`, `MappedPosts`), decoded as they are read. By index, by value.
 pub(crate) trait PostSource: Sync {
     /// How many posts.
     fn len(&self) -> usize;
