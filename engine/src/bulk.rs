@@ -47,7 +47,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId, slot_class_and_index};
-use crate::query::prefetch;
+use crate::prefetch::prefetch;
 use crate::store::{DropReason, Guards, InsertReport, Kind, PendingRepost, PostStore};
 use crate::timeline::TinyPost;
 

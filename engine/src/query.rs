@@ -33,6 +33,7 @@ use crate::config::{
 use crate::index::Hashed;
 use crate::page::AnswerWindow;
 use crate::post::LightPost;
+use crate::prefetch::prefetch;
 use crate::seen::SeenFilter;
 use crate::store::{Author, Kind, PostStore};
 use crate::timeline::{Snapshot, Timeline, TinyPost};
@@ -115,19 +116,6 @@ const PREFETCH_AHEAD: usize = 4;
 /// record was read when the authors were resolved, but a large request's records have left
 /// the cache by the time the merge reaches them, and the buffer's address is in the record.
 const RECORD_AHEAD: usize = 4;
-
-/// Hints the CPU to load the line holding `ptr`.
-#[inline(always)]
-pub fn prefetch(ptr: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults and never reads into the program,
-    // whatever the address.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(ptr.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ptr;
-}
 
 /// Which question is asked.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION
 use crate::counter::StripedCount;
 use crate::index::TagIndex;
 use crate::post::{DeleteEvent, LightPost};
-use crate::query::prefetch;
+use crate::prefetch::prefetch;
 use crate::timeline::{MAX_CAPACITY, TinyPost};
 use crate::tombstone_filter::TombstoneFilter;
 use crossbeam_epoch::Guard;
@@ -1117,8 +1117,8 @@ mod tests {
 #[cfg(all(test, not(thunder_loom), target_os = "linux"))]
 mod memory_tests {
     use super::*;
+    use crate::FeedQuery;
     use crate::clock::ManualClock;
-    use crate::query::FeedQuery;
     use std::sync::atomic::AtomicBool;
 
     const NOW: i64 = 1_700_000_000;

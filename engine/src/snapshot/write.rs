@@ -165,7 +165,7 @@ impl PostStore {
         for (i, &key) in keys.iter().enumerate() {
             // The slots are read in no order the hardware can guess: ask for them ahead.
             if let Some(&ahead) = keys.get(i + WRITE_READ_AHEAD) {
-                crate::query::prefetch(self.arena.slot_ptr(ahead as SlotId));
+                crate::prefetch::prefetch(self.arena.slot_ptr(ahead as SlotId));
             }
             if let Some(post) = self.arena.read_live(key as SlotId)
                 && post.created_at == second_of(key)
