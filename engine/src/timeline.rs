@@ -1002,15 +1002,11 @@ mod tests {
             // SAFETY: the ring was never reachable from anything but this local.
             freed += unsafe { retire_home(ring, &guard) };
         }
-        // Other tests of this process may hold pins for a while (the plain harness runs them on
-        // threads side by side), so the epoch advances when they let go: wait on a deadline, not
-        // on a count of flushes.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while freed < retired && std::time::Instant::now() < deadline {
-            crossbeam_epoch::pin().flush();
+        // Other tests of this process may hold pins for a while: wait on a deadline.
+        crate::sync::flush_epoch_until(|| {
             freed += RETURNED.with(|returned| returned.free_all());
-            std::thread::yield_now();
-        }
+            freed >= retired
+        });
         assert_eq!(freed, retired);
     }
 
