@@ -1,4 +1,4 @@
-//! [`AuthorDirectory`]: `author_id -> Author` (the author's three timelines).
+//! [`AuthorIndex`]: `author_id -> Author` (the author's three timelines).
 //!
 //! Authors live inline in fixed chunks of two-cache-line [`Author`] records addressed by a
 //! dense `u32` number; a [`TagIndex`] maps the author id to that number and the record's own
@@ -73,8 +73,8 @@ impl std::fmt::Debug for Author {
     }
 }
 
-/// The author directory (see the module docs).
-pub(crate) struct AuthorDirectory {
+/// The author index (see the module docs).
+pub(crate) struct AuthorIndex {
     index: TagIndex,
     chunks: Box<[AtomicPtr<Author>]>,
     /// Dense numbers handed out so far.
@@ -86,16 +86,16 @@ pub(crate) struct AuthorDirectory {
     chunk_lock: Mutex<()>,
 }
 
-impl std::fmt::Debug for AuthorDirectory {
+impl std::fmt::Debug for AuthorIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuthorDirectory")
+        f.debug_struct("AuthorIndex")
             .field("live", &self.live())
             .finish_non_exhaustive()
     }
 }
 
-impl AuthorDirectory {
-    /// An empty directory.
+impl AuthorIndex {
+    /// An empty index.
     pub fn new() -> Self {
         Self {
             index: TagIndex::with_capacity(CHUNK_AUTHORS),
@@ -297,7 +297,7 @@ impl AuthorDirectory {
     }
 }
 
-impl Drop for AuthorDirectory {
+impl Drop for AuthorIndex {
     fn drop(&mut self) {
         for cell in self.chunks.iter() {
             let base = cell.load(Ordering::Relaxed);
@@ -325,27 +325,27 @@ mod tests {
 
     #[test]
     fn authors_over_several_chunks_are_found_removed_and_their_numbers_reused() {
-        let directory = AuthorDirectory::new();
+        let authors = AuthorIndex::new();
         let guard = crossbeam_epoch::pin();
         // Two full chunks and part of a third.
         let count = 2 * CHUNK_AUTHORS as i64 + 100;
         let id = |i: i64| i * 7919 + 3;
         for i in 0..count {
-            let author = directory.get_or_create(id(i), &guard).expect("a record");
+            let author = authors.get_or_create(id(i), &guard).expect("a record");
             assert_eq!(author.author_id(), id(i));
         }
-        assert_eq!(directory.live(), count as usize);
-        let chunk_bytes = AuthorDirectory::chunk_layout().size();
-        assert!(directory.bytes(&guard) >= 3 * chunk_bytes);
+        assert_eq!(authors.live(), count as usize);
+        let chunk_bytes = AuthorIndex::chunk_layout().size();
+        assert!(authors.bytes(&guard) >= 3 * chunk_bytes);
         let mut chunks = std::collections::HashSet::new();
         for i in 0..count {
-            let author = directory.get(id(i), &guard).expect("indexed");
+            let author = authors.get(id(i), &guard).expect("indexed");
             assert_eq!(author.author_id(), id(i));
             let address = author as *const Author as usize;
             // Every record lies in its chunk's own 2 MiB-aligned region.
             chunks.insert(address & !(chunk_bytes - 1));
             assert!(std::ptr::eq(
-                directory
+                authors
                     .get_or_create(id(i), &guard)
                     .expect("the same record"),
                 author
@@ -355,28 +355,28 @@ mod tests {
 
         // Drop every third author: gone from the index, the others untouched.
         for i in (0..count).step_by(3) {
-            let author = directory.get(id(i), &guard).expect("indexed");
+            let author = authors.get(id(i), &guard).expect("indexed");
             let mut unused = author.writer.lock().unwrap();
             *unused = true;
-            directory.remove(author, &guard);
+            authors.remove(author, &guard);
         }
         for i in 0..count {
             assert_eq!(
-                directory.get(id(i), &guard).is_some(),
+                authors.get(id(i), &guard).is_some(),
                 i % 3 != 0,
                 "author {i}"
             );
         }
         drop(guard);
         // After the grace period the freed numbers are handed out again before new ones.
-        crate::sync::flush_epoch_until(|| directory.free.len() == (count as usize).div_ceil(3));
-        assert_eq!(directory.free.len(), (count as usize).div_ceil(3));
-        let handed_out = directory.next.load(Ordering::Relaxed);
+        crate::sync::flush_epoch_until(|| authors.free.len() == (count as usize).div_ceil(3));
+        assert_eq!(authors.free.len(), (count as usize).div_ceil(3));
+        let handed_out = authors.next.load(Ordering::Relaxed);
         let guard = crossbeam_epoch::pin();
         for i in 0..100 {
-            let author = directory.get_or_create(-1 - i, &guard).expect("a record");
+            let author = authors.get_or_create(-1 - i, &guard).expect("a record");
             assert_eq!(author.author_id(), -1 - i);
         }
-        assert!(directory.next.load(Ordering::Relaxed) < handed_out + 100);
+        assert!(authors.next.load(Ordering::Relaxed) < handed_out + 100);
     }
 }

@@ -47,12 +47,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId, slot_class_and_index};
-use crate::query::prefetch;
+use crate::prefetch::prefetch;
 use crate::store::{DropReason, Guards, InsertReport, Kind, PendingRepost, PostStore};
 use crate::timeline::TinyPost;
 
 /// Where a load reads its posts from: decoded in memory, or still in the records of a mapped
-/// snapshot file (`snapshot::MappedPosts`), decoded as they are read. By index, by value.
+/// snapshot file (`snapshot/mapped.rs`, `MappedPosts`), decoded as they are read. By index, by value.
 pub(crate) trait PostSource: Sync {
     /// How many posts.
     fn len(&self) -> usize;

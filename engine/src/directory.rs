@@ -120,9 +120,9 @@ impl std::fmt::Display for ShardId {
 pub(crate) type FactRecord = (i64, u64, i64);
 
 /// The facts of the posts a shard does not own, and which authors it owns.
-pub(crate) struct Directory {
+pub(crate) struct FactDirectory {
     owns: Box<dyn Fn(i64) -> bool + Send + Sync>,
-    /// Behind one thin pointer, so a store's `Option<Directory>` stays three words.
+    /// Behind one thin pointer, so a store's `Option<FactDirectory>` stays three words.
     shared: Box<Shared>,
 }
 
@@ -133,9 +133,9 @@ struct Shared {
     tables: [RwLock<FactTable>; FACT_SHARDS],
 }
 
-impl std::fmt::Debug for Directory {
+impl std::fmt::Debug for FactDirectory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Directory").finish_non_exhaustive()
+        f.debug_struct("FactDirectory").finish_non_exhaustive()
     }
 }
 
@@ -157,7 +157,7 @@ fn table_bytes(capacity: usize, entry_bytes: usize) -> usize {
     buckets * (entry_bytes + 1) + 16
 }
 
-impl Directory {
+impl FactDirectory {
     pub(crate) fn new(owns: Box<dyn Fn(i64) -> bool + Send + Sync>, id: Option<ShardId>) -> Self {
         Self {
             owns,
@@ -212,7 +212,7 @@ impl PostStore {
         mut self,
         owns: impl Fn(i64) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.directory = Some(Directory::new(Box::new(owns), None));
+        self.directory = Some(FactDirectory::new(Box::new(owns), None));
         self
     }
 
@@ -225,7 +225,7 @@ impl PostStore {
         id: ShardId,
         owns: impl Fn(i64) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.directory = Some(Directory::new(Box::new(owns), Some(id)));
+        self.directory = Some(FactDirectory::new(Box::new(owns), Some(id)));
         self
     }
 
@@ -298,7 +298,7 @@ impl PostStore {
 
     /// Sizes of the fact directory; `None` for a full (unsharded) store.
     pub fn directory_stats(&self) -> Option<DirectoryStats> {
-        self.directory.as_ref().map(Directory::stats)
+        self.directory.as_ref().map(FactDirectory::stats)
     }
 
     /// True when `post` goes to the fact directory rather than the store (a shard that does not

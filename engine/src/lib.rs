@@ -33,6 +33,19 @@
 //!   16-byte `TinyPost {post_id, created_at, slot}` ordered by `created_at`, growing from 4
 //!   entries up to the cap (`MAX_POSTING_LIST_SIZE`) and shrinking after trims.
 //!
+//! [`PostStore`] is one type whose `impl` blocks are split by concern; each file imports
+//! `store.rs`, which imports none of them but `directory.rs` (a shard's fact directory is one
+//! of its fields):
+//! - `store.rs`: the type, its construction, inserts, deletes, trims and stats;
+//! - `query.rs`: the read path (`get_all_posts_by_users`, `get_videos_by_users`);
+//! - `directory.rs`: the author shard (`with_author_shard`) and its fact directory;
+//! - `bulk.rs`: the bulk build of a fresh store from a snapshot's posts;
+//! - `snapshot/write.rs` and `snapshot/load.rs`: writing a snapshot and loading one;
+//! - `contract.rs`: the [`Store`] trait the tests run against every store.
+//!
+//! Helpers several of them need (`prefetch.rs`, `arena.rs`, `timeline.rs`, `index.rs`) are
+//! leaves below them.
+//!
 //! # Consistency
 //! Readers take no lock and never wait: they pin, read one consistent buffer per timeline and
 //! validate every record they return. Writers serialise per author (a mutex per author), never
@@ -69,6 +82,7 @@ mod counter;
 mod directory;
 mod huge_memory;
 mod index;
+mod prefetch;
 mod query;
 pub mod snapshot;
 mod store;
@@ -92,6 +106,6 @@ pub use store::{
 #[doc(hidden)]
 pub mod bench_internals {
     pub use crate::index::{Hashed, TagIndex};
-    pub use crate::query::prefetch;
+    pub use crate::prefetch::prefetch;
     pub use crossbeam_epoch::{Guard, pin};
 }

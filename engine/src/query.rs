@@ -16,7 +16,7 @@
 //!
 //! Memory: ranking needs no timeline buffer. Each timeline keeps, next to its buffer pointer,
 //! the entry count and newest `created_at` its writer last published; streams are ranked by
-//! those, and a ring is snapshotted only when the merge actually reaches that stream (most of
+//! those, and a ring's view is taken only when the merge actually reaches that stream (most of
 //! a 2000-author request's streams never are). When one is reached, the buffers and newest
 //! cells of the streams queued next are prefetched, and a stream prefetches the record of its
 //! next entry as soon as it advances. Timeline entries carry the record's slot, so no hash
@@ -33,9 +33,10 @@ use crate::config::{
 use crate::index::Hashed;
 use crate::page::AnswerWindow;
 use crate::post::LightPost;
+use crate::prefetch::prefetch;
 use crate::seen::SeenFilter;
 use crate::store::{Author, Kind, PostStore};
-use crate::timeline::{Snapshot, Timeline, TinyPost};
+use crate::timeline::{RingView, Timeline, TinyPost};
 use bumpalo::Bump;
 use bumpalo::collections::Vec as BumpVec;
 use std::cell::RefCell;
@@ -120,19 +121,6 @@ const PREFETCH_AHEAD: usize = 4;
 /// the cache by the time the merge reaches them, and the buffer's address is in the record.
 const RECORD_AHEAD: usize = 4;
 
-/// Hints the CPU to load the line holding `ptr`.
-#[inline(always)]
-pub fn prefetch(ptr: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults and never reads into the program,
-    // whatever the address.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(ptr.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ptr;
-}
-
 /// Which question is asked.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ask {
@@ -148,7 +136,7 @@ struct Stream<'g> {
     /// Taken when the merge first reaches the stream; until then `current` is its rank: the
     /// newest entry's `created_at` and `post_id` as the writer published them, or an upper
     /// bound of them (its `slot` is meaningless).
-    snap: Option<Snapshot<'g>>,
+    view: Option<RingView<'g>>,
     /// Sequence number of `current`.
     seq: u64,
     current: TinyPost,
@@ -173,16 +161,16 @@ struct Reader<'q> {
 }
 
 impl Reader<'_> {
-    /// Snapshots the stream's timeline and moves to its newest readable entry no later in
+    /// Takes a view of the stream's timeline and moves to its newest readable entry no later in
     /// key order than the rank it was given (entries that arrived since are left for the
     /// next query, which keeps the answer in order). False when nothing is left.
     fn materialize<'g>(&self, s: &mut Stream<'g>, guard: &'g crossbeam_epoch::Guard) -> bool {
-        let Some(snap) = s.timeline.snapshot(guard) else {
+        let Some(view) = s.timeline.view(guard) else {
             return false;
         };
         let hint = s.current.key();
-        s.snap = Some(snap);
-        s.seq = snap.head;
+        s.view = Some(view);
+        s.seq = view.head;
         while self.advance(s) {
             if s.current.key() <= hint {
                 return true;
@@ -195,7 +183,7 @@ impl Reader<'_> {
     /// it has nothing readable at or below its rank.
     #[inline]
     fn reach<'g>(&self, s: &mut Stream<'g>, guard: &'g crossbeam_epoch::Guard) -> bool {
-        if s.snap.is_none() && !s.done {
+        if s.view.is_none() && !s.done {
             s.done = !self.materialize(s, guard);
         }
         !s.done
@@ -204,11 +192,11 @@ impl Reader<'_> {
     /// Moves to the next older entry that is neither excluded nor expired; false when none.
     #[inline]
     fn advance(&self, s: &mut Stream<'_>) -> bool {
-        let Some(snap) = s.snap else { return false };
-        while s.seq > snap.tail {
+        let Some(view) = s.view else { return false };
+        while s.seq > view.tail {
             s.seq -= 1;
             // None: the writer evicted it meanwhile; everything older is gone too.
-            let Some(entry) = snap.get(s.seq) else {
+            let Some(entry) = view.get(s.seq) else {
                 return false;
             };
             let created_at = i64::from(entry.created_at);
@@ -698,7 +686,7 @@ impl PostStore {
                     keys.push(heap_key(rank, streams.len()));
                     streams.push(Stream {
                         timeline,
-                        snap: None,
+                        view: None,
                         seq: 0,
                         current: rank,
                         kind,
@@ -744,14 +732,14 @@ impl PostStore {
             }
             if let Some(key) = queue.ranked_behind(MATERIALIZE_AHEAD + CELL_AHEAD) {
                 let stream = &streams[stream_of(key)];
-                if stream.snap.is_none() {
+                if stream.view.is_none() {
                     prefetch(stream.timeline.newest_cell_ptr(&g.epoch));
                 }
             }
             if let Some(key) = queue.ranked_behind(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD)
             {
                 let stream = &streams[stream_of(key)];
-                if stream.snap.is_none() {
+                if stream.view.is_none() {
                     prefetch(stream.timeline.buffer_ptr(&g.epoch));
                 }
             }
@@ -759,7 +747,7 @@ impl PostStore {
                 queue.ranked_behind(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD + RECORD_AHEAD)
             {
                 let stream = &streams[stream_of(key)];
-                if stream.snap.is_none() {
+                if stream.view.is_none() {
                     prefetch((stream.timeline as *const Timeline).cast());
                 }
             }

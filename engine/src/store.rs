@@ -15,13 +15,13 @@
 
 use crate::arena::{Arena, CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId};
 pub(crate) use crate::authors::Author;
-use crate::authors::AuthorDirectory;
+use crate::authors::AuthorIndex;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
 use crate::counter::StripedCount;
 use crate::index::TagIndex;
 use crate::post::{DeleteEvent, LightPost};
-use crate::query::prefetch;
+use crate::prefetch::prefetch;
 use crate::timeline::{MAX_CAPACITY, TinyPost};
 use crate::tombstone_filter::TombstoneFilter;
 use crossbeam_epoch::Guard;
@@ -292,7 +292,7 @@ pub struct PostStore {
     pub(crate) arena: Arena,
     /// `post_id -> slot`; the slot's record verifies a hit.
     pub(crate) posts: TagIndex,
-    pub(crate) authors: AuthorDirectory,
+    pub(crate) authors: AuthorIndex,
     pub(crate) tombstones: IdMap<i64>,
     /// A one-sided filter in front of `tombstones`: a clear bit among a post id's two bits
     /// proves "no tombstone", so the common insert (never deleted) skips the map probe. Bits
@@ -302,7 +302,7 @@ pub struct PostStore {
     pub(crate) pending_videos: IdMap<Vec<PendingRepost>>,
     pub(crate) entries: [StripedCount; 3],
     /// On an author shard: the facts of other authors' posts (`directory.rs`).
-    pub(crate) directory: Option<crate::directory::Directory>,
+    pub(crate) directory: Option<crate::directory::FactDirectory>,
 }
 
 /// The guards one insert/delete/trim call holds while it runs.
@@ -346,7 +346,7 @@ impl PostStore {
             clock: config.clock,
             arena: Arena::new(),
             posts: TagIndex::with_capacity(POST_INDEX_INITIAL_CAPACITY),
-            authors: AuthorDirectory::new(),
+            authors: AuthorIndex::new(),
             tombstones: map(&collector),
             tombstone_filter: TombstoneFilter::new(),
             pending_videos: map(&collector),
@@ -1064,7 +1064,7 @@ impl PostStore {
             }
             authors += 1;
             for (kind, timeline) in author.timelines.iter().enumerate() {
-                entries[kind] += timeline.snapshot(&g.epoch).map_or(0, |snap| snap.len());
+                entries[kind] += timeline.view(&g.epoch).map_or(0, |view| view.len());
             }
         });
         let mut posts = 0;
@@ -1117,8 +1117,8 @@ mod tests {
 #[cfg(all(test, not(thunder_loom), target_os = "linux"))]
 mod memory_tests {
     use super::*;
+    use crate::FeedQuery;
     use crate::clock::ManualClock;
-    use crate::query::FeedQuery;
     use std::sync::atomic::AtomicBool;
 
     const NOW: i64 = 1_700_000_000;

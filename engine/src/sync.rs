@@ -108,11 +108,12 @@ impl<T> Drop for Retirer<T> {
 }
 
 /// Advances crossbeam-epoch (pinning and flushing this thread) until `done` holds, for up to
-/// 10 s: a test that waits for something retired to be reclaimed. Other tests in the same
-/// process can hold pins for a while, so a fixed number of flushes is not enough.
+/// 60 s: a test that waits for something retired to be reclaimed. Other tests in the same
+/// process (the plain harness runs them on threads side by side) can hold pins for a while,
+/// so a fixed number of flushes is not enough; the deadline only bounds a real failure.
 #[cfg(test)]
-pub(crate) fn flush_epoch_until(done: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+pub(crate) fn flush_epoch_until(mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !done() && std::time::Instant::now() < deadline {
         for _ in 0..64 {
             crossbeam_epoch::pin().flush();

@@ -11,10 +11,10 @@
 //! and never waits.
 //!
 //! The only thing a reader must check is that the oldest cells it reads were not recycled by
-//! an append after an eviction: it re-reads `tail` after reading a cell ([`Snapshot::get`]).
+//! an append after an eviction: it re-reads `tail` after reading a cell ([`RingView::get`]).
 //!
-//! The ring protocol itself (`fill`, `Snapshot::load`, `Snapshot::get`, `Snapshot::append`,
-//! `Snapshot::set_tail`) uses the `crate::sync` atomics and has loom models in `loom_tests`.
+//! The ring protocol itself (`fill`, `RingView::load`, `RingView::get`, `RingView::append`,
+//! `RingView::set_tail`) uses the `crate::sync` atomics and has loom models in `loom_tests`.
 
 use crate::arena::SlotId;
 use crate::sync::atomic::{AtomicU64, Ordering, fence};
@@ -312,19 +312,19 @@ impl std::fmt::Debug for Timeline {
     }
 }
 
-/// What a reader sees of one timeline: a consistent buffer and its bounds at the time of the
-/// snapshot.
+/// What a reader sees of one timeline: a consistent buffer and its bounds when it was loaded
+/// (the name keeps the store's snapshots, `snapshot/`, apart).
 #[derive(Clone, Copy)]
-pub(crate) struct Snapshot<'g> {
+pub(crate) struct RingView<'g> {
     cells: &'g Buffer,
     capacity: u64,
     /// One past the newest entry.
     pub head: u64,
-    /// The oldest entry when the snapshot was taken.
+    /// The oldest entry when the view was taken.
     pub tail: u64,
 }
 
-impl<'g> Snapshot<'g> {
+impl<'g> RingView<'g> {
     /// Reads the bounds of `cells`, a buffer initialised by `fill`.
     #[inline]
     fn load(cells: &'g Buffer) -> Self {
@@ -343,7 +343,7 @@ impl<'g> Snapshot<'g> {
         }
     }
 
-    /// Entries in the snapshot (writer side: a reader's `tail` may pass its `head` if an
+    /// Entries in the view (writer side: a reader's `tail` may pass its `head` if an
     /// append and a pop ran between its two loads; readers walk `tail..head` instead).
     pub fn len(&self) -> usize {
         (self.head - self.tail) as usize
@@ -372,7 +372,7 @@ impl<'g> Snapshot<'g> {
     }
 
     /// Appends `entry` at `head` in place, first evicting (and returning) the oldest entry if
-    /// `evict`. Writer only: the snapshot must be the writer's current view, with a free cell
+    /// `evict`. Writer only: this must be the writer's current view, with a free cell
     /// at `head` unless evicting a full ring.
     fn append(&self, entry: TinyPost, evict: bool) -> Option<TinyPost> {
         let header = self.header();
@@ -486,21 +486,21 @@ impl Timeline {
 
     /// A consistent view for reading; `None` if the timeline never held anything.
     #[inline]
-    pub fn snapshot<'g>(&self, guard: &'g Guard) -> Option<Snapshot<'g>> {
+    pub fn view<'g>(&self, guard: &'g Guard) -> Option<RingView<'g>> {
         // Acquire pairs with the Release half of the swap in `replace`: the buffer is built.
         let shared = self.buffer.load(Ordering::Acquire, guard);
         // SAFETY: non-null buffers stay allocated while `guard` is pinned: replaced and
         // released ones are retired through the epoch, and the last one is freed only when the
         // owning author is reclaimed, which waits for every reader holding it.
         let cells = unsafe { shared.as_ref() }?;
-        Some(Snapshot::load(cells))
+        Some(RingView::load(cells))
     }
 
     /// Address of the buffer's first line (header and oldest cells), for prefetching.
     #[inline]
     pub fn buffer_ptr(&self, guard: &Guard) -> *const u8 {
         let shared = self.buffer.load(Ordering::Relaxed, guard);
-        // SAFETY: the buffer stays allocated while `guard` is pinned (see `snapshot`).
+        // SAFETY: the buffer stays allocated while `guard` is pinned (see `view`).
         unsafe { shared.as_ref() }.map_or(std::ptr::null(), |cells| cells.as_ptr().cast())
     }
 
@@ -510,32 +510,32 @@ impl Timeline {
     /// first ([`Timeline::buffer_ptr`]).
     #[inline]
     pub fn newest_cell_ptr(&self, guard: &Guard) -> *const u8 {
-        self.snapshot(guard).map_or(std::ptr::null(), |snap| {
-            (&snap.cell(snap.head.wrapping_sub(1)).packed as *const AtomicU64).cast()
+        self.view(guard).map_or(std::ptr::null(), |view| {
+            (&view.cell(view.head.wrapping_sub(1)).packed as *const AtomicU64).cast()
         })
     }
 
-    /// The number of entries (writer side; readers use a snapshot).
+    /// The number of entries (writer side; readers use a view).
     #[cfg(test)]
     pub fn len(&self, guard: &Guard) -> usize {
-        self.snapshot(guard).map_or(0, |s| s.len())
+        self.view(guard).map_or(0, |s| s.len())
     }
 
     /// Bytes of buffer this timeline holds: its cells, header and crossbeam's length word
     /// (not the allocator's own 8-byte chunk header).
     pub fn buffer_bytes(&self, guard: &Guard) -> usize {
         let shared = self.buffer.load(Ordering::Relaxed, guard);
-        // SAFETY: the buffer stays allocated while `guard` is pinned (see `snapshot`).
+        // SAFETY: the buffer stays allocated while `guard` is pinned (see `view`).
         unsafe { shared.as_ref() }.map_or(0, |cells| size_of::<usize>() + size_of_val(cells))
     }
 
-    fn entries<'g>(snap: &Snapshot<'g>) -> impl ExactSizeIterator<Item = TinyPost> + 'g {
-        let snap = *snap;
-        (0..snap.len()).map(move |i| snap.cell(snap.tail + i as u64).load())
+    fn entries<'g>(view: &RingView<'g>) -> impl ExactSizeIterator<Item = TinyPost> + 'g {
+        let view = *view;
+        (0..view.len()).map(move |i| view.cell(view.tail + i as u64).load())
     }
 
     fn replace(&self, fresh: Owned<Buffer>, guard: &Guard) {
-        // Release pairs with the Acquire load in `snapshot`: readers see the buffer fully built.
+        // Release pairs with the Acquire load in `view`: readers see the buffer fully built.
         // Acquire pairs with the previous swap's Release, for the old buffer retired below
         // (writers are already ordered by the author lock).
         let old = self.buffer.swap(fresh, Ordering::AcqRel, guard);
@@ -552,36 +552,36 @@ impl Timeline {
     ///
     /// Writer only (the caller holds the author's lock).
     fn insert_unsummarised(&self, entry: TinyPost, cap: usize, guard: &Guard) -> Option<TinyPost> {
-        let Some(snap) = self.snapshot(guard) else {
+        let Some(view) = self.view(guard) else {
             self.replace(build(grown(0, cap), 0, 1, std::iter::once(entry)), guard);
             return None;
         };
-        let len = snap.len();
+        let len = view.len();
         let full = len >= cap;
-        let in_order = len == 0 || snap.cell(snap.head - 1).not_after(&entry);
-        let capacity = snap.capacity as usize;
+        let in_order = len == 0 || view.cell(view.head - 1).not_after(&entry);
+        let capacity = view.capacity as usize;
         if full {
-            let oldest = snap.cell(snap.tail).load();
+            let oldest = view.cell(view.tail).load();
             if entry.key() < oldest.key() {
                 return Some(entry);
             }
         }
         if in_order && (full || len < capacity) {
             // Fast path: evict in place if needed, then append into a free cell.
-            return snap.append(entry, full);
+            return view.append(entry, full);
         }
         // Slow path: rebuild with the entry at its place (and the oldest dropped if full).
         // Copied straight from the old buffer (no intermediate vector): the entries kept
         // (`from..head`), with `entry` before the first one newer than it.
-        let evicted = full.then(|| snap.cell(snap.tail).load());
-        let from = snap.tail + u64::from(full);
+        let evicted = full.then(|| view.cell(view.tail).load());
+        let from = view.tail + u64::from(full);
         let at = if in_order {
-            snap.head
+            view.head
         } else {
-            let (mut lo, mut hi) = (from, snap.head);
+            let (mut lo, mut hi) = (from, view.head);
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                if snap.cell(mid).load().key() <= entry.key() {
+                if view.cell(mid).load().key() <= entry.key() {
                     lo = mid + 1;
                 } else {
                     hi = mid;
@@ -589,53 +589,53 @@ impl Timeline {
             }
             lo
         };
-        let len = (snap.head - from) as usize + 1;
+        let len = (view.head - from) as usize + 1;
         let capacity = if len > capacity {
             grown(len, cap)
         } else {
             capacity
         };
-        let copy = |seq: u64| snap.cell(seq).load();
+        let copy = |seq: u64| view.cell(seq).load();
         let entries = (from..at)
             .map(copy)
             .chain(std::iter::once(entry))
-            .chain((at..snap.head).map(copy));
+            .chain((at..view.head).map(copy));
         self.replace(build(capacity, from, len, entries), guard);
         evicted
     }
 
     /// Removes the entry of `post_id` (created at `created_at`) if present. Writer only.
     fn remove_unsummarised(&self, post_id: i64, created_at: u32, guard: &Guard) -> bool {
-        let Some(snap) = self.snapshot(guard) else {
+        let Some(view) = self.view(guard) else {
             return false;
         };
         // Entries are in key order: binary search for the first one not below the key.
         // Straight from the buffer, no copy of it.
         let key = (created_at, post_id);
-        let (mut lo, mut hi) = (snap.tail, snap.head);
+        let (mut lo, mut hi) = (view.tail, view.head);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if snap.cell(mid).load().key() < key {
+            if view.cell(mid).load().key() < key {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        if lo == snap.head || snap.cell(lo).load().key() != key {
+        if lo == view.head || view.cell(lo).load().key() != key {
             return false;
         }
         let at = lo;
-        if at == snap.tail {
-            snap.set_tail(snap.tail + 1);
+        if at == view.tail {
+            view.set_tail(view.tail + 1);
             return true;
         }
-        let rest = snap.len() - 1;
-        let capacity = shrunk(rest, snap.capacity as usize).unwrap_or(snap.capacity as usize);
-        let copy = |seq: u64| snap.cell(seq).load();
-        let kept = (snap.tail..at)
+        let rest = view.len() - 1;
+        let capacity = shrunk(rest, view.capacity as usize).unwrap_or(view.capacity as usize);
+        let copy = |seq: u64| view.cell(seq).load();
+        let kept = (view.tail..at)
             .map(copy)
-            .chain((at + 1..snap.head).map(copy));
-        self.replace(build(capacity, snap.tail, rest, kept), guard);
+            .chain((at + 1..view.head).map(copy));
+        self.replace(build(capacity, view.tail, rest, kept), guard);
         true
     }
 
@@ -646,20 +646,20 @@ impl Timeline {
         guard: &Guard,
     ) -> Vec<TinyPost> {
         let mut popped = Vec::new();
-        let Some(snap) = self.snapshot(guard) else {
+        let Some(view) = self.view(guard) else {
             return popped;
         };
-        let mut tail = snap.tail;
-        while tail < snap.head {
-            let entry = snap.cell(tail).load();
+        let mut tail = view.tail;
+        while tail < view.head {
+            let entry = view.cell(tail).load();
             if !expired(&entry) {
                 break;
             }
             popped.push(entry);
             tail += 1;
         }
-        if tail != snap.tail {
-            snap.set_tail(tail);
+        if tail != view.tail {
+            view.set_tail(tail);
         }
         popped
     }
@@ -667,16 +667,16 @@ impl Timeline {
     /// Rebuilds into a smaller buffer when the entries use under half of it; drops the
     /// buffer altogether when empty. Returns true if the timeline is now empty. Writer only.
     fn shrink_unsummarised(&self, guard: &Guard) -> bool {
-        let Some(snap) = self.snapshot(guard) else {
+        let Some(view) = self.view(guard) else {
             return true;
         };
-        let len = snap.len();
+        let len = view.len();
         if len == 0 {
             // Keep the (small) buffer; the owner is dropped when all its timelines are empty.
             return true;
         }
-        if let Some(capacity) = shrunk(len, snap.capacity as usize) {
-            self.replace(build(capacity, snap.tail, len, Self::entries(&snap)), guard);
+        if let Some(capacity) = shrunk(len, view.capacity as usize) {
+            self.replace(build(capacity, view.tail, len, Self::entries(&view)), guard);
         }
         false
     }
@@ -691,9 +691,9 @@ impl Timeline {
     }
 
     fn publish_summary(&self, guard: &Guard) {
-        let (len, newest) = self.snapshot(guard).map_or((0, None), |snap| {
-            let len = snap.len();
-            (len, (len > 0).then(|| snap.cell(snap.head - 1).load()))
+        let (len, newest) = self.view(guard).map_or((0, None), |view| {
+            let len = view.len();
+            (len, (len > 0).then(|| view.cell(view.head - 1).load()))
         });
         self.summary.publish(len, newest);
     }
@@ -702,10 +702,7 @@ impl Timeline {
     /// in one buffer, sized as a rebuild would size it: the bulk load's whole-timeline build.
     /// Nothing for no entries (the timeline stays without a buffer). Writer only.
     pub fn fill_fresh(&self, entries: &[TinyPost], cap: usize, guard: &Guard) {
-        debug_assert!(
-            self.snapshot(guard).is_none(),
-            "fill_fresh on a used timeline"
-        );
+        debug_assert!(self.view(guard).is_none(), "fill_fresh on a used timeline");
         if entries.is_empty() {
             return;
         }
@@ -754,7 +751,7 @@ impl Timeline {
     /// keep the old buffer until the epoch frees it. Writer only.
     pub fn release_buffer(&self, guard: &Guard) {
         debug_assert!(
-            self.snapshot(guard).is_none_or(|snap| snap.len() == 0),
+            self.view(guard).is_none_or(|view| view.len() == 0),
             "release_buffer on a timeline with entries"
         );
         // AcqRel: as the swap in `replace` (a null buffer needs no publishing, the Acquire half
@@ -845,7 +842,7 @@ mod tests {
 
     fn read_all(t: &Timeline) -> Vec<(i64, u32)> {
         let guard = crossbeam_epoch::pin();
-        let Some(s) = t.snapshot(&guard) else {
+        let Some(s) = t.view(&guard) else {
             return vec![];
         };
         (s.tail..s.head)
@@ -1005,31 +1002,27 @@ mod tests {
             // SAFETY: the ring was never reachable from anything but this local.
             freed += unsafe { retire_home(ring, &guard) };
         }
-        // Other tests of this process may hold pins for a while (the plain harness runs them on
-        // threads side by side), so the epoch advances when they let go: wait on a deadline, not
-        // on a count of flushes.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while freed < retired && std::time::Instant::now() < deadline {
-            crossbeam_epoch::pin().flush();
+        // Other tests of this process may hold pins for a while: wait on a deadline.
+        crate::sync::flush_epoch_until(|| {
             freed += RETURNED.with(|returned| returned.free_all());
-            std::thread::yield_now();
-        }
+            freed >= retired
+        });
         assert_eq!(freed, retired);
     }
 
     #[test]
-    fn snapshot_stays_consistent_across_a_rebuild() {
+    fn a_view_stays_consistent_across_a_rebuild() {
         let t = Timeline::new();
         let guard = crossbeam_epoch::pin();
         for i in 0..8 {
             t.insert(tp(i, 10 * i as u32), 100, &guard);
         }
-        let before = t.snapshot(&guard).unwrap();
+        let before = t.view(&guard).unwrap();
         t.insert(tp(100, 15), 100, &guard); // out of order: rebuilds
         let seen: Vec<i64> = (before.tail..before.head)
             .map(|q| before.get(q).unwrap().post_id)
             .collect();
-        assert_eq!(seen, (0..8).collect::<Vec<_>>(), "old snapshot unchanged");
+        assert_eq!(seen, (0..8).collect::<Vec<_>>(), "old view unchanged");
         assert_eq!(read_all(&t).len(), 9);
     }
 }
@@ -1037,7 +1030,7 @@ mod tests {
 /// Loom models of the ring protocol: `RUSTFLAGS="--cfg thunder_loom" cargo test --lib loom` (see
 /// `crate::sync`). One writer and one reader per model, as in the store (writers of a timeline
 /// serialise on the author's lock). crossbeam-epoch cannot run under loom, so `Published`
-/// stands in for `Timeline::buffer`, with the orderings of `Timeline::snapshot` and
+/// stands in for `Timeline::buffer`, with the orderings of `Timeline::view` and
 /// `Timeline::replace`; a replaced buffer is kept alive to the end, as the epoch would.
 #[cfg(all(test, thunder_loom))]
 mod loom_tests {
@@ -1073,8 +1066,8 @@ mod loom_tests {
             Self { cells }
         }
 
-        fn snapshot(&self) -> Snapshot<'_> {
-            Snapshot::load(&self.cells)
+        fn view(&self) -> RingView<'_> {
+            RingView::load(&self.cells)
         }
     }
 
@@ -1090,12 +1083,12 @@ mod loom_tests {
             }
         }
 
-        /// `Timeline::snapshot`: the buffer (Acquire, as there) and its bounds.
-        fn snapshot(&self) -> (*const Ring, Snapshot<'_>) {
+        /// `Timeline::view`: the buffer (Acquire, as there) and its bounds.
+        fn view(&self) -> (*const Ring, RingView<'_>) {
             let ring = self.current.load(Ordering::Acquire);
             // SAFETY: the current ring lives until `self` drops, a replaced one until the
             // model frees it after joining every reader.
-            (ring, unsafe { &*ring }.snapshot())
+            (ring, unsafe { &*ring }.view())
         }
 
         /// `Timeline::replace`: publishes a fully built buffer (AcqRel swap, as there) and
@@ -1114,14 +1107,14 @@ mod loom_tests {
         }
     }
 
-    /// Walks a snapshot newest first the way the query does (`Reader::advance`): stops at the
+    /// Walks a view newest first the way the query does (`Reader::advance`): stops at the
     /// first evicted entry. Returns `(seq, entry)` pairs.
-    fn read_newest_first(snap: &Snapshot<'_>) -> Vec<(u64, TinyPost)> {
+    fn read_newest_first(view: &RingView<'_>) -> Vec<(u64, TinyPost)> {
         let mut seen = Vec::new();
-        let mut seq = snap.head;
-        while seq > snap.tail {
+        let mut seq = view.head;
+        while seq > view.tail {
             seq -= 1;
-            let Some(entry) = snap.get(seq) else { break };
+            let Some(entry) = view.get(seq) else { break };
             seen.push((seq, entry));
         }
         seen
@@ -1168,14 +1161,14 @@ mod loom_tests {
             let reader = {
                 let ring = Arc::clone(&ring);
                 thread::spawn(move || {
-                    let (_, snap) = ring.snapshot();
-                    assert!(snap.tail <= snap.head && snap.head - snap.tail <= 4);
-                    read_newest_first(&snap)
+                    let (_, view) = ring.view();
+                    assert!(view.tail <= view.head && view.head - view.tail <= 4);
+                    read_newest_first(&view)
                 })
             };
             for n in [5, 6] {
-                let (_, snap) = ring.snapshot();
-                assert_eq!(snap.append(entry(n), true), Some(entry(n - 4)));
+                let (_, view) = ring.view();
+                assert_eq!(view.append(entry(n), true), Some(entry(n - 4)));
             }
             // Sequence `seq` holds post `seq + 1` whichever append the reader saw.
             check(&reader.join().unwrap(), |seq| seq as i64 + 1);
@@ -1190,11 +1183,11 @@ mod loom_tests {
             let ring = Arc::new(Published::new(Ring::new(3, 0, &[1, 2, 3])));
             let reader = {
                 let ring = Arc::clone(&ring);
-                thread::spawn(move || read_newest_first(&ring.snapshot().1))
+                thread::spawn(move || read_newest_first(&ring.view().1))
             };
             for n in [4, 5] {
-                let (_, snap) = ring.snapshot();
-                assert_eq!(snap.append(entry(n), true), Some(entry(n - 3)));
+                let (_, view) = ring.view();
+                assert_eq!(view.append(entry(n), true), Some(entry(n - 3)));
             }
             check(&reader.join().unwrap(), |seq| seq as i64 + 1);
         });
@@ -1208,12 +1201,12 @@ mod loom_tests {
             let ring = Arc::new(Published::new(Ring::new(4, 0, &[1, 2, 3, 4])));
             let reader = {
                 let ring = Arc::clone(&ring);
-                thread::spawn(move || read_newest_first(&ring.snapshot().1))
+                thread::spawn(move || read_newest_first(&ring.view().1))
             };
-            ring.snapshot().1.set_tail(2);
-            assert_eq!(ring.snapshot().1.append(entry(5), false), None);
-            let snap = ring.snapshot().1;
-            snap.set_tail(snap.head);
+            ring.view().1.set_tail(2);
+            assert_eq!(ring.view().1.append(entry(5), false), None);
+            let view = ring.view().1;
+            view.set_tail(view.head);
             check(&reader.join().unwrap(), |seq| seq as i64 + 1);
         });
     }
@@ -1225,17 +1218,17 @@ mod loom_tests {
     fn loom_ring_rebuild_publishes_a_whole_buffer() {
         loom::model(|| {
             let ring = Arc::new(Published::new(Ring::new(4, 0, &[1, 2, 3, 4])));
-            let (old, _) = ring.snapshot();
+            let (old, _) = ring.view();
             let reader = {
                 let ring = Arc::clone(&ring);
                 thread::spawn(move || {
-                    let (which, snap) = ring.snapshot();
-                    (which == old, read_newest_first(&snap))
+                    let (which, view) = ring.view();
+                    (which == old, read_newest_first(&view))
                 })
             };
-            assert_eq!(ring.snapshot().1.append(entry(5), true), Some(entry(1)));
+            assert_eq!(ring.view().1.append(entry(5), true), Some(entry(1)));
             let replaced = ring.replace(Ring::new(8, 1, &[2, 3, 9, 4, 5]));
-            assert_eq!(ring.snapshot().1.append(entry(11), false), None);
+            assert_eq!(ring.view().1.append(entry(11), false), None);
             let (from_old, seen) = reader.join().unwrap();
             // SAFETY: from `Box::into_raw` in `Published`; the only reader has been joined.
             drop(unsafe { Box::from_raw(replaced) });

@@ -41,6 +41,7 @@ pub mod server;
 pub mod service;
 pub mod shard;
 pub mod snapshot;
+pub mod snapshot_pacing;
 pub mod status;
 pub mod tasks;
 pub mod tls;

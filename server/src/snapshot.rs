@@ -26,8 +26,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use thunder_engine::PostStore;
 use thunder_engine::snapshot::{
-    Paced, PartitionOffset, SnapshotMeta, SnapshotSummary, check_shard,
-    lower_current_thread_priority, read_header,
+    PartitionOffset, SnapshotMeta, SnapshotSummary, check_shard, read_header,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -35,6 +34,7 @@ use tokio::task::JoinHandle;
 use crate::error::StartupError;
 use crate::kafka::{AppliedOffsets, Restore, TopicStart};
 use crate::metrics::Metrics;
+use crate::snapshot_pacing::{Paced, lower_current_thread_priority};
 
 /// Snapshots kept in the directory (the newest, and the one before in case it is bad).
 pub const KEEP: usize = 2;

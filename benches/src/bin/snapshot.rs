@@ -18,10 +18,9 @@ use serde_json::json;
 use thunder_benches::memory::{release_free_memory, rss_bytes, settle};
 use thunder_benches::{DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::{DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN};
-use thunder_engine::snapshot::{
-    LoadReport, Paced, PartitionOffset, SnapshotMeta, lower_current_thread_priority,
-};
+use thunder_engine::snapshot::{LoadReport, PartitionOffset, SnapshotMeta};
 use thunder_engine::{FeedQuery, ManualClock, PostStore, Store};
+use thunder_server::snapshot_pacing::{Paced, lower_current_thread_priority};
 use thunder_testkit::model::answers_agree;
 use thunder_testkit::synth::{DEFAULT_SEED, SynthConfig, Viewer};
 
