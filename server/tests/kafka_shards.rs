@@ -15,7 +15,7 @@ use thunder_engine::LightPost;
 use thunder_proto::shard::shard_of;
 use thunder_proto::{GetInNetworkPostsRequest, PerAuthorLimits};
 use thunder_testkit::model::answers_agree;
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
 /// Longer than the backlog's two days: nothing sits at the retention edge during the test.
 const RETENTION_SECS: i64 = 3 * 24 * 3600;

@@ -23,7 +23,7 @@ use thunder_engine::snapshot::{
 };
 use thunder_engine::{FeedQuery, ManualClock, PostStore, Store};
 use thunder_testkit::model::answers_agree;
-use thunder_testkit::synth::{DEFAULT_SEED, SynthConfig, Viewer};
+use thunder_workload::{DEFAULT_SEED, SynthConfig, Viewer};
 
 /// Command line.
 #[derive(Parser, Debug)]

@@ -24,7 +24,7 @@ use thunder_engine::PostEvent;
 use thunder_engine::{Clock, FeedQuery, ManualClock, PostStore, StoreConfig};
 use thunder_server::kafka::{CatchUpState, EventProducer, KafkaArgs, KafkaIngest};
 use thunder_testkit::model::ModelStore;
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
 /// Generous: the machine may be small and busy with other builds.
 pub const TIMEOUT: Duration = Duration::from_secs(180);

@@ -19,7 +19,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use serde::Deserialize;
 use thunder_engine::PostEvent;
 use thunder_engine::{DeleteEvent, LightPost};
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
 use thunder_server::kafka::{EventProducer, KafkaArgs, KafkaClientArgs};
 
