@@ -7,8 +7,6 @@
 //! `scripts/kafka-broker.sh install`, and fail with a clear message if that does not work.
 #![allow(dead_code)]
 
-pub mod process;
-
 use std::collections::HashSet;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
