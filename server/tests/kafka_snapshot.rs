@@ -41,8 +41,22 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("metric {name} missing"))
 }
 
+/// `thunder-cli`, a binary of the thunder-cli crate: found next to this test's `thunder-server`
+/// in the target directory, where `cargo nextest run --workspace` (or `cargo build -p
+/// thunder-cli`) puts it. Cargo gives a test only its own crate's binaries.
+fn cli_binary() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_thunder-server"))
+        .with_file_name(format!("thunder-cli{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first with `cargo build -p thunder-cli`",
+        path.display()
+    );
+    path
+}
+
 fn inspect(file: &Path) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+    let out = Command::new(cli_binary())
         .args(["snapshot", "inspect"])
         .arg(file)
         .output()
