@@ -21,7 +21,8 @@ fn small_limits(args: &mut KafkaArgs) {
         ("max.partition.fetch.bytes", "65536"),
         ("receive.message.max.bytes", "262144"),
     ] {
-        args.kafka_properties
+        args.client
+            .kafka_properties
             .push((key.to_owned(), value.to_owned()));
     }
 }
