@@ -21,7 +21,7 @@ bin_args=()
 for bin in "${BINARIES[@]}"; do
     bin_args+=(--bin "$bin")
 done
-cargo build --release --locked -p thunder-server "${bin_args[@]}"
+cargo build --release --locked -p thunder-server -p thunder-cli "${bin_args[@]}"
 
 target="${CARGO_TARGET_DIR:-target}/release"
 for bin in "${BINARIES[@]}"; do

@@ -78,7 +78,7 @@ esac
 
 target="${CARGO_TARGET_DIR:-target}/release"
 if [ "$build" = 1 ]; then
-    cargo build --release --locked -p thunder-server --bins >&2
+    cargo build --release --locked -p thunder-server -p thunder-cli --bins >&2
     if [ "$floor" = 1 ] || [ "$server" = floor ]; then
         cargo build --release --locked -p thunder-benches --bin floor_server >&2
     fi

@@ -34,7 +34,7 @@ if [ "${1:-}" = "--warmed" ]; then
 fi
 SCALE="${1:-20}"
 cd "$ROOT"
-cargo build --release -q -p thunder-server --bins
+cargo build --release -q -p thunder-server -p thunder-cli --bins
 if [ "$WARMED" = 1 ]; then
     cargo build --release -q -p thunder-benches --bin fresh_memory
 fi

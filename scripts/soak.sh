@@ -119,7 +119,7 @@ log() { echo "soak: $*" >&2; }
 
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 log "building (release)"
-cargo build --release --locked -q -p thunder-server --bins
+cargo build --release --locked -q -p thunder-server -p thunder-cli --bins
 cargo build --release --locked -q -p thunder-benches --bin loadgen --bin answers_compare
 SERVER_BIN="${THUNDER_SERVER_BIN:-$TARGET/release/thunder-server}"
 CLI="$TARGET/release/thunder-cli"

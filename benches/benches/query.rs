@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::Duration;
 use thunder_engine::config::{MAX_POSTS_TO_RETURN, MAX_VIDEOS_TO_RETURN};
 use thunder_engine::{FeedQuery, Store};
-use thunder_testkit::synth::exclude_from_answer;
+use thunder_workload::exclude_from_answer;
 
 fn queries(c: &mut criterion::Criterion) {
     let config = common::workload();

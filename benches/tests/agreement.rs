@@ -8,7 +8,7 @@ use std::sync::Arc;
 use thunder_benches::{BaselineStore, DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::{DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_VIDEOS_TO_RETURN};
 use thunder_engine::{FeedQuery, LightPost, ManualClock, PostStore, Store};
-use thunder_testkit::synth::{SynthConfig, exclude_from_answer};
+use thunder_workload::{SynthConfig, exclude_from_answer};
 
 const NOW: i64 = 1_750_000_000;
 

@@ -149,7 +149,7 @@ pub struct Args {
 impl Args {
     /// True when the store is fed by the synthetic demo source rather than Kafka.
     pub fn demo_mode(&self) -> bool {
-        self.demo || self.kafka.kafka_brokers.is_none()
+        self.demo || self.kafka.client.kafka_brokers.is_none()
     }
 
     /// The runtime's worker threads: `--worker-threads`, or one per core.

@@ -99,11 +99,12 @@ fn mask_secrets(mut message: String, args: &Args) -> String {
     };
     let secrets = args
         .kafka
+        .client
         .kafka_properties
         .iter()
         .filter(|(key, _)| secret_key(key))
         .map(|(_, value)| value.as_str())
-        .chain(args.kafka.kafka_sasl_password.as_deref());
+        .chain(args.kafka.client.kafka_sasl_password.as_deref());
     for secret in secrets.filter(|s| !s.is_empty()) {
         message = message.replace(secret, "<redacted>");
     }

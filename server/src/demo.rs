@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use thunder_engine::{EventBatch, PostEvent, PostStore, Store};
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 use tokio::sync::watch;
 
 use crate::following::StaticFollowing;

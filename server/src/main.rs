@@ -106,17 +106,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     } else {
         server.readiness().set_source(format!(
             "Kafka topic {} at {}",
-            args.kafka.kafka_topic,
-            args.kafka.kafka_brokers.as_deref().unwrap_or("-")
+            args.kafka.client.kafka_topic,
+            args.kafka.client.kafka_brokers.as_deref().unwrap_or("-")
         ));
-        let restore =
-            snapshot::restorer(&args.snapshot, Arc::clone(&store), &args.kafka.kafka_topic);
+        let restore = snapshot::restorer(
+            &args.snapshot,
+            Arc::clone(&store),
+            &args.kafka.client.kafka_topic,
+        );
         let started = kafka::start_with(&args.kafka, Arc::clone(&store), restore)
             .context("starting Kafka ingestion")?;
         snapshots = snapshot::Snapshots::new(
             &args.snapshot,
             Arc::clone(&store),
-            &args.kafka.kafka_topic,
+            &args.kafka.client.kafka_topic,
             started.applied_offsets(),
         )?;
         let mut caught_up = started.caught_up.clone();

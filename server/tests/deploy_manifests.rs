@@ -265,7 +265,7 @@ fn dockerfile_builds_with_the_release_script_of_existing_binaries() {
         .as_array()
         .expect("packages")
         .iter()
-        .filter(|p| p["name"] == "thunder-server")
+        .filter(|p| p["name"] == "thunder-server" || p["name"] == "thunder-cli")
         .flat_map(|p| p["targets"].as_array().expect("targets"))
         .filter(|t| {
             t["kind"]
@@ -277,7 +277,7 @@ fn dockerfile_builds_with_the_release_script_of_existing_binaries() {
     for binary in &binaries {
         assert!(
             bins.contains(binary),
-            "{binary} is not a binary of thunder-server: {bins:?}"
+            "{binary} is not a binary of thunder-server or thunder-cli: {bins:?}"
         );
         assert!(
             dockerfile.contains(&format!("/out/{binary}")),

@@ -8,16 +8,16 @@
 //! docs/metrics.md) instead, label names included; anything else missing fails.
 
 mod common;
+mod server_process;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use server_process::ServerProcess;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::metrics::Metrics;
-use thunder_testkit::process::spawn_listening;
 
 /// Families the demo scrape cannot show, checked against the catalogue instead.
 const DECLARED_ONLY: &[(&str, &str)] = &[
@@ -44,49 +44,6 @@ const TARGET_LABELS: &[&str] = &["job", "instance"];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A demo-mode server (small scale); killed on drop.
-struct DemoServer {
-    child: Child,
-    grpc: SocketAddr,
-    admin: SocketAddr,
-}
-
-impl Drop for DemoServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn demo_server() -> DemoServer {
-    let started = spawn_listening(
-        |grpc, admin| {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
-            command
-                .args(["--grpc-addr", &grpc.to_string()])
-                .args(["--admin-addr", &admin.to_string()])
-                .args(["--demo-scale", "1000", "--demo-events-per-sec", "10"])
-                .env("RUST_LOG", "warn")
-                .stdin(Stdio::null());
-            command
-        },
-        Duration::from_secs(60),
-    );
-    let server = DemoServer {
-        child: started.child,
-        grpc: started.grpc,
-        admin: started.admin,
-    };
-    let until = Instant::now() + common::PATIENCE;
-    while Instant::now() < until {
-        if common::http_get(server.admin, "/readyz").await.status == 200 {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("demo server not ready");
 }
 
 /// Family name -> label names seen in its samples, from a Prometheus text scrape.
@@ -378,7 +335,8 @@ fn the_tokenizer_finds_metrics_labels_and_skips_functions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
-    let server = demo_server().await;
+    let server =
+        ServerProcess::demo(&["--demo-scale", "1000", "--demo-events-per-sec", "10"]).await;
     // One call, so the per-status and per-stage families have samples.
     let mut client = InNetworkPostsServiceClient::connect(format!("http://{}", server.grpc))
         .await

@@ -177,13 +177,13 @@ fn start_from_time_skips_records_older_than_the_retention() {
 fn bad_configuration_fails_at_start() {
     let (store, _) = store_and_model(now_secs());
     let mut args = kafka_args("127.0.0.1:1", "t");
-    args.kafka_properties = vec![("no.such.property".into(), "1".into())];
+    args.client.kafka_properties = vec![("no.such.property".into(), "1".into())];
     assert!(kafka::start(&args, store.clone()).is_err());
     let mut args = kafka_args("127.0.0.1:1", "t");
     args.kafka_num_threads = 0;
     assert!(kafka::start(&args, store.clone()).is_err());
     let mut args = kafka_args("127.0.0.1:1", "t");
-    args.kafka_brokers = None;
+    args.client.kafka_brokers = None;
     assert!(kafka::start(&args, store).is_err());
 }
 

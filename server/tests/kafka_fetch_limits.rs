@@ -21,7 +21,8 @@ fn small_limits(args: &mut KafkaArgs) {
         ("max.partition.fetch.bytes", "65536"),
         ("receive.message.max.bytes", "262144"),
     ] {
-        args.kafka_properties
+        args.client
+            .kafka_properties
             .push((key.to_owned(), value.to_owned()));
     }
 }
@@ -71,7 +72,7 @@ fn an_oversized_fetch_response_raises_the_limit_and_ingestion_catches_up() {
             .get();
         assert!(limit > 262_144, "thread {thread}: limit {limit}");
     }
-    let config = thunder_testkit::synth::SynthConfig::feed_2d(400, now);
+    let config = thunder_workload::SynthConfig::feed_2d(400, now);
     assert_same_answers(&store, &model, &viewers_for(&config, 50, &events));
     ingest.shutdown_blocking();
 }

@@ -6,11 +6,12 @@
 
 mod common;
 mod kafka_support;
+mod server_process;
 
 use std::time::{Duration, Instant};
 
-use kafka_support::process::{ask, health, health_of, start_server, wait_serving};
 use kafka_support::*;
+use server_process::{ask, health, health_of, start_server, wait_serving};
 use std::sync::Arc;
 
 use thunder_engine::{Clock, FeedQuery, ManualClock, StoreConfig};
@@ -50,7 +51,7 @@ fn a_small_backlog_is_entirely_visible_when_health_turns_serving_and_a_stall_tur
     apply_to_model(&mut model, &events);
     let viewers = viewers_for(&config, 30, &events);
 
-    let server = start_server(&broker, topic, RETENTION_SECS, &[]);
+    let server = start_server(&broker.bootstrap(), topic, RETENTION_SECS, &[]);
     let (grpc, admin) = (server.grpc, server.admin);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {

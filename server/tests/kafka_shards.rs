@@ -4,18 +4,20 @@
 //! reposts whose parents and sources live on the other shard). With one shard killed, the
 //! client returns the other shard's posts within the deadline, marked incomplete.
 
+mod common;
 mod kafka_support;
+mod server_process;
 
 use std::time::{Duration, Instant};
 
-use kafka_support::process::{ServerProcess, start_server, wait_serving};
 use kafka_support::*;
+use server_process::{ServerProcess, start_server, wait_serving};
 use thunder_client::{ClientConfig, FeedAnswer, ThunderClient};
 use thunder_engine::LightPost;
 use thunder_proto::shard::shard_of;
 use thunder_proto::{GetInNetworkPostsRequest, PerAuthorLimits};
 use thunder_testkit::model::answers_agree;
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
 /// Longer than the backlog's two days: nothing sits at the retention edge during the test.
 const RETENTION_SECS: i64 = 3 * 24 * 3600;
@@ -26,7 +28,7 @@ fn start_node(broker: &Broker, topic: &str, shard: Option<&str>) -> ServerProces
         Some(shard) => &["--shard", shard],
         None => &[],
     };
-    start_server(broker, topic, RETENTION_SECS, flags)
+    start_server(&broker.bootstrap(), topic, RETENTION_SECS, flags)
 }
 
 fn posts(answer: &FeedAnswer) -> Vec<LightPost> {

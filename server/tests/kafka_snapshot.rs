@@ -7,13 +7,14 @@
 
 mod common;
 mod kafka_support;
+mod server_process;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kafka_support::process::{ServerProcess, ask, start_server, wait_serving};
 use kafka_support::*;
+use server_process::{ServerProcess, ask, start_server, wait_serving};
 use thunder_engine::PostEvent;
 use thunder_engine::config::{MAX_POSTS_TO_RETURN, MAX_VIDEOS_TO_RETURN};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
@@ -40,8 +41,22 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("metric {name} missing"))
 }
 
+/// `thunder-cli`, a binary of the thunder-cli crate: found next to this test's `thunder-server`
+/// in the target directory, where `cargo nextest run --workspace` (or `cargo build -p
+/// thunder-cli`) puts it. Cargo gives a test only its own crate's binaries.
+fn cli_binary() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_thunder-server"))
+        .with_file_name(format!("thunder-cli{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first with `cargo build -p thunder-cli`",
+        path.display()
+    );
+    path
+}
+
 fn inspect(file: &Path) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+    let out = Command::new(cli_binary())
         .args(["snapshot", "inspect"])
         .arg(file)
         .output()
@@ -83,7 +98,7 @@ fn restart_from_a_snapshot_after_kill_9_answers_like_a_full_replay() {
 
     // 1. A server with snapshots every second, fed the backlog, then live events; killed with
     //    SIGKILL while the live events still arrive.
-    let mut first = start_server(&broker, topic, RETENTION_SECS, &snapshot_flags);
+    let mut first = start_server(&broker.bootstrap(), topic, RETENTION_SECS, &snapshot_flags);
     runtime.block_on(async {
         wait_serving(first.grpc).await;
         let taken = common::admin_post(first.admin, "/admin/snapshot").await;
@@ -136,8 +151,8 @@ fn restart_from_a_snapshot_after_kill_9_answers_like_a_full_replay() {
     // 3. One server restarts from the snapshots, one replays the topic from scratch.
     // No periodic snapshots here, so the one at shutdown is the only new one.
     let restart_flags = ["--snapshot-dir", &dir_arg, "--snapshot-interval-secs", "0"];
-    let restarted = start_server(&broker, topic, RETENTION_SECS, &restart_flags);
-    let replayed = start_server(&broker, topic, RETENTION_SECS, &[]);
+    let restarted = start_server(&broker.bootstrap(), topic, RETENTION_SECS, &restart_flags);
+    let replayed = start_server(&broker.bootstrap(), topic, RETENTION_SECS, &[]);
     let viewers = viewers_for(&config, 30, &events);
     runtime.block_on(async {
         wait_serving(restarted.grpc).await;
@@ -263,7 +278,7 @@ fn a_shard_restarts_from_its_own_snapshot_and_answers_like_before() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let viewers = viewers_for(&config, 30, &events);
 
-    let first = start_server(&broker, topic, RETENTION_SECS, &flags("0/2"));
+    let first = start_server(&broker.bootstrap(), topic, RETENTION_SECS, &flags("0/2"));
     let before = runtime.block_on(async {
         wait_serving(first.grpc).await;
         let taken = common::admin_post(first.admin, "/admin/snapshot").await;
@@ -277,7 +292,7 @@ fn a_shard_restarts_from_its_own_snapshot_and_answers_like_before() {
     assert!(ok, "{report}");
     assert!(report.contains("author shard:    0/2"), "{report}");
 
-    let other = start_server(&broker, topic, RETENTION_SECS, &flags("1/2"));
+    let other = start_server(&broker.bootstrap(), topic, RETENTION_SECS, &flags("1/2"));
     runtime.block_on(async {
         wait_serving(other.grpc).await;
         let metrics = metrics_of(&other).await;
@@ -290,7 +305,7 @@ fn a_shard_restarts_from_its_own_snapshot_and_answers_like_before() {
     });
     drop(other);
 
-    let restarted = start_server(&broker, topic, RETENTION_SECS, &flags("0/2"));
+    let restarted = start_server(&broker.bootstrap(), topic, RETENTION_SECS, &flags("0/2"));
     runtime.block_on(async {
         wait_serving(restarted.grpc).await;
         let metrics = metrics_of(&restarted).await;

@@ -16,7 +16,7 @@ const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
 /// A producer that compresses with `codec`, lingering so batches hold many records.
 fn producer_with(bootstrap: &str, topic: &str, codec: &str) -> EventProducer {
     let mut args = kafka_args(bootstrap, topic);
-    args.kafka_properties = vec![
+    args.client.kafka_properties = vec![
         ("compression.type".into(), codec.into()),
         ("linger.ms".into(), "20".into()),
     ];

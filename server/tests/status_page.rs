@@ -6,87 +6,50 @@
 //! `THUNDER_STATUS_SCREENSHOT=path` keeps the screenshot there (docs/status-page.png).
 
 mod common;
+mod server_process;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{TestServer, store};
+use server_process::ServerProcess;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::ServerOptions;
-use thunder_testkit::process::spawn_listening;
 
 /// Demo scale of the process: 1000 authors, 20 000 posts.
 const SCALE: u32 = 1000;
 
-/// A `thunder-server --demo` process, killed on drop.
-struct DemoServer {
-    child: Child,
-    grpc: SocketAddr,
-    admin: SocketAddr,
-}
-
-impl Drop for DemoServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl DemoServer {
-    /// Starts the demo, waits until ready, and answers `queries` feed queries.
-    async fn start(queries: usize) -> Self {
-        let started = spawn_listening(
-            |grpc, admin| {
-                let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
-                command
-                    .args(["--grpc-addr", &grpc.to_string()])
-                    .args(["--admin-addr", &admin.to_string()])
-                    .args(["--demo-scale", &SCALE.to_string()])
-                    .env("RUST_LOG", "warn")
-                    .stdin(Stdio::null());
-                command
-            },
-            common::PATIENCE,
-        );
-        let server = Self {
-            child: started.child,
-            grpc: started.grpc,
-            admin: started.admin,
+/// A `thunder-server --demo` process, ready, that answered `queries` feed queries.
+async fn demo_server(queries: usize) -> ServerProcess {
+    let server = ServerProcess::demo(&["--demo-scale", &SCALE.to_string()]).await;
+    let mut client = InNetworkPostsServiceClient::connect(format!("http://{}", server.grpc))
+        .await
+        .expect("connect");
+    let viewers = thunder_server::demo::workload(SCALE, 0).viewers(queries.max(1));
+    for viewer in viewers.iter().cycle().take(queries) {
+        let request = GetInNetworkPostsRequest {
+            user_id: viewer.user_id as u64,
+            following_user_ids: viewer.following.iter().map(|&a| a as u64).collect(),
+            ..Default::default()
         };
-        let until = Instant::now() + common::PATIENCE;
-        while common::http_get(server.admin, "/readyz").await.status != 200 {
-            assert!(Instant::now() < until, "demo server not ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let mut client = InNetworkPostsServiceClient::connect(format!("http://{}", server.grpc))
-            .await
-            .expect("connect");
-        let viewers = thunder_server::demo::workload(SCALE, 0).viewers(queries.max(1));
-        for viewer in viewers.iter().cycle().take(queries) {
-            let request = GetInNetworkPostsRequest {
-                user_id: viewer.user_id as u64,
-                following_user_ids: viewer.following.iter().map(|&a| a as u64).collect(),
-                ..Default::default()
-            };
-            client.get_in_network_posts(request).await.expect("served");
-        }
-        // The store gauges the page reads are refreshed every few seconds (one refresh may
-        // have run while the backlog was loading).
-        let refreshed = common::eventually(|| async {
-            let page = common::http_get(server.admin, "/").await.text();
-            count(&page, "posts") >= 10_000
-        })
-        .await;
-        assert!(refreshed, "the store gauges never showed the backlog");
-        server
+        client.get_in_network_posts(request).await.expect("served");
     }
+    // The store gauges the page reads are refreshed every few seconds (one refresh may
+    // have run while the backlog was loading).
+    let refreshed = common::eventually(|| async {
+        let page = common::http_get(server.admin, "/").await.text();
+        count(&page, "posts") >= 10_000
+    })
+    .await;
+    assert!(refreshed, "the store gauges never showed the backlog");
+    server
+}
 
-    fn url(&self) -> String {
-        format!("http://{}/", self.admin)
-    }
+/// The status page's address.
+fn url(server: &ServerProcess) -> String {
+    format!("http://{}/", server.admin)
 }
 
 /// The text of the element with `id` in `html` (tags inside it removed).
@@ -198,7 +161,7 @@ fn assert_demo_fields(html: &str, queries: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_shows_the_demo_server() {
-    let server = DemoServer::start(20).await;
+    let server = demo_server(20).await;
     let page = common::http_get(server.admin, "/").await;
     assert_eq!(page.status, 200);
     assert!(
@@ -297,8 +260,8 @@ async fn the_status_page_renders_in_headless_chromium() {
         );
         return;
     };
-    let server = DemoServer::start(20).await;
-    let url = server.url();
+    let server = demo_server(20).await;
+    let url = url(&server);
     let profile = tempfile::tempdir().expect("temp dir");
     let dom = tokio::task::spawn_blocking({
         let (binary, profile, url) = (binary.clone(), profile.path().to_owned(), url.clone());

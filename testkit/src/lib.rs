@@ -1,5 +1,4 @@
-//! thunder-testkit: what tests, benchmarks, fuzzers, the demo and the CLI producer need besides
-//! the store itself.
+//! thunder-testkit: what tests, benchmarks and fuzzers need besides the store itself.
 //!
 //! - [`model`]: `ModelStore`, a plain, obviously-correct model of the engine's `PostStore`
 //!   written from `engine/BEHAVIOUR.md`, and `answers_agree`, the comparison of two answers
@@ -7,8 +6,9 @@
 //! - [`process`]: server processes started on free loopback ports (started again on new
 //!   ports when a port was taken before the process bound it).
 //! - [`query`]: `OwnedQuery`, a generated query that owns its lists and asks any `Store`.
-//! - [`synth`]: the deterministic "feed-2d" workload (authors, posts, replies, reposts,
-//!   videos, deletes, viewers) that drives the demo server, the producer and the benchmarks.
+//!
+//! The deterministic "feed-2d" workload generator is the crate thunder-workload: the demo
+//! server and `thunder-cli produce` use it too, and link it without this crate.
 //!
 //! The engine crate holds the store alone; nothing here is on a query's or an insert's path.
 #![deny(missing_docs)]
@@ -16,4 +16,3 @@
 pub mod model;
 pub mod process;
 pub mod query;
-pub mod synth;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use thunder_benches::{BaselineStore, DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::DEFAULT_RETENTION_SECS;
 use thunder_engine::{ManualClock, PostStore, Store};
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
 /// The workload's "now"; the stores' clocks stand still here.
 pub const NOW_SECS: i64 = 1_750_000_000;

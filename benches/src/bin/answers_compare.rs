@@ -26,7 +26,7 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_proto::{GetInNetworkPostsRequest, LightPost, PerAuthorLimits};
-use thunder_testkit::synth::{DEFAULT_SEED, SynthConfig};
+use thunder_workload::{DEFAULT_SEED, SynthConfig};
 use tonic::transport::{Channel, Endpoint};
 
 /// Command line.

@@ -28,9 +28,7 @@ use thunder_engine::config::{
     DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
 };
 use thunder_engine::{EventBatch, FeedQuery, LightPost, ManualClock, PostStore, Store};
-use thunder_testkit::synth::{
-    DEFAULT_SEED, POST_ID_BASE, SynthConfig, Viewer, exclude_from_answer,
-};
+use thunder_workload::{DEFAULT_SEED, POST_ID_BASE, SynthConfig, Viewer, exclude_from_answer};
 
 /// Command line.
 #[derive(Parser, Debug)]

@@ -10,7 +10,7 @@
 use clap::Parser;
 use std::time::Duration;
 use thunder_engine::{EventBatch, FeedQuery, PostStore, Store};
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
 #[derive(Parser)]
 struct Args {

@@ -42,7 +42,7 @@ use clap::{Parser, ValueEnum};
 use thunder_benches::memory::{release_free_memory, rss_bytes, settle};
 use thunder_engine::PostEvent;
 use thunder_engine::bench_internals::{Guard, TagIndex, pin, prefetch};
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
 /// Flags.
 #[derive(Parser, Debug)]

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_testkit::synth::{DEFAULT_SEED, SynthConfig, Viewer, exclude_from_answer};
+use thunder_workload::{DEFAULT_SEED, SynthConfig, Viewer, exclude_from_answer};
 use tonic::transport::{Channel, Endpoint};
 
 /// Command line.

@@ -21,7 +21,7 @@ use thunder_benches::{DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::DEFAULT_RETENTION_SECS;
 use thunder_engine::{EventBatch, FeedQuery, ManualClock, PostStore};
 use thunder_proto::shard::ShardSpec;
-use thunder_testkit::synth::{SynthConfig, Viewer};
+use thunder_workload::{SynthConfig, Viewer};
 
 /// Command line.
 #[derive(Parser, Debug)]

@@ -26,7 +26,7 @@ use thunder_engine::config::{DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN};
 use thunder_engine::seen::SEEN_FILTER_FORMAT_SBBF_XXH64;
 use thunder_engine::{FeedQuery, ManualClock, PostStore, SeenFilter, Store};
 use thunder_proto::GetInNetworkPostsRequest;
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
 /// Flags.
 #[derive(Parser, Debug)]
@@ -136,7 +136,7 @@ fn main() -> Result<()> {
 fn scenario(
     args: &Args,
     store: &PostStore,
-    viewer: &thunder_testkit::synth::Viewer,
+    viewer: &thunder_workload::Viewer,
     first_page_only: bool,
 ) {
     // Seen: every post of the viewer's whole answer (what a client that read it all has

@@ -22,7 +22,7 @@ use thunder_engine::snapshot::{LoadReport, PartitionOffset, SnapshotMeta};
 use thunder_engine::{FeedQuery, ManualClock, PostStore, Store};
 use thunder_server::snapshot_pacing::{Paced, lower_current_thread_priority};
 use thunder_testkit::model::answers_agree;
-use thunder_testkit::synth::{DEFAULT_SEED, SynthConfig, Viewer};
+use thunder_workload::{DEFAULT_SEED, SynthConfig, Viewer};
 
 /// Command line.
 #[derive(Parser, Debug)]

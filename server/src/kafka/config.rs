@@ -8,16 +8,15 @@ pub const IN_NETWORK_EVENTS_TOPIC: &str = "innetwork_post";
 
 /// Kafka ingestion flags; every flag also reads a `THUNDER_*` environment variable.
 ///
-/// Without `--kafka-brokers` the server runs without Kafka.
+/// Without `--kafka-brokers` the server runs without Kafka. The connection flags are
+/// [`KafkaClientArgs`]'s, defined once; the server's help of `--kafka-brokers` adds what its
+/// absence means.
 #[derive(clap::Args, Clone)]
+#[command(mut_args(brokers_of_the_server))]
 pub struct KafkaArgs {
-    /// Bootstrap brokers, `host:port[,host:port...]`. Unset: no Kafka ingestion.
-    #[arg(long, env = "THUNDER_KAFKA_BROKERS")]
-    pub kafka_brokers: Option<String>,
-
-    /// Topic of protobuf `InNetworkEvent` records.
-    #[arg(long, env = "THUNDER_KAFKA_TOPIC", default_value = IN_NETWORK_EVENTS_TOPIC)]
-    pub kafka_topic: String,
+    /// Connection: brokers, topic, security and `-X` properties (shared with producers).
+    #[command(flatten)]
+    pub client: KafkaClientArgs,
 
     /// Consumer group prefix; a random uuid is appended per process so every replica reads
     /// every partition (offsets are never committed).
@@ -91,48 +90,11 @@ pub struct KafkaArgs {
         default_value_t = super::fetch_limits::MAX_RESPONSE_BYTES
     )]
     pub kafka_max_response_bytes: u64,
-
-    /// librdkafka `security.protocol`: `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl`.
-    #[arg(
-        long,
-        env = "THUNDER_KAFKA_SECURITY_PROTOCOL",
-        default_value = "plaintext"
-    )]
-    pub kafka_security_protocol: String,
-
-    /// librdkafka `sasl.mechanism`, e.g. `SCRAM-SHA-512`.
-    #[arg(long, env = "THUNDER_KAFKA_SASL_MECHANISM")]
-    pub kafka_sasl_mechanism: Option<String>,
-
-    /// librdkafka `sasl.username`.
-    #[arg(long, env = "THUNDER_KAFKA_SASL_USERNAME")]
-    pub kafka_sasl_username: Option<String>,
-
-    /// librdkafka `sasl.password` (prefer the environment variable over the flag).
-    #[arg(long, env = "THUNDER_KAFKA_SASL_PASSWORD", hide_env_values = true)]
-    pub kafka_sasl_password: Option<String>,
-
-    /// librdkafka `ssl.ca.location`: CA bundle to verify the brokers with.
-    #[arg(long, env = "THUNDER_KAFKA_SSL_CA_LOCATION")]
-    pub kafka_ssl_ca_location: Option<String>,
-
-    /// Extra librdkafka property `KEY=VALUE`, repeatable; applied last, so it overrides
-    /// everything above. In the environment variable, separate pairs with `;`.
-    #[arg(
-        short = 'X',
-        long = "kafka-property",
-        env = "THUNDER_KAFKA_PROPERTIES",
-        value_name = "KEY=VALUE",
-        value_delimiter = ';',
-        value_parser = parse_property
-    )]
-    pub kafka_properties: Vec<(String, String)>,
 }
 
 /// The Kafka connection flags alone (brokers, topic, security, `-X`): what a producer needs.
-/// `thunder-cli produce` takes these, so its help lists no consumer-only settings. Each flag
-/// reads the same `THUNDER_*` variable as its [`KafkaArgs`] twin (a unit test keeps the two
-/// definitions equal).
+/// [`KafkaArgs`] flattens them; `thunder-cli produce` takes them alone, so its help lists no
+/// consumer-only settings.
 #[derive(clap::Args, Clone)]
 pub struct KafkaClientArgs {
     /// Bootstrap brokers, `host:port[,host:port...]`.
@@ -185,102 +147,11 @@ impl KafkaClientArgs {
     /// that takes [`KafkaArgs`] ([`super::EventProducer::new`], [`KafkaArgs::client_config`]).
     pub fn to_kafka_args(&self) -> KafkaArgs {
         KafkaArgs {
-            kafka_brokers: self.kafka_brokers.clone(),
-            kafka_topic: self.kafka_topic.clone(),
-            kafka_security_protocol: self.kafka_security_protocol.clone(),
-            kafka_sasl_mechanism: self.kafka_sasl_mechanism.clone(),
-            kafka_sasl_username: self.kafka_sasl_username.clone(),
-            kafka_sasl_password: self.kafka_sasl_password.clone(),
-            kafka_ssl_ca_location: self.kafka_ssl_ca_location.clone(),
-            kafka_properties: self.kafka_properties.clone(),
+            client: self.clone(),
             ..KafkaArgs::default()
         }
     }
-}
 
-/// Debug output goes through [`KafkaArgs`]'s, which hides the secrets.
-impl std::fmt::Debug for KafkaClientArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.to_kafka_args().fmt(f)
-    }
-}
-
-/// Debug output hides the SASL password and `-X` values of keys that look secret, so the
-/// arguments can be logged.
-impl std::fmt::Debug for KafkaArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redacted = |key: &str| {
-            let key = key.to_ascii_lowercase();
-            key.contains("password") || key.contains("secret") || key.contains("key")
-        };
-        let properties: Vec<(&str, &str)> = self
-            .kafka_properties
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str(),
-                    if redacted(k) {
-                        "<redacted>"
-                    } else {
-                        v.as_str()
-                    },
-                )
-            })
-            .collect();
-        f.debug_struct("KafkaArgs")
-            .field("kafka_brokers", &self.kafka_brokers)
-            .field("kafka_topic", &self.kafka_topic)
-            .field("kafka_group_id", &self.kafka_group_id)
-            .field("kafka_num_threads", &self.kafka_num_threads)
-            .field("kafka_batch_size", &self.kafka_batch_size)
-            .field("kafka_fetch_timeout_ms", &self.kafka_fetch_timeout_ms)
-            .field("kafka_request_timeout_ms", &self.kafka_request_timeout_ms)
-            .field("kafka_auto_offset_reset", &self.kafka_auto_offset_reset)
-            .field("start_from_time", &self.start_from_time)
-            .field("lag_monitor_interval_secs", &self.lag_monitor_interval_secs)
-            .field("kafka_stall_timeout_secs", &self.kafka_stall_timeout_secs)
-            .field("kafka_live_batch_permits", &self.kafka_live_batch_permits)
-            .field("kafka_max_response_bytes", &self.kafka_max_response_bytes)
-            .field("kafka_security_protocol", &self.kafka_security_protocol)
-            .field("kafka_sasl_mechanism", &self.kafka_sasl_mechanism)
-            .field("kafka_sasl_username", &self.kafka_sasl_username)
-            .field(
-                "kafka_sasl_password",
-                &self.kafka_sasl_password.as_ref().map(|_| "<redacted>"),
-            )
-            .field("kafka_ssl_ca_location", &self.kafka_ssl_ca_location)
-            .field("kafka_properties", &properties)
-            .finish()
-    }
-}
-
-impl Default for KafkaArgs {
-    fn default() -> Self {
-        Self {
-            kafka_brokers: None,
-            kafka_topic: IN_NETWORK_EVENTS_TOPIC.to_owned(),
-            kafka_group_id: "thunder".to_owned(),
-            kafka_num_threads: 4,
-            kafka_batch_size: 1000,
-            kafka_fetch_timeout_ms: 1000,
-            kafka_request_timeout_ms: 10_000,
-            kafka_auto_offset_reset: "error".to_owned(),
-            start_from_time: false,
-            lag_monitor_interval_secs: 30,
-            kafka_stall_timeout_secs: 30,
-            kafka_live_batch_permits: 1,
-            kafka_max_response_bytes: super::fetch_limits::MAX_RESPONSE_BYTES,
-            kafka_security_protocol: "plaintext".to_owned(),
-            kafka_sasl_mechanism: None,
-            kafka_sasl_username: None,
-            kafka_sasl_password: None,
-            kafka_ssl_ca_location: None,
-            kafka_properties: Vec::new(),
-        }
-    }
-}
-
-impl KafkaArgs {
     /// Connection settings shared by consumers, producers and admin clients: brokers,
     /// security and the `-X` properties. Fails when no brokers are configured.
     pub fn client_config(&self) -> Result<ClientConfig, super::error::KafkaError> {
@@ -310,6 +181,112 @@ impl KafkaArgs {
         }
         Ok(config)
     }
+}
+
+impl Default for KafkaClientArgs {
+    fn default() -> Self {
+        Self {
+            kafka_brokers: None,
+            kafka_topic: IN_NETWORK_EVENTS_TOPIC.to_owned(),
+            kafka_security_protocol: "plaintext".to_owned(),
+            kafka_sasl_mechanism: None,
+            kafka_sasl_username: None,
+            kafka_sasl_password: None,
+            kafka_ssl_ca_location: None,
+            kafka_properties: Vec::new(),
+        }
+    }
+}
+
+/// Debug output goes through [`KafkaArgs`]'s, which hides the secrets.
+impl std::fmt::Debug for KafkaClientArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.to_kafka_args().fmt(f)
+    }
+}
+
+/// Debug output hides the SASL password and `-X` values of keys that look secret, so the
+/// arguments can be logged.
+impl std::fmt::Debug for KafkaArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |key: &str| {
+            let key = key.to_ascii_lowercase();
+            key.contains("password") || key.contains("secret") || key.contains("key")
+        };
+        let properties: Vec<(&str, &str)> = self
+            .client
+            .kafka_properties
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    if redacted(k) {
+                        "<redacted>"
+                    } else {
+                        v.as_str()
+                    },
+                )
+            })
+            .collect();
+        f.debug_struct("KafkaArgs")
+            .field("kafka_brokers", &self.client.kafka_brokers)
+            .field("kafka_topic", &self.client.kafka_topic)
+            .field("kafka_group_id", &self.kafka_group_id)
+            .field("kafka_num_threads", &self.kafka_num_threads)
+            .field("kafka_batch_size", &self.kafka_batch_size)
+            .field("kafka_fetch_timeout_ms", &self.kafka_fetch_timeout_ms)
+            .field("kafka_request_timeout_ms", &self.kafka_request_timeout_ms)
+            .field("kafka_auto_offset_reset", &self.kafka_auto_offset_reset)
+            .field("start_from_time", &self.start_from_time)
+            .field("lag_monitor_interval_secs", &self.lag_monitor_interval_secs)
+            .field("kafka_stall_timeout_secs", &self.kafka_stall_timeout_secs)
+            .field("kafka_live_batch_permits", &self.kafka_live_batch_permits)
+            .field("kafka_max_response_bytes", &self.kafka_max_response_bytes)
+            .field(
+                "kafka_security_protocol",
+                &self.client.kafka_security_protocol,
+            )
+            .field("kafka_sasl_mechanism", &self.client.kafka_sasl_mechanism)
+            .field("kafka_sasl_username", &self.client.kafka_sasl_username)
+            .field(
+                "kafka_sasl_password",
+                &self
+                    .client
+                    .kafka_sasl_password
+                    .as_ref()
+                    .map(|_| "<redacted>"),
+            )
+            .field("kafka_ssl_ca_location", &self.client.kafka_ssl_ca_location)
+            .field("kafka_properties", &properties)
+            .finish()
+    }
+}
+
+impl Default for KafkaArgs {
+    fn default() -> Self {
+        Self {
+            client: KafkaClientArgs::default(),
+            kafka_group_id: "thunder".to_owned(),
+            kafka_num_threads: 4,
+            kafka_batch_size: 1000,
+            kafka_fetch_timeout_ms: 1000,
+            kafka_request_timeout_ms: 10_000,
+            kafka_auto_offset_reset: "error".to_owned(),
+            start_from_time: false,
+            lag_monitor_interval_secs: 30,
+            kafka_stall_timeout_secs: 30,
+            kafka_live_batch_permits: 1,
+            kafka_max_response_bytes: super::fetch_limits::MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+impl KafkaArgs {
+    /// Connection settings shared by consumers, producers and admin clients: brokers,
+    /// security and the `-X` properties. Fails when no brokers are configured.
+    pub fn client_config(&self) -> Result<ClientConfig, super::error::KafkaError> {
+        self.client.client_config()
+    }
 
     /// Consumer configuration: no group management, no commits, the given group id, fetch
     /// limits consistent with each other (`fetch_limits.rs`).
@@ -323,15 +300,25 @@ impl KafkaArgs {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", &self.kafka_auto_offset_reset);
-        super::fetch_limits::set_consumer_defaults(&mut config, &self.kafka_properties);
+        super::fetch_limits::set_consumer_defaults(&mut config, &self.client.kafka_properties);
         // `-X` wins over our defaults too.
-        for (key, value) in &self.kafka_properties {
+        for (key, value) in &self.client.kafka_properties {
             config.set(key, value);
         }
         // The catch-up and stall rules rely on end-of-partition events.
         config.set("enable.partition.eof", "true");
         Ok(config)
     }
+}
+
+/// `--kafka-brokers` as the server takes it: the help says what leaving it unset means. (Through
+/// `mut_args`, which keeps the flags in place, where `mut_arg` would move it last.)
+fn brokers_of_the_server(arg: clap::Arg) -> clap::Arg {
+    if arg.get_id() != "kafka_brokers" {
+        return arg;
+    }
+    let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+    arg.help(format!("{help}. Unset: no Kafka ingestion"))
 }
 
 /// Parses one `KEY=VALUE` librdkafka property.
@@ -359,8 +346,8 @@ mod tests {
     fn defaults_match_default_impl() {
         let cli = Cli::try_parse_from(["thunder"]).expect("parses");
         let d = KafkaArgs::default();
-        assert_eq!(cli.kafka.kafka_brokers, d.kafka_brokers);
-        assert_eq!(cli.kafka.kafka_topic, d.kafka_topic);
+        assert_eq!(cli.kafka.client.kafka_brokers, d.client.kafka_brokers);
+        assert_eq!(cli.kafka.client.kafka_topic, d.client.kafka_topic);
         assert_eq!(cli.kafka.kafka_batch_size, d.kafka_batch_size);
         assert_eq!(cli.kafka.kafka_num_threads, d.kafka_num_threads);
         assert_eq!(cli.kafka.kafka_fetch_timeout_ms, d.kafka_fetch_timeout_ms);
@@ -403,8 +390,11 @@ mod tests {
     #[test]
     fn debug_hides_secrets() {
         let args = KafkaArgs {
-            kafka_sasl_password: Some("hunter2".into()),
-            kafka_properties: vec![("ssl.key.password".into(), "s3cret".into())],
+            client: KafkaClientArgs {
+                kafka_sasl_password: Some("hunter2".into()),
+                kafka_properties: vec![("ssl.key.password".into(), "s3cret".into())],
+                ..KafkaClientArgs::default()
+            },
             ..KafkaArgs::default()
         };
         let shown = format!("{args:?}");
@@ -474,7 +464,7 @@ mod tests {
         ])
         .expect("parses");
         let args = parsed.kafka.to_kafka_args();
-        assert_eq!(args.kafka_topic, "t");
+        assert_eq!(args.client.kafka_topic, "t");
         let config = args.client_config().expect("config");
         assert_eq!(config.get("bootstrap.servers"), Some("127.0.0.1:9092"));
         assert_eq!(config.get("linger.ms"), Some("1"));

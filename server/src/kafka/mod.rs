@@ -188,7 +188,7 @@ pub fn start_with(
             "--kafka-batch-size must be at least 1".into(),
         ));
     }
-    if args.kafka_topic.is_empty() {
+    if args.client.kafka_topic.is_empty() {
         return Err(KafkaError::InvalidConfig(
             "--kafka-topic must not be empty".into(),
         ));
@@ -200,7 +200,7 @@ pub fn start_with(
     let metadata_client: BaseConsumer<ThrottledContext> =
         consumer_config.create_with_context(ThrottledContext::default())?;
     tracing::info!(
-        topic = %args.kafka_topic,
+        topic = %args.client.kafka_topic,
         group_id = %group_id,
         threads = args.kafka_num_threads,
         batch_size = args.kafka_batch_size,

@@ -74,13 +74,13 @@ impl std::fmt::Debug for EventProducer {
 }
 
 impl EventProducer {
-    /// A producer to `args.kafka_topic` with the connection settings of `args`
+    /// A producer to `args.client.kafka_topic` with the connection settings of `args`
     /// (brokers, security, `-X` properties).
     pub fn new(args: &KafkaArgs) -> Result<Self, KafkaError> {
         let mut config = args.client_config()?;
         // Batch a little for throughput; `-X` still overrides.
         config.set("linger.ms", "5");
-        for (key, value) in &args.kafka_properties {
+        for (key, value) in &args.client.kafka_properties {
             config.set(key, value);
         }
         let counts = Arc::new(DeliveryCounts::default());
@@ -88,7 +88,7 @@ impl EventProducer {
         Ok(Self {
             producer,
             counts,
-            topic: args.kafka_topic.clone(),
+            topic: args.client.kafka_topic.clone(),
         })
     }
 

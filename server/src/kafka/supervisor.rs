@@ -87,7 +87,7 @@ impl Supervisor {
             match attempt() {
                 Ok(value) => return Some(value),
                 Err(error) => {
-                    tracing::warn!(topic = %self.args.kafka_topic, %error, "{what}; retrying");
+                    tracing::warn!(topic = %self.args.client.kafka_topic, %error, "{what}; retrying");
                     if !self.shared.sleep(backoff) {
                         return None;
                     }
@@ -100,12 +100,12 @@ impl Supervisor {
     fn partitions(&self) -> Result<Vec<i32>, String> {
         let metadata = self
             .metadata_client
-            .fetch_metadata(Some(&self.args.kafka_topic), self.request_timeout())
+            .fetch_metadata(Some(&self.args.client.kafka_topic), self.request_timeout())
             .map_err(|e| e.to_string())?;
         let topic = metadata
             .topics()
             .iter()
-            .find(|t| t.name() == self.args.kafka_topic)
+            .find(|t| t.name() == self.args.client.kafka_topic)
             .ok_or("topic missing from metadata")?;
         if let Some(error) = topic.error() {
             return Err(format!("topic metadata error: {error:?}"));
@@ -127,7 +127,7 @@ impl Supervisor {
         let mut query = TopicPartitionList::with_capacity(partitions.len());
         for &p in partitions {
             query
-                .add_partition_offset(&self.args.kafka_topic, p, Offset::Offset(since_ms))
+                .add_partition_offset(&self.args.client.kafka_topic, p, Offset::Offset(since_ms))
                 .map_err(|e| e.to_string())?;
         }
         let answer = self
@@ -138,7 +138,7 @@ impl Supervisor {
             .iter()
             .map(|&p| {
                 let element = answer
-                    .find_partition(&self.args.kafka_topic, p)
+                    .find_partition(&self.args.client.kafka_topic, p)
                     .ok_or_else(|| format!("no offset for partition {p}"))?;
                 element.error().map_err(|e| format!("partition {p}: {e}"))?;
                 match element.offset() {
@@ -206,7 +206,7 @@ impl Supervisor {
             .clone()
             .unwrap_or_else(|| vec![Offset::Beginning; partitions.len()]);
         tracing::info!(
-            topic = %self.args.kafka_topic,
+            topic = %self.args.client.kafka_topic,
             partitions = partitions.len(),
             start_from_time = self.args.start_from_time,
             "Kafka partitions discovered"
@@ -220,7 +220,7 @@ impl Supervisor {
         };
         let mut starts = starts;
         if let Some(restore) = restore {
-            let topic = TopicStart::new(&self.args.kafka_topic, &partitions, &watermarks);
+            let topic = TopicStart::new(&self.args.client.kafka_topic, &partitions, &watermarks);
             if let Some(resumed) = restore(&topic) {
                 starts = topic.resume_starts(&starts, &resumed);
                 // The catch-up goal is where the topic ends now, after the load.
@@ -250,7 +250,7 @@ impl Supervisor {
         let _ = self.shared.partitions.set(states);
         self.export_partition_gauges(&partitions, &starts, &watermarks);
         tracing::info!(
-            topic = %self.args.kafka_topic,
+            topic = %self.args.client.kafka_topic,
             end_offsets = ?partitions.iter().zip(&watermarks).map(|(p, (_, high))| (*p, *high)).collect::<Vec<_>>(),
             "Kafka catch-up goal recorded"
         );
@@ -274,7 +274,7 @@ impl Supervisor {
                 .collect();
             let thread = IngestThread {
                 index,
-                topic: self.args.kafka_topic.clone(),
+                topic: self.args.client.kafka_topic.clone(),
                 partitions: owned,
                 consumer_config: self.consumer_config.clone(),
                 batch_size: self.args.kafka_batch_size,
@@ -310,7 +310,7 @@ impl Supervisor {
         starts: &[Offset],
         watermarks: &[(i64, i64)],
     ) {
-        let topic = self.args.kafka_topic.as_str();
+        let topic = self.args.client.kafka_topic.as_str();
         let kafka = metrics::kafka();
         for ((partition, start), &(low, high)) in partitions.iter().zip(starts).zip(watermarks) {
             let labels = [topic, &partition.to_string()];
@@ -333,7 +333,7 @@ impl Supervisor {
             .iter()
             .map(|&p| {
                 self.metadata_client
-                    .fetch_watermarks(&self.args.kafka_topic, p, self.request_timeout())
+                    .fetch_watermarks(&self.args.client.kafka_topic, p, self.request_timeout())
                     .map_err(|e| format!("partition {p}: {e}"))
             })
             .collect()
@@ -354,7 +354,7 @@ impl Supervisor {
                 .clamp(Duration::from_millis(250), Duration::from_secs(5))
                 .min(lag_interval)
         };
-        let topic = self.args.kafka_topic.as_str();
+        let topic = self.args.client.kafka_topic.as_str();
         let mut tracker = StallTracker::new(states.len(), stall_timeout);
         let mut warned_at: Option<Instant> = None;
         // When each partition's lag was last refreshed (the start watermarks count).

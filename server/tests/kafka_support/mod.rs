@@ -7,8 +7,6 @@
 //! `scripts/kafka-broker.sh install`, and fail with a clear message if that does not work.
 #![allow(dead_code)]
 
-pub mod process;
-
 use std::collections::HashSet;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -22,9 +20,9 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use thunder_engine::PostEvent;
 use thunder_engine::{Clock, FeedQuery, ManualClock, PostStore, StoreConfig};
-use thunder_server::kafka::{CatchUpState, EventProducer, KafkaArgs, KafkaIngest};
+use thunder_server::kafka::{CatchUpState, EventProducer, KafkaArgs, KafkaClientArgs, KafkaIngest};
 use thunder_testkit::model::ModelStore;
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
 /// Generous: the machine may be small and busy with other builds.
 pub const TIMEOUT: Duration = Duration::from_secs(180);
@@ -241,8 +239,11 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
 /// Connection flags for `topic` on `bootstrap`, ingestion defaults otherwise.
 pub fn kafka_args(bootstrap: &str, topic: &str) -> KafkaArgs {
     KafkaArgs {
-        kafka_brokers: Some(bootstrap.to_owned()),
-        kafka_topic: topic.to_owned(),
+        client: KafkaClientArgs {
+            kafka_brokers: Some(bootstrap.to_owned()),
+            kafka_topic: topic.to_owned(),
+            ..KafkaClientArgs::default()
+        },
         kafka_group_id: "thunder-test".to_owned(),
         kafka_request_timeout_ms: 5_000,
         lag_monitor_interval_secs: 1,

@@ -1,4 +1,8 @@
 //! `thunder-cli`: command-line client of thunder. One module per subcommand.
+//!
+//! A crate of its own, so that the server links neither thunder-client (`query --shards`) nor
+//! the CLI's commands; from thunder-server it takes what it shares with the server: the Kafka
+//! connection flags and the event producer (`produce`), the demo's workload (`frame`).
 
 mod frame;
 mod produce;

@@ -1,7 +1,9 @@
 //! Deterministic synthetic "feed-2d" workload: authors, posts, deletes and viewers.
 //!
 //! The workload of the project's benchmark, generated from a seed so that the engine, the
-//! baseline, the demo server and the producer all see the same stream:
+//! baseline, the demo server, the producer and the tests all see the same stream. A crate of its
+//! own so that the server's demo and `thunder-cli produce` link the generator alone, not the
+//! model store and test helpers of thunder-testkit:
 //!
 //! - `1_000_000 / scale` authors and `20_000_000 / scale` posts spread over a window (two days)
 //!   ending at `now_secs`;
@@ -17,7 +19,7 @@
 //!
 //! # Usage
 //! ```
-//! use thunder_testkit::synth::SynthConfig;
+//! use thunder_workload::SynthConfig;
 //! use thunder_engine::PostEvent;
 //! let config = SynthConfig::feed_2d(1000, 1_700_000_000);
 //! let creates = config.backlog().filter(|e| matches!(e, PostEvent::Create(_))).count();
@@ -32,6 +34,8 @@
 //! streaming iterator (a per-second reorder buffer holds only the events not yet due), so
 //! 20M events take a few seconds and little memory. [`LiveSource`] continues the same sequence
 //! after the backlog, stamped at the caller's clock.
+
+#![deny(missing_docs)]
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

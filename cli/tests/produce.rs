@@ -1,6 +1,8 @@
 //! `thunder-cli produce` against a real broker: JSON lines and the synthetic source reach the
 //! topic, keyed by author, and ingestion applies them.
 
+// The Kafka helpers of the server's tests (the broker, topics, waits), shared rather than copied.
+#[path = "../../server/tests/kafka_support/mod.rs"]
 mod kafka_support;
 
 use std::io::Write;

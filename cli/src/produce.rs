@@ -19,9 +19,9 @@ use rdkafka::types::RDKafkaErrorCode;
 use serde::Deserialize;
 use thunder_engine::PostEvent;
 use thunder_engine::{DeleteEvent, LightPost};
-use thunder_testkit::synth::SynthConfig;
+use thunder_workload::SynthConfig;
 
-use thunder_server::kafka::{EventProducer, KafkaArgs, KafkaClientArgs};
+use thunder_server::kafka::{EventProducer, KafkaClientArgs};
 
 /// Arguments of `thunder-cli produce`.
 #[derive(clap::Args, Clone, Debug)]
@@ -154,7 +154,7 @@ impl Sent {
 }
 
 /// Creates `args.kafka_topic` with `partitions` partitions; an existing topic is left as is.
-fn create_topic(args: &KafkaArgs, partitions: i32) -> anyhow::Result<()> {
+fn create_topic(args: &KafkaClientArgs, partitions: i32) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = args
         .client_config()?
         .create()
@@ -190,7 +190,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
 /// Runs `thunder-cli produce` on the calling thread.
 fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
     if let Some(partitions) = args.create_topic {
-        create_topic(&args.kafka.to_kafka_args(), partitions)?;
+        create_topic(&args.kafka, partitions)?;
     }
     let producer =
         EventProducer::new(&args.kafka.to_kafka_args()).context("creating the Kafka producer")?;

@@ -1,5 +1,9 @@
-//! A real `thunder-server` process fed by a broker, killed (SIGKILL) on drop, and its gRPC
-//! health as a balancer sees it.
+//! `thunder-server` processes of the integration tests: started on free 127.0.0.1 ports (again
+//! on new ports when one was taken first: `thunder_testkit::process`), killed (SIGKILL) on drop;
+//! a demo-mode server waited for until ready, a server fed by a broker, and their gRPC health as
+//! a balancer sees it. Tests that use this module also declare `mod common;` (the admin HTTP
+//! client).
+#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -13,7 +17,10 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use super::{Broker, TIMEOUT};
+use crate::common::{PATIENCE, http_get};
+
+/// How long a server fed by a broker may take to start, and to turn SERVING.
+pub const TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The server process and its addresses; killed on drop.
 pub struct ServerProcess {
@@ -32,51 +39,72 @@ impl Drop for ServerProcess {
     }
 }
 
-/// Starts `thunder-server` on free ports, reading `topic` with 2 ingest threads, a 2 s stall
-/// timeout and a retention of `retention_secs`, plus `extra` flags.
+impl ServerProcess {
+    /// Starts `thunder-server --grpc-addr G --admin-addr A args` (`RUST_LOG=warn`, no stdin) on
+    /// free ports and waits, at most `within`, until it listens on both.
+    pub fn start(args: &[&str], within: Duration) -> Self {
+        let started = spawn_listening(
+            |grpc, admin| {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
+                command
+                    .args([
+                        "--grpc-addr",
+                        &grpc.to_string(),
+                        "--admin-addr",
+                        &admin.to_string(),
+                    ])
+                    .args(args)
+                    .env("RUST_LOG", "warn")
+                    .stdin(Stdio::null());
+                command
+            },
+            within,
+        );
+        Self {
+            child: started.child,
+            grpc: started.grpc,
+            admin: started.admin,
+        }
+    }
+
+    /// A demo-mode server (`--demo-scale` and the rest in `args`), once `/readyz` answers 200.
+    pub async fn demo(args: &[&str]) -> Self {
+        let server = Self::start(args, PATIENCE);
+        let until = Instant::now() + PATIENCE;
+        while http_get(server.admin, "/readyz").await.status != 200 {
+            assert!(Instant::now() < until, "demo server not ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        server
+    }
+}
+
+/// Starts `thunder-server` on free ports, reading `topic` from the broker at `bootstrap` with 2
+/// ingest threads, a 2 s stall timeout and a retention of `retention_secs`, plus `extra` flags.
 pub fn start_server(
-    broker: &Broker,
+    bootstrap: &str,
     topic: &str,
     retention_secs: i64,
     extra: &[&str],
 ) -> ServerProcess {
-    let started = spawn_listening(
-        |grpc, admin| {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
-            command
-                .args([
-                    "--kafka-brokers",
-                    &broker.bootstrap(),
-                    "--kafka-topic",
-                    topic,
-                ])
-                .args([
-                    "--grpc-addr",
-                    &grpc.to_string(),
-                    "--admin-addr",
-                    &admin.to_string(),
-                ])
-                .args([
-                    "--kafka-num-threads",
-                    "2",
-                    "--kafka-stall-timeout-secs",
-                    "2",
-                ])
-                .args(["--post-retention-seconds", &retention_secs.to_string()])
-                // Answers are compared exactly: a busy test machine must not degrade them.
-                .args(["--max-degrade-level", "0"])
-                .args(extra)
-                .env("RUST_LOG", "warn")
-                .stdin(Stdio::null());
-            command
-        },
-        TIMEOUT,
-    );
-    ServerProcess {
-        child: started.child,
-        grpc: started.grpc,
-        admin: started.admin,
-    }
+    let retention = retention_secs.to_string();
+    let mut args = vec![
+        "--kafka-brokers",
+        bootstrap,
+        "--kafka-topic",
+        topic,
+        "--kafka-num-threads",
+        "2",
+        "--kafka-stall-timeout-secs",
+        "2",
+        "--post-retention-seconds",
+        &retention,
+        // Answers are compared exactly: a busy test machine must not degrade them.
+        "--max-degrade-level",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    ServerProcess::start(&args, TIMEOUT)
 }
 
 /// The gRPC health status, `None` while the server does not answer.

@@ -1,7 +1,8 @@
 //! docs/configuration.md and docs/metrics.md are generated from the code: the flags from clap
 //! (`thunder-server`'s [`Args`] and the help of every `thunder-cli` subcommand) and the metrics
 //! from the registry's catalogue. These tests render both and fail when the committed files
-//! differ; `THUNDER_REGENERATE_DOCS=1` rewrites them instead.
+//! differ; `THUNDER_REGENERATE_DOCS=1` rewrites them instead. They live in thunder-cli, the one
+//! crate whose tests have the `thunder-cli` binary and the server's library both.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -38,7 +39,7 @@ fn check_or_write(name: &str, rendered: &str) {
         panic!(
             "docs/{name} is out of date with the code (first difference at line {line}).\n\
              Regenerate it with:\n    \
-             {REGENERATE}=1 cargo test -p thunder-server --test generated_docs\n\
+             {REGENERATE}=1 cargo test -p thunder-cli --test generated_docs\n\
              and commit the result."
         );
     }
@@ -114,8 +115,8 @@ fn cli_help(args: &[&str]) -> String {
 fn render_configuration() -> String {
     let mut out = String::from(
         "# Configuration\n\n\
-         <!-- Generated from the code (clap) by server/tests/generated_docs.rs; do not edit.\n     \
-         Regenerate: THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-server --test generated_docs -->\n\n\
+         <!-- Generated from the code (clap) by cli/tests/generated_docs.rs; do not edit.\n     \
+         Regenerate: THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs -->\n\n\
          Every flag of `thunder-server` also reads the environment variable next to it; a flag on\n\
          the command line wins over the variable. `thunder-server --check-config` parses and checks\n\
          a configuration without serving and prints it with secrets masked.\n\n\
@@ -154,8 +155,8 @@ fn render_configuration() -> String {
 fn render_metrics() -> String {
     let mut out = String::from(
         "# Metrics\n\n\
-         <!-- Generated from the registry (server/src/metrics.rs) by server/tests/generated_docs.rs;\n     \
-         do not edit. Regenerate: THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-server --test generated_docs -->\n\n\
+         <!-- Generated from the registry (server/src/metrics.rs) by cli/tests/generated_docs.rs;\n     \
+         do not edit. Regenerate: THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs -->\n\n\
          `thunder-server` exports these on the admin port at `/metrics` (Prometheus text format).\n\
          A histogram's series are `<name>_bucket{le}`, `<name>_sum` and `<name>_count`. A labelled\n\
          family appears once a label set is used, except those exported at zero from start-up (the\n\
