@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_server::metrics::Metrics;
+use thunder_server::admin::metrics::Metrics;
 use thunder_testkit::process::spawn_listening;
 
 /// Families the demo scrape cannot show, checked against the catalogue instead.

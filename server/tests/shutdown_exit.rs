@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http_body::Frame;
-use thunder_server::server::EXIT_DRAIN_CUT;
+use thunder_server::lifecycle::EXIT_DRAIN_CUT;
 use thunder_testkit::process::spawn_listening;
 use tonic::codegen::{Bytes, Service, http};
 
@@ -138,7 +138,7 @@ async fn sigterm_exits_3_when_the_drain_cuts_a_call() {
     let request = http::Request::post(format!(
         "http://{}{}",
         server.grpc,
-        thunder_server::grpc::METHOD_PATH
+        thunder_server::serve::grpc::METHOD_PATH
     ))
     .header("content-type", "application/grpc")
     .header("te", "trailers")

@@ -495,8 +495,8 @@ impl Metrics {
 
 thread_local! {
     /// Posts per author of one answer, for [`Metrics::record_found_posts`]; reused per thread.
-    static AUTHOR_COUNTS: std::cell::RefCell<crate::author_counts::AuthorCounts> =
-        std::cell::RefCell::new(crate::author_counts::AuthorCounts::default());
+    static AUTHOR_COUNTS: std::cell::RefCell<crate::admin::author_counts::AuthorCounts> =
+        std::cell::RefCell::new(crate::admin::author_counts::AuthorCounts::default());
 }
 
 impl KafkaMetrics {
@@ -561,7 +561,7 @@ impl KafkaMetrics {
     }
 }
 
-/// The snapshots' metrics (part of [`Metrics`]; see `snapshot.rs`).
+/// The snapshots' metrics (part of [`Metrics`]; see [`crate::snapshot`]).
 #[derive(Clone, Debug)]
 pub struct SnapshotMetrics {
     /// `snapshot_last_success_timestamp_seconds`: when the last snapshot was completed.

@@ -1,5 +1,5 @@
 //! The `thunder.v1.InNetworkPostsService` implementation: admission, validation, the optional
-//! follow-graph fallback, an executor slot from the overload controller ([`crate::overload`]),
+//! follow-graph fallback, an executor slot from the overload controller ([`crate::serve::overload`]),
 //! then the store query at the slot's degrade level.
 //!
 //! Deadlines: the store query gets 80% of the client's `grpc-timeout`
@@ -22,16 +22,16 @@ use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
-use crate::admission::Admission;
-use crate::arrival::Accepted;
-use crate::codec::PostsAnswer;
+use crate::admin::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 use crate::convert::post_to_proto;
 use crate::error::ServiceError;
-use crate::following::FollowingSource;
-use crate::log_limit::{LogLimit, for_log};
-use crate::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
-use crate::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
-use crate::request::ValidatedRequest;
+use crate::serve::admission::Admission;
+use crate::serve::arrival::Accepted;
+use crate::serve::codec::PostsAnswer;
+use crate::serve::following::FollowingSource;
+use crate::serve::log_limit::{LogLimit, for_log};
+use crate::serve::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
+use crate::serve::request::ValidatedRequest;
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
 /// encoding and the trip back, so a partial answer arrives before the client gives up.
@@ -344,7 +344,7 @@ pub fn with_degrade_header<T>(message: T, level: DegradeLevel) -> Response<T> {
 
 #[tonic::async_trait]
 impl InNetworkPostsService for ThunderService {
-    /// The prost-typed path (the fast server path is [`crate::grpc::PostsServer`]).
+    /// The prost-typed path (the fast server path is [`crate::serve::grpc::PostsServer`]).
     async fn get_in_network_posts(
         &self,
         request: Request<GetInNetworkPostsRequest>,
