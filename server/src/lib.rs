@@ -24,7 +24,7 @@
 //! - [`snapshot`]: the server's snapshots: when they are written, the admin trigger, and the
 //!   restore at start-up (the file format is `thunder_engine::snapshot`'s).
 //! - [`config`]: the command-line flags, `--check-config` and the TLS files.
-//! - Top level: [`lifecycle`] (boot and graceful stop of both listeners), [`tasks`] (the
+//! - Top level: [`lifecycle`] (boot and graceful stop of both listeners), `tasks` (the
 //!   store's background maintenance), [`demo`] (the synthetic event source), [`shard`] (the
 //!   author shard of this process), [`convert`] (wire types to engine records) and [`error`].
 #![deny(missing_docs)]

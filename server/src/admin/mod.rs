@@ -11,7 +11,8 @@
 //!   `found_*` metrics without sorting.
 //! - `readiness.rs`: readiness (`/readyz`, the gRPC health service's default) and liveness
 //!   (`/healthz`, [`readiness::LIVENESS_SERVICE`]).
-//! - `profiling.rs`: CPU profiles with pprof-rs (`/debug/pprof/profile`, `/debug/pprof/flamegraph`).
+//! - `profiling.rs`: CPU profiles with pprof-rs (`/debug/pprof/profile`,
+//!   `/debug/pprof/flamegraph`).
 //! - `status.rs`: the status page at `/`, rendered from the metrics registry and readiness, with
 //!   the last minute's figures from a background sampler.
 //!

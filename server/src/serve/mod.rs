@@ -4,7 +4,7 @@
 //! # A call's way through
 //! 1. `listener.rs` accepts the connection within its caps and timeouts ([`listener`]);
 //!    `write_batch.rs` gathers h2's frame writes into one socket write per write pass.
-//! 2. `arrival.rs` stamps the moment hyper accepts the call's stream ([`arrival::Accepted`]):
+//! 2. `arrival.rs` stamps the moment hyper accepts the call's stream (`arrival::Accepted`):
 //!    every deadline and queue wait counts from there, not from the task's first poll.
 //! 3. `grpc.rs` is the HTTP/2 service as mounted: tonic's unary machinery with
 //!    [`codec::PostsCodec`], plus the checks tonic leaves out (content type, failures before the

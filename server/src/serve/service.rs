@@ -1,6 +1,6 @@
 //! The `thunder.v1.InNetworkPostsService` implementation: admission, validation, the optional
-//! follow-graph fallback, an executor slot from the overload controller ([`crate::serve::overload`]),
-//! then the store query at the slot's degrade level.
+//! follow-graph fallback, an executor slot from the overload controller
+//! ([`crate::serve::overload`]), then the store query at the slot's degrade level.
 //!
 //! Deadlines: the store query gets 80% of the client's `grpc-timeout`
 //! (it then returns the posts found so far); a call still waiting for its answer when
