@@ -1,7 +1,7 @@
 //! The serving floor: thunder's gRPC serving path with no store behind it.
 //!
 //! [`Floor`] answers `GetInNetworkPosts` calls through the server's own transport, layers and
-//! response codec ([`thunder_server::server::start_with`], [`thunder_server::codec`]), but
+//! response codec ([`thunder_server::lifecycle::start_with`], [`thunder_server::serve::codec`]), but
 //! with answers built once at start: each is the store's real answer to a request frame
 //! (as `thunder-cli frame` writes it), kept as posts and encoded again on every call. What a
 //! call costs there is what tonic, h2 and the codec alone cost to send that answer; thunder's
@@ -19,10 +19,10 @@ use prost::Message;
 use thunder_engine::PostStore;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_server::ServiceError;
-use thunder_server::codec::PostsAnswer;
-use thunder_server::grpc::AnswerPosts;
-use thunder_server::request::ValidatedRequest;
-use thunder_server::service::Answer;
+use thunder_server::serve::codec::PostsAnswer;
+use thunder_server::serve::grpc::AnswerPosts;
+use thunder_server::serve::request::ValidatedRequest;
+use thunder_server::serve::service::Answer;
 
 /// The shape a call is matched by: the number of followed ids and the first one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use thunder_benches::floor::Floor;
 use thunder_engine::config::DEFAULT_RETENTION_SECS;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_server::server::start_with;
+use thunder_server::lifecycle::start_with;
 use thunder_server::{ServerOptions, demo, handle_request, shard};
 
 fn request(following: Vec<u64>) -> GetInNetworkPostsRequest {

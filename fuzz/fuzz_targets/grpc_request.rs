@@ -28,13 +28,13 @@ use thunder_engine::seen::SEEN_FILTER_MAX_BYTES;
 use thunder_engine::{LightPost, ManualClock, PagePosition, PostStore, SeenFilter};
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_server::InNetworkPostsService;
-use thunder_server::admission::Admission;
+use thunder_server::serve::admission::Admission;
 use thunder_server::convert::post_from_proto;
-use thunder_server::cursor::{Cursor, CursorKey};
-use thunder_server::following::{FollowingSource, StaticFollowing};
+use thunder_server::serve::cursor::{Cursor, CursorKey};
+use thunder_server::serve::following::{FollowingSource, StaticFollowing};
 use thunder_server::handle_request;
-use thunder_server::request::{BLACKLISTED_AUTHORS, ValidatedRequest};
-use thunder_server::service::ThunderService;
+use thunder_server::serve::request::{BLACKLISTED_AUTHORS, ValidatedRequest};
+use thunder_server::serve::service::ThunderService;
 use tonic::Code;
 use tonic::metadata::MetadataValue;
 
@@ -233,7 +233,7 @@ fuzz_target!(|data: &[u8]| {
     let has_deadline = timeout.as_ref().is_some_and(|value| {
         let mut metadata = tonic::metadata::MetadataMap::new();
         metadata.insert("grpc-timeout", value.clone());
-        thunder_server::service::grpc_timeout(&metadata).is_some()
+        thunder_server::serve::service::grpc_timeout(&metadata).is_some()
     });
     let result = serve(situation, timeout, req.clone());
     let code = result

@@ -11,7 +11,7 @@ use thunder_engine::{EventBatch, PostEvent, PostStore, Store};
 use thunder_workload::SynthConfig;
 use tokio::sync::watch;
 
-use crate::following::StaticFollowing;
+use crate::serve::following::StaticFollowing;
 
 /// Default workload scale: 10 000 authors and 200 000 posts, loaded in well under a second.
 pub const DEFAULT_SCALE: u32 = 100;

@@ -21,7 +21,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     if args.check_config {
-        std::process::exit(thunder_server::config_check::run(&args));
+        std::process::exit(thunder_server::config::check::run(&args));
     }
     // Queries run on the worker that serves the call (`--worker-threads`).
     tokio::runtime::Builder::new_multi_thread()
@@ -36,7 +36,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let options = args.server_options()?;
     snapshot::check_mode(args.snapshot.snapshot_dir.as_deref(), args.demo_mode())?;
     if let Some(secret) = &args.cursor_secret {
-        thunder_server::cursor::CursorKey::install(secret.as_bytes());
+        thunder_server::serve::cursor::CursorKey::install(secret.as_bytes());
     }
     let store = Arc::new(thunder_server::shard::new_store(
         args.post_retention_seconds,
@@ -217,7 +217,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         Some(message) => anyhow::bail!("Kafka ingestion failed after catch-up: {message}"),
         None if !drained => {
             tracing::error!("the drain timeout cut in-flight calls");
-            std::process::exit(thunder_server::server::EXIT_DRAIN_CUT)
+            std::process::exit(thunder_server::lifecycle::EXIT_DRAIN_CUT)
         }
         None => Ok(()),
     }

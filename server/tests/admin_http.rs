@@ -10,7 +10,7 @@ use common::{
 };
 use pprof::protos::Message;
 use thunder_server::ServerOptions;
-use thunder_server::admin::AdminAccess;
+use thunder_server::admin::routes::AdminAccess;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_carry_the_counters_after_a_request() {

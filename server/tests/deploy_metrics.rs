@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use server_process::ServerProcess;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_server::metrics::Metrics;
+use thunder_server::admin::metrics::Metrics;
 
 /// Families the demo scrape cannot show, checked against the catalogue instead.
 const DECLARED_ONLY: &[(&str, &str)] = &[

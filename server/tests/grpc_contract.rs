@@ -10,8 +10,8 @@ use common::{NOW, TestServer, original, request, store};
 use thunder_engine::LightPost;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_proto::{GetInNetworkPostsRequest, PerAuthorLimits};
-use thunder_server::following::{FollowingSource, StaticFollowing};
-use thunder_server::request::{BLACKLISTED_AUTHORS, MAX_RESULTS_LIMIT};
+use thunder_server::serve::following::{FollowingSource, StaticFollowing};
+use thunder_server::serve::request::{BLACKLISTED_AUTHORS, MAX_RESULTS_LIMIT};
 use thunder_server::{ServerOptions, convert};
 use tonic::codec::CompressionEncoding;
 

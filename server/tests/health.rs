@@ -4,7 +4,7 @@ mod common;
 
 use common::{TestServer, store};
 use thunder_server::ServerOptions;
-use thunder_server::readiness::LIVENESS_SERVICE;
+use thunder_server::admin::readiness::LIVENESS_SERVICE;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;

@@ -10,8 +10,8 @@
 mod kafka_support;
 
 use kafka_support::*;
+use thunder_server::admin::metrics::Metrics;
 use thunder_server::kafka::{self, KafkaArgs};
-use thunder_server::metrics::Metrics;
 
 /// Limits far below what one fetch of the backlog returns from this broker.
 fn small_limits(args: &mut KafkaArgs) {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::{PATIENCE, TestServer, original, request, store};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_server::listener::ConnLimits;
-use thunder_server::metrics::Metrics;
+use thunder_server::admin::metrics::Metrics;
+use thunder_server::serve::listener::ConnLimits;
 use thunder_server::{FollowingSource, ServerOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};

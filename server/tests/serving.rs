@@ -12,9 +12,9 @@ use prost::Message;
 use thunder_engine::LightPost;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_server::listener::ConnLimits;
-use thunder_server::metrics::Metrics;
-use thunder_server::overload::OverloadConfig;
+use thunder_server::admin::metrics::Metrics;
+use thunder_server::serve::listener::ConnLimits;
+use thunder_server::serve::overload::OverloadConfig;
 use thunder_server::{FollowingSource, ServerOptions};
 use tokio::io::AsyncReadExt;
 use tonic::Code;
@@ -267,7 +267,7 @@ fn one_worker_server(
 
 /// With one runtime worker every query runs inline on it, and calls wait in the runtime's
 /// run queue before their handler runs. The stamp taken when a stream is accepted
-/// (`thunder_server::arrival`) makes that wait visible: answers degrade, calls that waited
+/// (`thunder_server::serve::arrival`) makes that wait visible: answers degrade, calls that waited
 /// too long are refused or dropped as expired, a good share is answered in time, and a light
 /// call waits about the controller's queue limit, not the whole backlog. (Measured without
 /// the stamp, in a debug build: nothing degraded, 54 calls answered against 842 expired, 20
@@ -430,7 +430,7 @@ fn observed_above(metrics: &str, histogram: &str, le: &str) -> u64 {
 #[test]
 fn a_sequential_client_beside_cpu_hogs_is_never_degraded() {
     const CALLS: u32 = 300;
-    let cores = thunder_server::overload::one_per_core();
+    let cores = thunder_server::serve::overload::one_per_core();
     let options = ServerOptions {
         overload: OverloadConfig {
             interval: Duration::from_millis(10),
@@ -700,8 +700,9 @@ impl Decoder for RawCodec {
 async fn raw_call(server: &TestServer, body: Vec<u8>) -> tonic::Status {
     let mut grpc = tonic::client::Grpc::new(server.channel().await);
     grpc.ready().await.expect("ready");
-    let path =
-        tonic::codegen::http::uri::PathAndQuery::from_static(thunder_server::grpc::METHOD_PATH);
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        thunder_server::serve::grpc::METHOD_PATH,
+    );
     grpc.unary(tonic::Request::new(body), path, RawCodec)
         .await
         .expect_err("refused")
@@ -730,7 +731,11 @@ async fn oversized_and_undecodable_messages_get_their_status_and_are_counted() {
     // A non-gRPC content type is refused (HTTP 415) and counted.
     let invalid = requests_with("invalid_argument");
     let mut channel = server.channel().await;
-    let uri = format!("{}{}", server.grpc_url(), thunder_server::grpc::METHOD_PATH);
+    let uri = format!(
+        "{}{}",
+        server.grpc_url(),
+        thunder_server::serve::grpc::METHOD_PATH
+    );
     let req = tonic::codegen::http::Request::post(uri)
         .header("content-type", "application/json")
         .body(tonic::body::Body::default())

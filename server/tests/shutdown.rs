@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{PATIENCE, TestServer, original, request, store};
 use thunder_server::ServerOptions;
-use thunder_server::following::FollowingSource;
+use thunder_server::serve::following::FollowingSource;
 use tokio::sync::{Notify, Semaphore};
 
 /// A follow graph that parks each fetch until the test releases it.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use http_body::Frame;
 use server_process::ServerProcess;
-use thunder_server::server::EXIT_DRAIN_CUT;
+use thunder_server::lifecycle::EXIT_DRAIN_CUT;
 use tonic::codegen::{Bytes, Service, http};
 
 /// A demo-mode server (small scale) that drains for at most `drain_ms`, once ready.
@@ -100,7 +100,7 @@ async fn sigterm_exits_3_when_the_drain_cuts_a_call() {
     let request = http::Request::post(format!(
         "http://{}{}",
         server.grpc,
-        thunder_server::grpc::METHOD_PATH
+        thunder_server::serve::grpc::METHOD_PATH
     ))
     .header("content-type", "application/grpc")
     .header("te", "trailers")

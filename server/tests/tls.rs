@@ -9,7 +9,7 @@ use common::{PATIENCE, TestServer, original, request, store};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::ServerOptions;
-use thunder_server::tls::TlsFiles;
+use thunder_server::config::tls::TlsFiles;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 struct Pki {

@@ -69,7 +69,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
         );
     }
 
-    let server = thunder_server::server::start_with(options, floor, None, started).await?;
+    let server = thunder_server::lifecycle::start_with(options, floor, None, started).await?;
     server.readiness().set_ready().await;
     eprintln!(
         "floor: serving on {} (admin {})",

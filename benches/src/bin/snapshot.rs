@@ -20,7 +20,7 @@ use thunder_benches::{DEFAULT_BATCH_EVENTS, batches, load};
 use thunder_engine::config::{DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN};
 use thunder_engine::snapshot::{LoadReport, PartitionOffset, SnapshotMeta};
 use thunder_engine::{FeedQuery, ManualClock, PostStore, Store};
-use thunder_server::snapshot_pacing::{Paced, lower_current_thread_priority};
+use thunder_server::snapshot::pacing::{Paced, lower_current_thread_priority};
 use thunder_testkit::model::answers_agree;
 use thunder_workload::{DEFAULT_SEED, SynthConfig, Viewer};
 

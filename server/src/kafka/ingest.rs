@@ -13,10 +13,10 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use thunder_engine::PostStore;
 
-use super::decode::RecordBatch;
 use super::fetch_limits::{raised_receive_max_bytes, receive_max_bytes};
 use super::gate::partition_caught_up;
 use super::metrics;
+use super::records::RecordBatch;
 use super::shared::{PartitionState, Shared};
 use super::throttle::{LOG_INTERVAL, LogThrottle, ThrottledContext};
 

@@ -1,7 +1,7 @@
 //! The Kafka ingestion's metrics: the [`KafkaMetrics`] part of the process-wide [`Metrics`],
 //! where each is defined (name, help, labels) and registered.
 
-use crate::metrics::{KafkaMetrics, Metrics};
+use crate::admin::metrics::{KafkaMetrics, Metrics};
 
 /// The Kafka metrics of [`Metrics::global`].
 pub(super) fn kafka() -> &'static KafkaMetrics {

@@ -50,8 +50,9 @@
 //! Before catch-up every thread writes in parallel. The store itself needs no such lock.
 //!
 //! # Failures
-//! Undecodable records are counted (`kafka_messages_failed_parse_total`), logged with their
-//! partition and offset, and skipped; records with ids the gRPC contract cannot express
+//! Undecodable records (`records.rs`, the one decode path) are counted
+//! (`kafka_messages_failed_parse_total`), logged with their partition and offset, and skipped;
+//! records with ids the gRPC contract cannot express
 //! (negative) and events the store drops are counted by reason (`kafka_events_dropped_total`)
 //! and sampled in the log. Poll errors are counted (`kafka_poll_errors_total`) and retried; a
 //! broker that goes away is waited for, and ingestion resumes when it returns. librdkafka's
@@ -66,13 +67,13 @@
 //! of the order across partitions (a delete that arrives before its create still wins).
 
 mod config;
-mod decode;
 mod error;
 mod fetch_limits;
 mod gate;
 mod ingest;
 mod metrics;
 mod producer;
+mod records;
 mod resume;
 mod shared;
 mod stall;
@@ -88,13 +89,13 @@ use thunder_engine::PostStore;
 use tokio::sync::watch;
 
 pub use config::{IN_NETWORK_EVENTS_TOPIC, KafkaArgs, KafkaClientArgs};
-pub use decode::{
-    BatchOutcome, DecodeError, RecordBatch, create_event, decode_event, delete_envelope,
-    delete_event, light_post,
-};
 pub use error::KafkaError;
 pub use gate::CatchUpState;
 pub use producer::{EventProducer, ProducerStats};
+pub use records::{
+    BatchOutcome, DecodeError, RecordBatch, create_event, decode_event, delete_envelope,
+    delete_event, light_post,
+};
 pub use resume::{AppliedOffsets, PartitionWatermarks, Restore, TopicStart};
 pub use shared::IngestStats;
 pub use supervisor::split_partitions;

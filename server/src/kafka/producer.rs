@@ -17,8 +17,8 @@ use rdkafka::{ClientContext, Message as _};
 use thunder_engine::{DeleteEvent, LightPost};
 
 use super::config::KafkaArgs;
-use super::decode::{create_event, delete_envelope};
 use super::error::KafkaError;
+use super::records::{create_event, delete_envelope};
 
 /// Delivery reports of an [`EventProducer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 //! A snapshot is taken with the per-partition offsets applied *before* its scan started
 //! ([`AppliedOffsets`]). At start-up the supervisor reads the topic's partitions and
 //! watermarks, hands them to a [`Restore`] (which loads a snapshot if one fits, see the
-//! server's `snapshot.rs`) and assigns every partition the snapshot covers at its recorded
-//! offset; the others start as they would without a snapshot.
+//! server's snapshot wing, [`crate::snapshot`]) and assigns every partition the snapshot covers
+//! at its recorded offset; the others start as they would without a snapshot.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::decode::BatchOutcome as Outcome;
+use super::records::BatchOutcome as Outcome;
 use tokio::sync::watch;
 
 use super::gate::{CatchUpGate, CatchUpState};

@@ -1,4 +1,5 @@
-//! Kafka record → store event: the one decode path of ingestion (also the fuzzers' entry point).
+//! Kafka records and store events, both ways: the one decode path of ingestion (record → store
+//! event, also the fuzzers' entry point) and the encoding of events into records for the producer.
 
 use std::collections::HashSet;
 use std::sync::LazyLock;
@@ -46,7 +47,7 @@ impl DecodeError {
     /// `None` for records that did not decode at all.
     pub fn drop_reason(&self) -> Option<&'static str> {
         matches!(self, Self::OutOfContractId { .. } | Self::ZeroId { .. })
-            .then_some(crate::metrics::OUT_OF_CONTRACT_ID)
+            .then_some(crate::admin::metrics::OUT_OF_CONTRACT_ID)
     }
 }
 
@@ -223,7 +224,7 @@ impl RecordBatch {
             }
             Ok(PostEvent::Delete(delete)) => self.events.deletes.push(delete),
             Err(error @ (DecodeError::OutOfContractId { .. } | DecodeError::ZeroId { .. })) => {
-                let reason = crate::metrics::OUT_OF_CONTRACT_ID;
+                let reason = crate::admin::metrics::OUT_OF_CONTRACT_ID;
                 self.rejected += 1;
                 metrics::kafka()
                     .events_dropped
@@ -308,7 +309,7 @@ impl RecordBatch {
     fn count_deleted_in_batch(&self, store_dropped: &[bool]) -> usize {
         let deleted: HashSet<i64> = self.events.deletes.iter().map(|d| d.post_id).collect();
         let mut counted = HashSet::new();
-        let reason = crate::metrics::DELETED_IN_BATCH;
+        let reason = crate::admin::metrics::DELETED_IN_BATCH;
         for (index, post) in self.events.creates.iter().enumerate() {
             if store_dropped.get(index).copied().unwrap_or(false)
                 || !deleted.contains(&post.post_id)
@@ -511,7 +512,7 @@ mod tests {
         let bytes_reply = create_event(&reply).encode_to_vec();
         assert!(decode_event(Some(&bytes_reply)).is_ok());
 
-        let before = dropped_count(crate::metrics::OUT_OF_CONTRACT_ID);
+        let before = dropped_count(crate::admin::metrics::OUT_OF_CONTRACT_ID);
         let mut batch = RecordBatch::with_capacity(4);
         for (offset, bytes) in [&bytes, &zero_author, &zero_delete].into_iter().enumerate() {
             let error = batch
@@ -519,7 +520,7 @@ mod tests {
                 .expect_err("refused");
             assert_eq!(
                 error.drop_reason(),
-                Some(crate::metrics::OUT_OF_CONTRACT_ID)
+                Some(crate::admin::metrics::OUT_OF_CONTRACT_ID)
             );
         }
         // A well-formed post beside them is stored.
@@ -533,7 +534,7 @@ mod tests {
             (outcome.records, outcome.rejected, outcome.creates),
             (4, 3, 1)
         );
-        assert!(dropped_count(crate::metrics::OUT_OF_CONTRACT_ID) >= before + 3);
+        assert!(dropped_count(crate::admin::metrics::OUT_OF_CONTRACT_ID) >= before + 3);
         assert_eq!(store.stats().posts, 1, "only post 9 is stored");
     }
 
@@ -541,7 +542,7 @@ mod tests {
     fn a_create_deleted_in_the_same_batch_is_counted() {
         let store = PostStore::new(172_800);
         let now = store.now_secs();
-        let reason = crate::metrics::DELETED_IN_BATCH;
+        let reason = crate::admin::metrics::DELETED_IN_BATCH;
         let before = dropped_count(reason);
         let tombstoned_before = dropped_count("tombstoned");
         let delete = |post_id| {

@@ -16,9 +16,9 @@ use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 
 use crate::convert::post_to_proto;
 use crate::error::ServiceError;
-use crate::extensions::Extensions;
-use crate::log_limit::{LogLimit, for_log};
-use crate::overload::{DEGRADED_MAX_AUTHORS, DegradeLevel};
+use crate::serve::extensions::Extensions;
+use crate::serve::log_limit::{LogLimit, for_log};
+use crate::serve::overload::{DEGRADED_MAX_AUTHORS, DegradeLevel};
 
 /// Budget of the warnings a request can trigger (unknown algorithm, truncated lists).
 static REQUEST_WARNINGS: LazyLock<LogLimit> =

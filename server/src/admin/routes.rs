@@ -19,10 +19,10 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use ring::hmac;
 
-use crate::metrics;
-use crate::profiling;
-use crate::readiness::Readiness;
-use crate::status::StatusSampler;
+use crate::admin::metrics;
+use crate::admin::profiling;
+use crate::admin::readiness::Readiness;
+use crate::admin::status::StatusSampler;
 
 /// The header every state-changing admin request must carry, with the value `1`.
 pub const ADMIN_HEADER: &str = "x-thunder-admin";

@@ -10,20 +10,20 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 
-use crate::admin::{self, AdminAccess};
-use crate::admission::Admission;
-use crate::arrival::ArrivalLayer;
+use crate::admin::metrics::Metrics;
+use crate::admin::readiness::Readiness;
+use crate::admin::routes::{self, AdminAccess};
+use crate::admin::status::StatusSampler;
+use crate::config::tls::TlsFiles;
 use crate::error::StartupError;
-use crate::following::FollowingSource;
-use crate::grpc::{AnswerPosts, PostsServer};
-use crate::listener::{BoundedListener, ConnKind, ConnLimits};
-use crate::metrics::Metrics;
-use crate::overload::{Overload, OverloadConfig};
-use crate::readiness::Readiness;
-use crate::service::ThunderService;
-use crate::status::StatusSampler;
+use crate::serve::admission::Admission;
+use crate::serve::arrival::ArrivalLayer;
+use crate::serve::following::FollowingSource;
+use crate::serve::grpc::{AnswerPosts, PostsServer};
+use crate::serve::listener::{BoundedListener, ConnKind, ConnLimits};
+use crate::serve::overload::{Overload, OverloadConfig};
+use crate::serve::service::ThunderService;
 use crate::tasks;
-use crate::tls::TlsFiles;
 
 /// Default largest accepted (decoded) request message: 4 MiB, far above the ~200 KB of two
 /// full 10000-id lists.
@@ -300,7 +300,7 @@ pub async fn start_with<H: AnswerPosts>(
     let grpc =
         tokio::spawn(router.serve_with_incoming_shutdown(incoming, stopped(shutdown_rx.clone())));
     let status = Arc::new(StatusSampler::new());
-    let admin_router = admin::router(
+    let admin_router = routes::router(
         readiness.clone(),
         Arc::clone(&status),
         &options.admin_access,

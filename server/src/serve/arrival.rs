@@ -94,7 +94,7 @@ where
         let accepted = self.stamped.take().unwrap_or_else(Instant::now);
         req.extensions_mut().insert(Accepted(accepted));
         // The connection's handshake is over (any service's request counts).
-        if let Some(info) = crate::listener::ConnInfo::of(req.extensions()) {
+        if let Some(info) = crate::serve::listener::ConnInfo::of(req.extensions()) {
             info.activity.note_request();
         }
         self.inner.call(req)

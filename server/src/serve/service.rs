@@ -1,6 +1,6 @@
 //! The `thunder.v1.InNetworkPostsService` implementation: admission, validation, the optional
-//! follow-graph fallback, an executor slot from the overload controller ([`crate::overload`]),
-//! then the store query at the slot's degrade level.
+//! follow-graph fallback, an executor slot from the overload controller
+//! ([`crate::serve::overload`]), then the store query at the slot's degrade level.
 //!
 //! Deadlines: the store query gets 80% of the client's `grpc-timeout`
 //! (it then returns the posts found so far); a call still waiting for its answer when
@@ -15,23 +15,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use thunder_engine::PostStore;
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
+use thunder_engine::{LightPost, PostStore};
 use thunder_proto::in_network_posts_service_server::InNetworkPostsService;
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
-use crate::admission::Admission;
-use crate::arrival::Accepted;
-use crate::codec::PostsAnswer;
+use crate::admin::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 use crate::convert::post_to_proto;
 use crate::error::ServiceError;
-use crate::following::FollowingSource;
-use crate::log_limit::{LogLimit, for_log};
-use crate::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
-use crate::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
-use crate::request::ValidatedRequest;
+use crate::serve::admission::Admission;
+use crate::serve::arrival::Accepted;
+use crate::serve::codec::PostsAnswer;
+use crate::serve::following::FollowingSource;
+use crate::serve::log_limit::{LogLimit, for_log};
+use crate::serve::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
+use crate::serve::request::ValidatedRequest;
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
 /// encoding and the trip back, so a partial answer arrives before the client gives up.
@@ -101,7 +101,8 @@ impl ThunderService {
 
     /// Serves one call and records it in the metrics with a single
     /// [`Metrics::record_request`] at its end (also when the call is dropped: its client
-    /// left, or tonic's own timer fired).
+    /// left, or tonic's own timer fired), and the shape of the posts its query answered with
+    /// [`Metrics::record_found_posts`].
     pub async fn answer(
         &self,
         request: Request<GetInNetworkPostsRequest>,
@@ -118,7 +119,7 @@ impl ThunderService {
         };
         let summary = record.summary.get_or_insert_with(RequestSummary::default);
         let work = self.handle(request, started, client_timeout, summary);
-        let mut result = match client_timeout {
+        let result = match client_timeout {
             Some(t) => {
                 let answer_by = started + t * ANSWER_BUDGET_PERCENT / 100;
                 tokio::time::timeout_at(answer_by.into(), work)
@@ -132,39 +133,32 @@ impl ThunderService {
                 .refusal_duration
                 .observe(started.elapsed().as_secs_f64());
         }
-        if result.is_ok() && client_deadline.is_some_and(|d| Instant::now() > d) {
+        let late = result.is_ok() && client_deadline.is_some_and(|d| Instant::now() > d);
+        if late {
             self.metrics.late_answers.inc();
-            result = Err(ServiceError::DeadlineExceeded);
         }
-        let code = result
-            .as_ref()
-            .map_or_else(ServiceError::code, |_| tonic::Code::Ok);
-        let mut summary = record.finish(code);
-        let (posts, next_cursor) = summary
-            .query
-            .as_mut()
-            .map(|q| {
-                (
-                    std::mem::take(&mut q.posts),
-                    std::mem::take(&mut q.next_cursor),
-                )
-            })
-            .unwrap_or_default();
-        result.map(|level| Answer {
-            posts: PostsAnswer { posts, next_cursor },
-            level,
-        })
+        let code = match &result {
+            Ok(_) if late => ServiceError::DeadlineExceeded.code(),
+            Ok(_) => tonic::Code::Ok,
+            Err(error) => error.code(),
+        };
+        // A late answer is still observed as the answer the query gave.
+        record.finish(code, result.as_ref().ok().map(|a| &a.posts.posts[..]));
+        if late {
+            return Err(ServiceError::DeadlineExceeded);
+        }
+        result
     }
 
-    /// Admission, validation, the follow-graph fallback and the query; notes in `summary`
-    /// what it did (the posts stay there). Returns the degrade level of the answer.
+    /// Admission, validation, the follow-graph fallback and the query: returns the answer and
+    /// notes in `summary` what the call did.
     async fn handle(
         &self,
         request: Request<GetInNetworkPostsRequest>,
         arrival: Instant,
         client_timeout: Option<Duration>,
         summary: &mut RequestSummary,
-    ) -> Result<DegradeLevel, ServiceError> {
+    ) -> Result<Answer, ServiceError> {
         let entered = Instant::now();
         let _in_flight = self.admission.admit()?;
         let req = request.into_inner();
@@ -229,18 +223,18 @@ impl ThunderService {
             .query(validated, deadline, slot.into_permit(), summary)
             .await;
         summary.duration_without_fetch = Some(after_fetch.elapsed());
-        result.map(|()| level)
+        result.map(|posts| Answer { posts, level })
     }
 
-    /// The store query (inline or on a blocking thread, holding `permit` until it ends);
-    /// notes the answer in `summary`.
+    /// The store query (inline or on a blocking thread, holding `permit` until it ends):
+    /// returns its posts and `next_cursor`, and notes their counts in `summary`.
     async fn query(
         &self,
         validated: ValidatedRequest,
         deadline: Option<Instant>,
         permit: ExecutorPermit,
         summary: &mut RequestSummary,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<PostsAnswer, ServiceError> {
         let store = Arc::clone(&self.store);
         let overload = Arc::clone(&self.overload);
         let run = move || {
@@ -273,13 +267,15 @@ impl ThunderService {
             .extensions
             .next_cursor(validated.max_results, &outcome);
         summary.query = Some(QuerySummary {
-            posts: outcome.posts,
-            next_cursor,
+            returned: outcome.posts.len(),
             timed_out: outcome.timed_out,
             eligible: outcome.eligible,
             now_secs,
         });
-        Ok(())
+        Ok(PostsAnswer {
+            posts: outcome.posts,
+            next_cursor,
+        })
     }
 
     /// The store query's deadline: the server's request timeout and a share of the client's
@@ -305,12 +301,17 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn finish(mut self, code: tonic::Code) -> RequestSummary {
+    /// Records the call with its final `code`, and the shape of the posts it `answered` (the
+    /// query's posts, when the query ran).
+    fn finish(mut self, code: tonic::Code, answered: Option<&[LightPost]>) {
         let mut summary = self.summary.take().unwrap_or_default();
         summary.code = code;
         summary.duration = self.started.elapsed();
         self.metrics.record_request(&summary);
-        summary
+        if let (Some(query), Some(posts)) = (&summary.query, answered) {
+            self.metrics
+                .record_found_posts("scored", posts, query.now_secs);
+        }
     }
 }
 
@@ -344,7 +345,7 @@ pub fn with_degrade_header<T>(message: T, level: DegradeLevel) -> Response<T> {
 
 #[tonic::async_trait]
 impl InNetworkPostsService for ThunderService {
-    /// The prost-typed path (the fast server path is [`crate::grpc::PostsServer`]).
+    /// The prost-typed path (the fast server path is [`crate::serve::grpc::PostsServer`]).
     async fn get_in_network_posts(
         &self,
         request: Request<GetInNetworkPostsRequest>,

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use thunder_engine::config::DEFAULT_RETENTION_SECS;
 
+use crate::config::tls::TlsFiles;
 use crate::error::StartupError;
 use crate::kafka::KafkaArgs;
-use crate::server::{DEFAULT_MAX_DECODING_MESSAGE_BYTES, ServerOptions};
-use crate::tls::TlsFiles;
+use crate::lifecycle::{DEFAULT_MAX_DECODING_MESSAGE_BYTES, ServerOptions};
 use crate::{demo, tasks};
 
 /// Flags of the server binary.
@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long, env = "THUNDER_MAX_QUEUE_WAIT_MS", default_value_t = 50)]
     pub max_queue_wait_ms: u64,
     /// Highest degrade level under a standing query queue (0: never degrade; at most 3).
-    #[arg(long, env = "THUNDER_MAX_DEGRADE_LEVEL", default_value_t = crate::overload::MAX_DEGRADE_LEVEL)]
+    #[arg(long, env = "THUNDER_MAX_DEGRADE_LEVEL", default_value_t = crate::serve::overload::MAX_DEGRADE_LEVEL)]
     pub max_degrade_level: u8,
     /// Run store queries on tokio's blocking pool instead of the thread serving the call.
     #[arg(long, env = "THUNDER_BLOCKING_QUERIES")]
@@ -84,7 +84,7 @@ pub struct Args {
     #[arg(long, env = "THUNDER_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
     /// Concurrent HTTP/2 streams per gRPC connection.
-    #[arg(long, env = "THUNDER_MAX_CONCURRENT_STREAMS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_STREAMS)]
+    #[arg(long, env = "THUNDER_MAX_CONCURRENT_STREAMS", default_value_t = crate::lifecycle::DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
     /// Streams a client may open and reset before the server has taken them, waiting at once
     /// on one gRPC connection; past it the connection is closed (GOAWAY ENHANCE_YOUR_CALM
@@ -98,7 +98,7 @@ pub struct Args {
     /// Open gRPC connections at most. At the cap a new connection takes the slot of an idle
     /// one (never sent a byte first, else least recently active); it is closed at accept only
     /// when every connection has a call running.
-    #[arg(long, env = "THUNDER_MAX_CONNECTIONS", default_value_t = crate::server::DEFAULT_GRPC_CONNECTIONS.max_connections)]
+    #[arg(long, env = "THUNDER_MAX_CONNECTIONS", default_value_t = crate::lifecycle::DEFAULT_GRPC_CONNECTIONS.max_connections)]
     pub max_connections: usize,
     /// Open gRPC connections from one peer IP address at most (0: half of --max-connections).
     /// At this cap a new connection takes the slot of one of the same address's idle ones.
@@ -193,7 +193,7 @@ impl Args {
             drain_timeout: Duration::from_millis(self.shutdown_timeout_ms),
             trim_interval: tasks::trim_interval_for(self.post_retention_seconds),
             stats_interval: tasks::STATS_INTERVAL,
-            admin_access: crate::admin::AdminAccess {
+            admin_access: crate::admin::routes::AdminAccess {
                 token: self.admin_token.clone(),
                 allowed_hosts: self.admin_allowed_hosts.clone(),
             },
@@ -206,11 +206,11 @@ impl Args {
     /// The serving-path part of [`ServerOptions`] (overload control and connection bounds).
     fn serving_options(&self) -> ServerOptions {
         let defaults = ServerOptions::default();
-        let mut overload = crate::overload::OverloadConfig {
+        let mut overload = crate::serve::overload::OverloadConfig {
             max_queue_wait: Duration::from_millis(self.max_queue_wait_ms),
             max_level: self
                 .max_degrade_level
-                .min(crate::overload::MAX_DEGRADE_LEVEL),
+                .min(crate::serve::overload::MAX_DEGRADE_LEVEL),
             ..defaults.overload.clone()
         };
         overload.executors = if self.max_queries_in_flight > 0 {
@@ -223,7 +223,7 @@ impl Args {
             inline_queries: !self.blocking_queries,
             max_concurrent_streams: self.max_concurrent_streams.max(1),
             http2_max_pending_reset_streams: self.http2_max_pending_reset_streams,
-            grpc_connections: crate::listener::ConnLimits {
+            grpc_connections: crate::serve::listener::ConnLimits {
                 max_connections: self.max_connections.max(1),
                 max_connections_per_peer: if self.max_connections_per_peer > 0 {
                     self.max_connections_per_peer

@@ -18,9 +18,9 @@ use prometheus::proto::{MetricFamily, MetricType};
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use crate::admin::ENDPOINTS;
-use crate::metrics::Metrics;
-use crate::readiness::Readiness;
+use crate::admin::metrics::Metrics;
+use crate::admin::readiness::Readiness;
+use crate::admin::routes::ENDPOINTS;
 
 /// How often the page reloads itself, in seconds.
 pub const REFRESH_SECS: u32 = 5;

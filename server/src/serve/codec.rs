@@ -164,7 +164,7 @@ impl Encoder for PostsCodec {
     fn encode(&mut self, item: PostsAnswer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         dst.reserve(item.posts.len() * FRAME_BYTES);
         let bytes = item.encode_to(dst);
-        crate::metrics::Metrics::global()
+        crate::admin::metrics::Metrics::global()
             .response_bytes
             .observe(bytes as f64);
         Ok(())

@@ -5,7 +5,7 @@
 //!   latency). The others wait in a FIFO queue ([`tokio::sync::Semaphore`]). With every worker
 //!   inside a query, calls also wait in the runtime's run queue before their handler runs;
 //!   that wait counts too, since a call's clock starts when its stream is accepted
-//!   ([`crate::arrival`]). (Before the stamp the default kept one core out of the queries, as
+//!   (`arrival.rs`). (Before the stamp the default kept one core out of the queries, as
 //!   the run-queue wait was unseen: light calls waited 70-560 ms and nothing was refused.)
 //! - **Adaptive queue limit**: a call is refused at once (`RESOURCE_EXHAUSTED`) when the
 //!   queue's expected wait, `waiting x mean service time / executors` (service time: an
@@ -240,7 +240,7 @@ impl Overload {
 
     /// Waits for an executor, or refuses at once when the call could not be served within
     /// the queue limit or before `deadline`. `accepted` is when the call's stream was accepted
-    /// ([`crate::arrival`]): the wait before the handler ran (in the connection and the
+    /// (`arrival.rs`): the wait before the handler ran (in the connection and the
     /// runtime's run queue) counts as queue wait. A call that already waited longer than
     /// [`OverloadConfig::max_queue_wait`] is refused while the ladder is at its top and the
     /// queue standing: with an executor per runtime worker and queries run inline, the run

@@ -6,8 +6,8 @@ use thunder_engine::seen::SEEN_FILTER_MAX_BYTES;
 use thunder_engine::{AnswerWindow, PagePosition, QueryOutcome, SeenFilter};
 use thunder_proto::GetInNetworkPostsRequest;
 
-use crate::cursor::{Cursor, CursorKey};
 use crate::error::ServiceError;
+use crate::serve::cursor::{Cursor, CursorKey};
 
 /// The checked extension fields of one request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -376,7 +376,8 @@ impl Metrics {
     }
 
     /// Observes everything one `GetInNetworkPosts` call did: its status and duration always,
-    /// and each stage it reached (see [`RequestSummary`]).
+    /// and each stage it reached (see [`RequestSummary`]). The shape of the answer's posts is
+    /// observed apart, by [`Metrics::record_found_posts`], from the posts themselves.
     pub fn record_request(&self, summary: &RequestSummary) {
         if let Some(size) = &summary.request {
             self.request_bytes.observe(size.encoded_bytes as f64);
@@ -402,13 +403,12 @@ impl Metrics {
             if query.timed_out {
                 self.store_query_timeouts.inc();
             }
-            let returned = query.posts.len();
+            let returned = query.returned;
             self.store_posts_returned.observe(returned as f64);
             if query.eligible > 0 {
                 self.store_posts_returned_ratio
                     .observe(returned as f64 / query.eligible as f64);
             }
-            self.record_found_posts("scored", &query.posts, query.now_secs);
             self.posts_returned.observe(returned as f64);
         }
         if let Some(bytes) = summary.response_bytes {
@@ -495,8 +495,8 @@ impl Metrics {
 
 thread_local! {
     /// Posts per author of one answer, for [`Metrics::record_found_posts`]; reused per thread.
-    static AUTHOR_COUNTS: std::cell::RefCell<crate::author_counts::AuthorCounts> =
-        std::cell::RefCell::new(crate::author_counts::AuthorCounts::default());
+    static AUTHOR_COUNTS: std::cell::RefCell<crate::admin::author_counts::AuthorCounts> =
+        std::cell::RefCell::new(crate::admin::author_counts::AuthorCounts::default());
 }
 
 impl KafkaMetrics {
@@ -561,7 +561,7 @@ impl KafkaMetrics {
     }
 }
 
-/// The snapshots' metrics (part of [`Metrics`]; see `snapshot.rs`).
+/// The snapshots' metrics (part of [`Metrics`]; see [`crate::snapshot`]).
 #[derive(Clone, Debug)]
 pub struct SnapshotMetrics {
     /// `snapshot_last_success_timestamp_seconds`: when the last snapshot was completed.
@@ -664,14 +664,13 @@ pub struct RequestSize {
     pub excluded: usize,
 }
 
-/// The store query's answer, as far as the metrics go.
-#[derive(Clone, Debug, Default)]
+/// The store query's answer, as far as the metrics go: its counts, not its posts (those go to
+/// the encoder; [`Metrics::record_found_posts`] observes their shape).
+#[derive(Clone, Copy, Debug, Default)]
 pub struct QuerySummary {
-    /// The posts returned (before the response is built), newest first.
-    pub posts: Vec<LightPost>,
-    /// The answer's `next_cursor` (empty: the answer is complete).
-    pub next_cursor: Vec<u8>,
-    /// The deadline passed; `posts` is partial.
+    /// Posts the query returned.
+    pub returned: usize,
+    /// The deadline passed; the answer is partial.
     pub timed_out: bool,
     /// Summed timeline lengths of the requested authors.
     pub eligible: usize,
@@ -1110,8 +1109,7 @@ mod tests {
             max_results: Some(1200),
             duration_without_fetch: Some(Duration::from_millis(3)),
             query: Some(QuerySummary {
-                posts,
-                next_cursor: Vec::new(),
+                returned: posts.len(),
                 timed_out: true,
                 eligible: 6,
                 now_secs: now,
@@ -1119,6 +1117,7 @@ mod tests {
             response_bytes: Some(120),
             degrade_level: Some(2),
         });
+        metrics.record_found_posts("scored", &posts, now);
         assert_eq!(metrics.degrade_levels.with_label_values(&["2"]).get(), 1);
         assert_eq!(metrics.requests.with_label_values(&["ok"]).get(), 1);
         assert_eq!(

@@ -1,0 +1,26 @@
+//! The admin HTTP port: what operators and their tools read, on its own listener (127.0.0.1 by
+//! default), apart from the gRPC port so that a flood of queries cannot lock them out.
+//!
+//! # Files
+//! - `routes.rs`: the axum router ([`routes::router`]) and [`routes::AdminAccess`], the checks a
+//!   state-changing request passes (allowed `Host`, no foreign `Origin`, the admin header, the
+//!   bearer token).
+//! - `metrics.rs`: every Prometheus metric of the process in one registry type
+//!   ([`metrics::Metrics`]), served at `/metrics`; the serving path, ingestion and the snapshot
+//!   writer all record into it. `author_counts.rs` counts an answer's posts per author for the
+//!   `found_*` metrics without sorting.
+//! - `readiness.rs`: readiness (`/readyz`, the gRPC health service's default) and liveness
+//!   (`/healthz`, [`readiness::LIVENESS_SERVICE`]).
+//! - `profiling.rs`: CPU profiles with pprof-rs (`/debug/pprof/profile`,
+//!   `/debug/pprof/flamegraph`).
+//! - `status.rs`: the status page at `/`, rendered from the metrics registry and readiness, with
+//!   the last minute's figures from a background sampler.
+//!
+//! `POST /admin/snapshot` is routed here and handled by [`crate::snapshot`].
+
+pub(crate) mod author_counts;
+pub mod metrics;
+pub(crate) mod profiling;
+pub mod readiness;
+pub mod routes;
+pub(crate) mod status;

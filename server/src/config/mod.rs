@@ -1,0 +1,18 @@
+//! Configuration: the command-line flags and what is checked about them before serving.
+//!
+//! # Files
+//! - `flags.rs`: [`Args`], every flag of `thunder-server` (each also read from a `THUNDER_*`
+//!   variable), and its translation into the [`crate::ServerOptions`] of a run. The Kafka flags
+//!   are [`crate::kafka::KafkaArgs`], the snapshot flags [`crate::snapshot::SnapshotArgs`],
+//!   flattened into it.
+//! - `check.rs`: `thunder-server --check-config` ([`check::run`]): every problem a
+//!   configuration has that can be found without serving, and the effective configuration with
+//!   its secrets masked.
+//! - `tls.rs`: the certificate, key and client CA of the gRPC port ([`tls::TlsFiles`]): mTLS
+//!   with them, plaintext h2c without.
+
+pub mod check;
+pub(crate) mod flags;
+pub mod tls;
+
+pub use flags::Args;
