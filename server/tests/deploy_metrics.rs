@@ -764,6 +764,9 @@ async fn the_scrape_config_feeds_the_rules_in_a_real_prometheus() {
     let until = Instant::now() + common::PATIENCE;
     let expected = ["ThunderTargetDown", "ThunderMemoryNearLimit"];
     while Instant::now() < until && !expected.iter().all(|name| seen.contains_key(*name)) {
+        // The alerts of the latest evaluation (the first ones, before any scrape, see no
+        // target at all).
+        seen.clear();
         let data = prometheus.api("/api/v1/alerts").await;
         for alert in data["alerts"].as_array().expect("alerts") {
             let name = alert["labels"]["alertname"].as_str().expect("alertname");
@@ -870,4 +873,108 @@ fn dashboard_panels_never_sum_per_replica_state_over_instances() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A memory cgroup of the test's own with a limit, under the test process's cgroup (cgroup v1's
+/// memory controller, or v2's); removed on drop.
+struct LimitedCgroup {
+    dir: PathBuf,
+}
+
+impl LimitedCgroup {
+    /// `None` where this machine does not let the test make one (it needs root and a writable
+    /// cgroup filesystem with the memory controller).
+    fn create(limit: u64) -> Option<Self> {
+        let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let name = format!("thunder-test-{}", std::process::id());
+        for line in membership.lines() {
+            let mut fields = line.splitn(3, ':');
+            let (Some(id), Some(controllers), Some(path)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let (mount, file) = if controllers.split(',').any(|c| c == "memory") {
+                ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+            } else if id == "0" && controllers.is_empty() {
+                ("/sys/fs/cgroup", "memory.max")
+            } else {
+                continue;
+            };
+            let dir = PathBuf::from(mount)
+                .join(path.trim_start_matches('/'))
+                .join(&name);
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            if std::fs::write(dir.join(file), limit.to_string()).is_ok() {
+                return Some(Self { dir });
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        None
+    }
+}
+
+impl Drop for LimitedCgroup {
+    fn drop(&mut self) {
+        // Empty once its process has been reaped; the kernel may take a moment to agree.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Without --memory-limit-bytes, a server in a memory cgroup with a limit exports that limit.
+/// Skipped where the test cannot make a cgroup (not root, or no writable cgroup filesystem).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_limit_bytes_is_the_cgroups_limit_without_the_flag() {
+    let limit: u64 = 3 << 30;
+    let Some(cgroup) = LimitedCgroup::create(limit) else {
+        eprintln!("skipped: no memory cgroup can be made here (needs root)");
+        return;
+    };
+    let procs = cgroup.dir.join("cgroup.procs");
+    // The shell moves itself into the cgroup, then becomes the server.
+    let started = thunder_testkit::process::spawn_listening(
+        |grpc, admin| {
+            let mut command = Command::new("sh");
+            command
+                .args(["-c", r#"echo $$ > "$0" && exec "$@""#])
+                .arg(&procs)
+                .arg(env!("CARGO_BIN_EXE_thunder-server"))
+                .arg(format!("--grpc-addr={grpc}"))
+                .arg(format!("--admin-addr={admin}"))
+                .args(["--demo-scale", "1000"])
+                .env("RUST_LOG", "warn")
+                .stdin(std::process::Stdio::null());
+            command
+        },
+        common::PATIENCE,
+    );
+    let server = ServerProcess {
+        child: started.child,
+        grpc: started.grpc,
+        admin: started.admin,
+    };
+    let membership =
+        std::fs::read_to_string(format!("/proc/{}/cgroup", server.child.id())).expect("cgroup");
+    let name = cgroup.dir.file_name().expect("name").to_string_lossy();
+    assert!(membership.contains(&*name), "{membership}");
+    let expected = format!("\nmemory_limit_bytes {limit}\n");
+    assert!(
+        common::eventually(|| async {
+            common::http_get(server.admin, "/metrics")
+                .await
+                .text()
+                .contains(&expected)
+        })
+        .await,
+        "{}",
+        common::http_get(server.admin, "/metrics").await.text()
+    );
+    drop(server);
 }
