@@ -978,3 +978,40 @@ async fn memory_limit_bytes_is_the_cgroups_limit_without_the_flag() {
     );
     drop(server);
 }
+
+/// With --snapshot-dir the volume's size and free space are exported (here from a server whose
+/// broker does not answer: it serves /metrics while it waits to catch up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_volume_is_exported_with_a_snapshot_dir() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let snapshots = dir.path().join("snapshots");
+    let nobody = thunder_testkit::process::free_addr().to_string();
+    let server = ServerProcess::start(
+        &[
+            "--kafka-brokers",
+            &nobody,
+            "--snapshot-dir",
+            snapshots.to_str().expect("UTF-8 path"),
+        ],
+        common::PATIENCE,
+    );
+    let scrape = common::http_get(server.admin, "/metrics").await.text();
+    let value = |name: &str| {
+        scrape
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} not in\n{scrape}"))
+    };
+    let stat = Command::new("stat")
+        .args(["-f", "-c", "%b %S"])
+        .arg(dir.path())
+        .output()
+        .expect("stat -f");
+    let stat = String::from_utf8_lossy(&stat.stdout);
+    let (blocks, block_size) = stat.trim().split_once(' ').expect("blocks and size");
+    let size = blocks.parse::<f64>().expect("blocks") * block_size.parse::<f64>().expect("size");
+    assert_eq!(value("snapshot_volume_size_bytes"), size);
+    let free = value("snapshot_volume_free_bytes");
+    assert!(free > 0.0 && free <= size, "{free} of {size}");
+}
