@@ -288,3 +288,95 @@ fn dockerfile_builds_with_the_release_script_of_existing_binaries() {
         assert!(binaries.contains(&expected), "{expected} not built");
     }
 }
+
+/// Prometheus' name for a Kubernetes label in discovery meta labels: `[^a-zA-Z0-9_]` -> `_`.
+fn sanitized(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+#[test]
+fn the_pod_monitor_and_the_scrape_job_find_the_admin_ports_as_job_thunder() {
+    let docs = manifests();
+    let args = container_args(&docs);
+    let pod_labels = of_kind(&docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+        .as_object()
+        .expect("pod labels")
+        .clone();
+    let admin_port: u64 = flag(&args, "--admin-addr")
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("admin port");
+    let ports = server_container(&docs)["ports"]
+        .as_array()
+        .expect("ports")
+        .clone();
+    let port_number = |name: &str| {
+        ports
+            .iter()
+            .find(|p| p["name"] == name)
+            .and_then(|p| p["containerPort"].as_u64())
+    };
+
+    // The operator's PodMonitor.
+    let monitor = &yaml_as_json(&repo().join("deploy/prometheus-operator/podmonitor.yaml"))[0];
+    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(monitor["kind"], "PodMonitor");
+    let spec = &monitor["spec"];
+    for (key, value) in spec["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels")
+    {
+        assert_eq!(pod_labels.get(key), Some(value), "selector {key}");
+    }
+    let job_label = spec["jobLabel"].as_str().expect("jobLabel");
+    assert_eq!(pod_labels[job_label], "thunder", "the rules' job");
+    let endpoints = spec["podMetricsEndpoints"].as_array().expect("endpoints");
+    assert_eq!(endpoints.len(), 1);
+    let port_name = endpoints[0]["port"].as_str().expect("port name");
+    assert_eq!(port_number(port_name), Some(admin_port), "{port_name}");
+    assert_eq!(endpoints[0]["path"], "/metrics");
+
+    // The scrape job for a Prometheus configured by hand: pod discovery, kept to the same pods
+    // and port, job from the same label.
+    let scrape = &yaml_as_json(&repo().join("deploy/prometheus/scrape.yml"))[0];
+    let job = &scrape["scrape_configs"][0];
+    assert_eq!(job["kubernetes_sd_configs"][0]["role"], "pod");
+    let relabels = job["relabel_configs"].as_array().expect("relabel_configs");
+    let source = |rule: &Value| rule["source_labels"][0].as_str().unwrap_or("").to_owned();
+    let mut kept_labels = 0;
+    let mut kept_port = false;
+    for rule in relabels.iter().filter(|r| r["action"] == "keep") {
+        let alternatives: Vec<&str> = rule["regex"].as_str().expect("regex").split('|').collect();
+        let source = source(rule);
+        if let Some(label) = source.strip_prefix("__meta_kubernetes_pod_label_") {
+            let (_, value) = pod_labels
+                .iter()
+                .find(|(name, _)| sanitized(name) == label)
+                .unwrap_or_else(|| panic!("keeps pods by {label}, which the pods lack"));
+            assert!(alternatives.contains(&value.as_str().expect("label value")));
+            kept_labels += 1;
+        } else if source == "__meta_kubernetes_pod_container_port_name" {
+            assert_eq!(
+                alternatives,
+                [port_name],
+                "the admin port, as the PodMonitor's"
+            );
+            kept_port = true;
+        } else {
+            panic!("an unexpected keep rule: {rule}");
+        }
+    }
+    assert!(kept_labels > 0 && kept_port, "{relabels:?}");
+    let job_rule = relabels
+        .iter()
+        .find(|r| r["target_label"] == "job")
+        .expect("a relabel to job");
+    assert_eq!(
+        source(job_rule),
+        format!("__meta_kubernetes_pod_label_{}", sanitized(job_label)),
+        "job from the PodMonitor's jobLabel"
+    );
+}

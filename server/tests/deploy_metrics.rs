@@ -1,5 +1,7 @@
 //! The alert rules (deploy/prometheus/thunder-alerts.yml) and the dashboard
-//! (deploy/grafana/thunder.json) name only metrics and labels the server exports.
+//! (deploy/grafana/thunder.json) name only metrics and labels the server exports (or, for
+//! `up`, that Prometheus makes for every target), and every alert links its runbook entry and
+//! has a promtool test.
 //!
 //! A demo-mode `thunder-server` is started and served one call; its `/metrics` scrape is the
 //! truth for every family it shows (names, and label names from the samples). Families that a
@@ -37,7 +39,18 @@ const DECLARED_ONLY: &[(&str, &str)] = &[
         "grpc_connections_refused_total",
         "labelled by port: first sample at the first refusal",
     ),
+    (
+        "snapshot_volume_free_bytes",
+        "only with --snapshot-dir, which needs Kafka",
+    ),
+    (
+        "snapshot_volume_size_bytes",
+        "only with --snapshot-dir, which needs Kafka",
+    ),
 ];
+
+/// Series Prometheus itself makes for every target it scrapes (with the target labels only).
+const PROMETHEUS_SERIES: &[&str] = &["up"];
 
 /// Labels Prometheus adds to every scraped series (target labels), and a histogram's `le`.
 const TARGET_LABELS: &[&str] = &["job", "instance"];
@@ -278,24 +291,38 @@ fn yaml_as_json(path: &std::path::Path) -> serde_json::Value {
 
 /// Every alert's name and expression.
 fn alert_exprs() -> Vec<(String, String)> {
-    let rules = yaml_as_json(&repo().join("deploy/prometheus/thunder-alerts.yml"));
-    let mut out = Vec::new();
-    for group in rules[0]["groups"].as_array().expect("groups") {
-        for rule in group["rules"].as_array().expect("rules") {
-            out.push((
+    alert_rules()
+        .iter()
+        .map(|rule| {
+            (
                 rule["alert"].as_str().expect("alert name").to_owned(),
                 rule["expr"].as_str().expect("expr").to_owned(),
-            ));
-        }
-    }
-    out
+            )
+        })
+        .collect()
+}
+
+/// Every rule of the alert file.
+fn alert_rules() -> Vec<serde_json::Value> {
+    let rules = yaml_as_json(&repo().join("deploy/prometheus/thunder-alerts.yml"));
+    rules[0]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|group| group["rules"].as_array().expect("rules").clone())
+        .collect()
+}
+
+/// deploy/grafana/thunder.json.
+fn dashboard() -> serde_json::Value {
+    let text = std::fs::read_to_string(repo().join("deploy/grafana/thunder.json"))
+        .expect("read the dashboard");
+    serde_json::from_str(&text).expect("dashboard is JSON")
 }
 
 /// Every dashboard panel's title and query expressions (and the template variables' queries).
 fn dashboard_exprs() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(repo().join("deploy/grafana/thunder.json"))
-        .expect("read the dashboard");
-    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard is JSON");
+    let dashboard = dashboard();
     let mut out = Vec::new();
     for panel in dashboard["panels"].as_array().expect("panels") {
         let title = panel["title"].as_str().expect("panel title");
@@ -323,6 +350,64 @@ fn dashboard_exprs() -> Vec<(String, String)> {
 }
 
 #[test]
+fn every_alert_links_its_runbook_entry_absolutely_and_has_a_promtool_test() {
+    let runbook = std::fs::read_to_string(repo().join("docs/operating.md")).expect("runbook");
+    let tests = yaml_as_json(&repo().join("deploy/prometheus/thunder-alerts.test.yml"));
+    // Per alert: whether some promtool test expects it firing, and some expects it silent.
+    let mut fired = BTreeSet::new();
+    let mut silent = BTreeSet::new();
+    for group in tests[0]["tests"].as_array().expect("tests") {
+        let base = group["external_labels"]["runbook_base"]
+            .as_str()
+            .unwrap_or_else(|| panic!("test `{}` sets no runbook_base", group["name"]));
+        assert!(base.starts_with("https://"), "{base}");
+        for case in group["alert_rule_test"]
+            .as_array()
+            .expect("alert_rule_test")
+        {
+            let name = case["alertname"].as_str().expect("alertname").to_owned();
+            let expected = case["exp_alerts"].as_array().expect("exp_alerts");
+            for alert in expected {
+                let url = alert["exp_annotations"]["runbook_url"]
+                    .as_str()
+                    .expect("url");
+                assert_eq!(
+                    url,
+                    format!("{base}#runbook-{}", name.to_lowercase()),
+                    "{name}"
+                );
+            }
+            if expected.is_empty() {
+                silent.insert(name);
+            } else {
+                fired.insert(name);
+            }
+        }
+    }
+    let rules = alert_rules();
+    assert_eq!(rules.len(), 16);
+    for rule in &rules {
+        let name = rule["alert"].as_str().expect("alert name");
+        let anchor = format!("runbook-{}", name.to_lowercase());
+        // Absolute once Prometheus fills in its external label `runbook_base`.
+        assert_eq!(
+            rule["annotations"]["runbook_url"],
+            format!("{{{{ $externalLabels.runbook_base }}}}#{anchor}"),
+            "{name}"
+        );
+        assert!(
+            runbook.contains(&format!("<a id=\"{anchor}\"></a>\n### {name}\n")),
+            "docs/operating.md has no runbook entry for {name}"
+        );
+        assert!(fired.contains(name), "no promtool test fires {name}");
+        assert!(
+            silent.contains(name),
+            "no promtool test keeps {name} silent"
+        );
+    }
+}
+
+#[test]
 fn the_tokenizer_finds_metrics_labels_and_skips_functions() {
     let named = promql_names(
         r#"sum by (job, instance) (rate(a_total{job="thunder", status!~"o\"k"}[5m])) / on (job) b > 2 and c"#,
@@ -333,10 +418,23 @@ fn the_tokenizer_finds_metrics_labels_and_skips_functions() {
     assert_eq!(named.grouping_labels, ["job", "instance", "job"]);
 }
 
+/// A small demo server with `--memory-limit-bytes memory_limit`.
+async fn small_demo(memory_limit: &str) -> ServerProcess {
+    ServerProcess::demo(&[
+        "--demo-scale",
+        "1000",
+        "--demo-events-per-sec",
+        "10",
+        "--memory-limit-bytes",
+        memory_limit,
+    ])
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
-    let server =
-        ServerProcess::demo(&["--demo-scale", "1000", "--demo-events-per-sec", "10"]).await;
+    // A memory limit, so memory_limit_bytes is exported whatever this machine's cgroup says.
+    let server = small_demo("4294967296").await;
     // One call, so the per-status and per-stage families have samples.
     let mut client = InNetworkPostsServiceClient::connect(format!("http://{}", server.grpc))
         .await
@@ -390,7 +488,7 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
             .into_iter()
             .map(|(title, expr)| (format!("dashboard panel `{title}`"), expr)),
     );
-    assert_eq!(alerts, 11, "the eleven alerts");
+    assert_eq!(alerts, 16, "the sixteen alerts");
     assert!(sources.len() > alerts + 15, "the dashboard's queries");
     for (source, expr) in &sources {
         let named = promql_names(expr);
@@ -409,7 +507,10 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
                     })
                 })
                 .unwrap_or(series);
-            let labels = if let Some(labels) = live.get(family) {
+            let labels = if PROMETHEUS_SERIES.contains(&family) {
+                checked.insert(family.to_owned(), "series Prometheus makes");
+                BTreeSet::new()
+            } else if let Some(labels) = live.get(family) {
                 checked.insert(family.to_owned(), "live scrape");
                 // Label names from the samples; for a family whose label sets are not all
                 // used yet, the catalogue's declaration.
@@ -461,4 +562,456 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
         eprintln!("{family}: checked against the {how}");
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The Prometheus binaries, or `None` (the test is skipped) when they are not installed and
+/// `THUNDER_REQUIRE_PROMETHEUS=1` (scripts/test.sh, which installs them) is not set.
+fn prometheus_installed() -> bool {
+    let found = ["prometheus", "promtool"].iter().all(|binary| {
+        Command::new(binary)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !found {
+        assert!(
+            std::env::var_os("THUNDER_REQUIRE_PROMETHEUS").is_none_or(|v| v != "1"),
+            "prometheus and promtool are required (Debian's prometheus package)"
+        );
+        eprintln!("skipped: prometheus/promtool not installed (Debian's prometheus package)");
+    }
+    found
+}
+
+/// The labels Kubernetes service discovery (`role: pod`) gives one container port of a pod,
+/// as a file_sd target group: what deploy/prometheus/scrape.yml's relabelling sees.
+fn pod_port(
+    address: std::net::SocketAddr,
+    pod: &str,
+    app: &str,
+    port_name: &str,
+    phase: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "targets": [address.to_string()],
+        "labels": {
+            "__meta_kubernetes_namespace": "feeds",
+            "__meta_kubernetes_pod_name": pod,
+            "__meta_kubernetes_pod_label_app_kubernetes_io_name": app,
+            "__meta_kubernetes_pod_labelpresent_app_kubernetes_io_name": "true",
+            "__meta_kubernetes_pod_container_name": "thunder-server",
+            "__meta_kubernetes_pod_container_port_name": port_name,
+            "__meta_kubernetes_pod_container_port_number": address.port().to_string(),
+            "__meta_kubernetes_pod_phase": phase,
+            "__meta_kubernetes_pod_ready": "true",
+        }
+    })
+}
+
+/// A Prometheus server on a free 127.0.0.1 port; killed on drop.
+struct PrometheusProcess {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Drop for PrometheusProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl PrometheusProcess {
+    async fn start(config: &std::path::Path, data: &std::path::Path) -> Self {
+        for _ in 0..5 {
+            let addr = thunder_testkit::process::free_addr();
+            let mut child = Command::new("prometheus")
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!("--storage.tsdb.path={}", data.display()))
+                .arg(format!("--web.listen-address={addr}"))
+                .arg("--log.level=warn")
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .expect("start prometheus");
+            let until = Instant::now() + common::PATIENCE;
+            while Instant::now() < until {
+                if child.try_wait().expect("prometheus status").is_some() {
+                    break; // the port was taken: again on another
+                }
+                if tokio::net::TcpStream::connect(addr).await.is_ok()
+                    && common::http_get(addr, "/-/ready").await.status == 200
+                {
+                    return Self { child, addr };
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("prometheus did not start");
+    }
+
+    async fn api(&self, path: &str) -> serde_json::Value {
+        let response = common::http_get(self.addr, path).await;
+        assert_eq!(response.status, 200, "{path}: {}", response.text());
+        let body: serde_json::Value = serde_json::from_slice(&response.body).expect("JSON");
+        body["data"].clone()
+    }
+}
+
+/// deploy/prometheus/scrape.yml in a real Prometheus with the alert rules: the pods that
+/// Kubernetes discovery would list (here from a file, with the same meta labels) are kept or
+/// dropped as meant, the targets get `job="thunder"`, `namespace` and `pod`, the rules see the
+/// server's metrics through them, and a down target and memory over the limit raise alerts
+/// whose runbook links are absolute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scrape_config_feeds_the_rules_in_a_real_prometheus() {
+    if !prometheus_installed() {
+        return;
+    }
+    // A limit far below what the process uses: ThunderMemoryNearLimit's condition holds.
+    let server = small_demo("1048576").await;
+    let nobody = thunder_testkit::process::free_addr();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let targets = dir.path().join("pods.json");
+    let pods = serde_json::json!([
+        pod_port(server.admin, "thunder-0", "thunder", "admin", "Running"),
+        pod_port(server.grpc, "thunder-0", "thunder", "grpc", "Running"),
+        // A replica whose admin port does not answer.
+        pod_port(nobody, "thunder-1", "thunder", "admin", "Running"),
+        // A finished pod, and another application's pod.
+        pod_port(nobody, "thunder-old", "thunder", "admin", "Failed"),
+        pod_port(nobody, "web-0", "web", "admin", "Running"),
+    ]);
+    std::fs::write(&targets, pods.to_string()).expect("write targets");
+
+    // The shipped scrape job with discovery from the file instead of the Kubernetes API.
+    let mut config = yaml_as_json(&repo().join("deploy/prometheus/scrape.yml"))[0].clone();
+    let jobs = config["scrape_configs"]
+        .as_array_mut()
+        .expect("scrape_configs");
+    assert_eq!(jobs.len(), 1);
+    let job = jobs[0].as_object_mut().expect("a job");
+    assert_eq!(
+        job.remove("kubernetes_sd_configs"),
+        Some(serde_json::json!([{"role": "pod"}]))
+    );
+    job.insert(
+        "file_sd_configs".into(),
+        serde_json::json!([{"files": [targets], "refresh_interval": "1s"}]),
+    );
+    config["global"] = serde_json::json!({
+        "scrape_interval": "1s",
+        "evaluation_interval": "1s",
+        "external_labels": {"runbook_base": "https://runbooks.example.com/operating.md"},
+    });
+    config["rule_files"] = serde_json::json!([repo().join("deploy/prometheus/thunder-alerts.yml")]);
+    let config_path = dir.path().join("prometheus.yml");
+    // JSON is YAML.
+    std::fs::write(&config_path, config.to_string()).expect("write config");
+    let check = Command::new("promtool")
+        .args(["check", "config"])
+        .arg(&config_path)
+        .output()
+        .expect("promtool");
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    let prometheus = PrometheusProcess::start(&config_path, &dir.path().join("data")).await;
+    // The targets: thunder-0's and thunder-1's admin ports, nothing else.
+    let mut health = BTreeMap::new();
+    let until = Instant::now() + common::PATIENCE;
+    while Instant::now() < until {
+        let data = prometheus.api("/api/v1/targets?state=active").await;
+        health = data["activeTargets"]
+            .as_array()
+            .expect("activeTargets")
+            .iter()
+            .map(|t| {
+                let labels = &t["labels"];
+                assert_eq!(labels["job"], "thunder", "{t}");
+                assert_eq!(labels["namespace"], "feeds", "{t}");
+                (
+                    (
+                        labels["pod"].as_str().expect("pod").to_owned(),
+                        labels["instance"].as_str().expect("instance").to_owned(),
+                    ),
+                    t["health"].as_str().expect("health").to_owned(),
+                )
+            })
+            .collect();
+        if health.values().all(|h| h != "unknown") && !health.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let expected: BTreeMap<_, _> = [
+        (("thunder-0".to_owned(), server.admin.to_string()), "up"),
+        (("thunder-1".to_owned(), nobody.to_string()), "down"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_owned()))
+    .collect();
+    assert_eq!(health, expected);
+
+    // The rules evaluate on what was scraped: both conditions hold (the alerts are pending
+    // for their `for:` duration, which a test does not wait out).
+    let mut seen = BTreeMap::new();
+    let until = Instant::now() + common::PATIENCE;
+    let expected = ["ThunderTargetDown", "ThunderMemoryNearLimit"];
+    while Instant::now() < until && !expected.iter().all(|name| seen.contains_key(*name)) {
+        // The alerts of the latest evaluation (the first ones, before any scrape, see no
+        // target at all).
+        seen.clear();
+        let data = prometheus.api("/api/v1/alerts").await;
+        for alert in data["alerts"].as_array().expect("alerts") {
+            let name = alert["labels"]["alertname"].as_str().expect("alertname");
+            seen.insert(name.to_owned(), alert.clone());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let down = seen.get("ThunderTargetDown").expect("ThunderTargetDown");
+    assert_eq!(down["labels"]["pod"], "thunder-1");
+    assert_eq!(
+        down["annotations"]["runbook_url"],
+        "https://runbooks.example.com/operating.md#runbook-thundertargetdown"
+    );
+    let memory = seen
+        .get("ThunderMemoryNearLimit")
+        .expect("ThunderMemoryNearLimit");
+    assert_eq!(memory["labels"]["pod"], "thunder-0");
+    assert_eq!(memory["labels"]["job"], "thunder");
+    assert!(
+        !seen.contains_key("ThunderTargetAbsent"),
+        "a target is there: {seen:?}"
+    );
+}
+
+/// The grouping of each aggregation (`sum`, `avg`, `min`, `max`, `count`) in `expr`, written
+/// `AGG [by|without (labels)] (...)`: whether its result keeps the `instance` label.
+fn aggregations_keep_instance(expr: &str) -> Vec<bool> {
+    let words: Vec<(usize, &str)> = expr
+        .match_indices(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .scan(0, |start, (at, sep)| {
+            let word = (*start, &expr[*start..at]);
+            *start = at + sep.len();
+            Some(word)
+        })
+        .filter(|(_, w)| !w.is_empty())
+        .collect();
+    let mut out = Vec::new();
+    for (i, (at, word)) in words.iter().enumerate() {
+        if !["sum", "avg", "min", "max", "count"].contains(word) {
+            continue;
+        }
+        let rest = expr[at + word.len()..].trim_start();
+        if !(rest.starts_with('(') || rest.starts_with("by") || rest.starts_with("without")) {
+            continue; // a label or metric name that happens to be the word
+        }
+        let grouping = words.get(i + 1).map(|(_, w)| *w);
+        let list = rest
+            .split_once('(')
+            .and_then(|(_, l)| l.split_once(')'))
+            .map_or("", |(l, _)| l);
+        let listed = list.split(',').any(|l| l.trim() == "instance");
+        out.push(match grouping {
+            Some("by") => listed,
+            Some("without") => !listed,
+            _ => false,
+        });
+    }
+    out
+}
+
+#[test]
+fn dashboard_panels_never_sum_per_replica_state_over_instances() {
+    assert_eq!(
+        aggregations_keep_instance(
+            r#"sum by (instance, le) (rate(a[5m])) + sum(b) + max without (instance) (c) + avg without (kind) (d)"#
+        ),
+        [true, false, false, true]
+    );
+    let catalogue: BTreeMap<String, &str> = Metrics::catalogue()
+        .into_iter()
+        .map(|m| (m.name, m.kind))
+        .collect();
+    let dashboard = dashboard();
+    let mut problems = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        let title = panel["title"].as_str().expect("title");
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            let legend = target["legendFormat"].as_str().unwrap_or("");
+            let groupings = aggregations_keep_instance(expr);
+            if groupings.iter().all(|keeps| *keeps) {
+                // One line per instance: the legend must tell them apart.
+                if !legend.contains("{{instance}}") {
+                    problems.push(format!("`{title}`: `{legend}` does not name the instance"));
+                }
+                continue;
+            }
+            // Summed over the instances: only what adds up across replicas, the calls they
+            // served. Gauges are each replica's state (its lag, posts, bytes, connections), and
+            // every replica ingests the whole topic, so neither sums to anything true.
+            for (series, _) in promql_names(expr).metrics {
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| series.strip_suffix(s))
+                    .filter(|base| catalogue.get(*base) == Some(&"histogram"))
+                    .unwrap_or(&series);
+                let kind = catalogue.get(family).copied().unwrap_or("unknown");
+                if kind == "gauge" || family.starts_with("kafka_") || family.starts_with("batch_") {
+                    problems.push(format!(
+                        "`{title}`: `{family}` ({kind}) aggregated over instances in `{expr}`"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A memory cgroup of the test's own with a limit, under the test process's cgroup (cgroup v1's
+/// memory controller, or v2's); removed on drop.
+struct LimitedCgroup {
+    dir: PathBuf,
+}
+
+impl LimitedCgroup {
+    /// `None` where this machine does not let the test make one (it needs root and a writable
+    /// cgroup filesystem with the memory controller).
+    fn create(limit: u64) -> Option<Self> {
+        let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let name = format!("thunder-test-{}", std::process::id());
+        for line in membership.lines() {
+            let mut fields = line.splitn(3, ':');
+            let (Some(id), Some(controllers), Some(path)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let (mount, file) = if controllers.split(',').any(|c| c == "memory") {
+                ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+            } else if id == "0" && controllers.is_empty() {
+                ("/sys/fs/cgroup", "memory.max")
+            } else {
+                continue;
+            };
+            let dir = PathBuf::from(mount)
+                .join(path.trim_start_matches('/'))
+                .join(&name);
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            if std::fs::write(dir.join(file), limit.to_string()).is_ok() {
+                return Some(Self { dir });
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        None
+    }
+}
+
+impl Drop for LimitedCgroup {
+    fn drop(&mut self) {
+        // Empty once its process has been reaped; the kernel may take a moment to agree.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Without --memory-limit-bytes, a server in a memory cgroup with a limit exports that limit.
+/// Skipped where the test cannot make a cgroup (not root, or no writable cgroup filesystem).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_limit_bytes_is_the_cgroups_limit_without_the_flag() {
+    let limit: u64 = 3 << 30;
+    let Some(cgroup) = LimitedCgroup::create(limit) else {
+        eprintln!("skipped: no memory cgroup can be made here (needs root)");
+        return;
+    };
+    let procs = cgroup.dir.join("cgroup.procs");
+    // The shell moves itself into the cgroup, then becomes the server.
+    let started = thunder_testkit::process::spawn_listening(
+        |grpc, admin| {
+            let mut command = Command::new("sh");
+            command
+                .args(["-c", r#"echo $$ > "$0" && exec "$@""#])
+                .arg(&procs)
+                .arg(env!("CARGO_BIN_EXE_thunder-server"))
+                .arg(format!("--grpc-addr={grpc}"))
+                .arg(format!("--admin-addr={admin}"))
+                .args(["--demo-scale", "1000"])
+                .env("RUST_LOG", "warn")
+                .stdin(std::process::Stdio::null());
+            command
+        },
+        common::PATIENCE,
+    );
+    let server = ServerProcess {
+        child: started.child,
+        grpc: started.grpc,
+        admin: started.admin,
+    };
+    let membership =
+        std::fs::read_to_string(format!("/proc/{}/cgroup", server.child.id())).expect("cgroup");
+    let name = cgroup.dir.file_name().expect("name").to_string_lossy();
+    assert!(membership.contains(&*name), "{membership}");
+    let expected = format!("\nmemory_limit_bytes {limit}\n");
+    assert!(
+        common::eventually(|| async {
+            common::http_get(server.admin, "/metrics")
+                .await
+                .text()
+                .contains(&expected)
+        })
+        .await,
+        "{}",
+        common::http_get(server.admin, "/metrics").await.text()
+    );
+    drop(server);
+}
+
+/// With --snapshot-dir the volume's size and free space are exported (here from a server whose
+/// broker does not answer: it serves /metrics while it waits to catch up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_volume_is_exported_with_a_snapshot_dir() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let snapshots = dir.path().join("snapshots");
+    let nobody = thunder_testkit::process::free_addr().to_string();
+    let server = ServerProcess::start(
+        &[
+            "--kafka-brokers",
+            &nobody,
+            "--snapshot-dir",
+            snapshots.to_str().expect("UTF-8 path"),
+        ],
+        common::PATIENCE,
+    );
+    let scrape = common::http_get(server.admin, "/metrics").await.text();
+    let value = |name: &str| {
+        scrape
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} not in\n{scrape}"))
+    };
+    let stat = Command::new("stat")
+        .args(["-f", "-c", "%b %S"])
+        .arg(dir.path())
+        .output()
+        .expect("stat -f");
+    let stat = String::from_utf8_lossy(&stat.stdout);
+    let (blocks, block_size) = stat.trim().split_once(' ').expect("blocks and size");
+    let size = blocks.parse::<f64>().expect("blocks") * block_size.parse::<f64>().expect("size");
+    assert_eq!(value("snapshot_volume_size_bytes"), size);
+    let free = value("snapshot_volume_free_bytes");
+    assert!(free > 0.0 && free <= size, "{free} of {size}");
 }

@@ -16,6 +16,8 @@ use prometheus::{
 };
 use thunder_engine::{DropReason, LightPost, StoreStats};
 
+use crate::admin::resources::ResourceCollector;
+
 /// Every metric of the process.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -120,6 +122,8 @@ pub struct Metrics {
     /// The standard `process_*` metrics (resident memory, CPU, start time, open files), read
     /// from `/proc/self` at each scrape.
     pub process: ProcessCollector,
+    /// `memory_limit_bytes` and the snapshot volume's space (`snapshot_volume_*_bytes`).
+    pub resources: ResourceCollector,
 }
 
 /// The Kafka ingestion's metrics (part of [`Metrics`]).
@@ -200,7 +204,8 @@ impl Metrics {
     }
 
     fn build(r: &Registrar<'_>) -> Self {
-        let process = r.process();
+        let process = r.collector(ProcessCollector::new(), ProcessCollector::FAMILIES);
+        let resources = r.collector(ResourceCollector::new(), ResourceCollector::FAMILIES);
         let metrics = Self {
             request_duration: r.histogram(
                 "get_in_network_posts_duration_seconds",
@@ -368,6 +373,7 @@ impl Metrics {
             kafka: KafkaMetrics::new(r),
             snapshot: SnapshotMetrics::new(r),
             process,
+            resources,
         };
         for level in DEGRADE_LEVEL_LABELS {
             metrics.degrade_levels.with_label_values(&[level]);
@@ -752,10 +758,15 @@ impl<'a> Registrar<'a> {
         }
     }
 
-    fn process(&self) -> ProcessCollector {
-        let collector = self.register(Ok(ProcessCollector::new()));
+    /// Registers a hand-written collector and catalogues its `families` (name, type, help).
+    fn collector<C: Collector + Clone + 'static>(
+        &self,
+        collector: C,
+        families: &[(&str, &'static str, &str)],
+    ) -> C {
+        let collector = self.register(Ok(collector));
         let mut catalogue = self.catalogue.borrow_mut();
-        for (name, kind, help) in ProcessCollector::FAMILIES {
+        for (name, kind, help) in families {
             catalogue.push(MetricInfo {
                 name: (*name).to_owned(),
                 kind,
@@ -863,19 +874,9 @@ impl ProcessCollector {
     ];
 
     fn new() -> Self {
-        let descs = Self::FAMILIES
-            .iter()
-            .filter_map(|(name, _, help)| {
-                prometheus::core::Desc::new(
-                    (*name).to_owned(),
-                    (*help).to_owned(),
-                    Vec::new(),
-                    std::collections::HashMap::new(),
-                )
-                .ok()
-            })
-            .collect();
-        Self { descs }
+        Self {
+            descs: family_descs(Self::FAMILIES),
+        }
     }
 
     /// The current values, in [`Self::FAMILIES`] order, or `None` when `/proc` is unreadable.
@@ -929,6 +930,22 @@ impl Collector for ProcessCollector {
             })
             .collect()
     }
+}
+
+/// The descriptions of a hand-written collector's unlabelled `families` (name, type, help).
+pub(crate) fn family_descs(families: &[(&str, &str, &str)]) -> Vec<prometheus::core::Desc> {
+    families
+        .iter()
+        .filter_map(|(name, _, help)| {
+            prometheus::core::Desc::new(
+                (*name).to_owned(),
+                (*help).to_owned(),
+                Vec::new(),
+                std::collections::HashMap::new(),
+            )
+            .ok()
+        })
+        .collect()
 }
 
 fn exp_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {

@@ -11,6 +11,8 @@
 //!   `found_*` metrics without sorting.
 //! - `readiness.rs`: readiness (`/readyz`, the gRPC health service's default) and liveness
 //!   (`/healthz`, [`readiness::LIVENESS_SERVICE`]).
+//! - `resources.rs`: the memory limit (flag or cgroup) and the snapshot volume's space as
+//!   metrics, for the alerts on memory and disk.
 //! - `profiling.rs`: CPU profiles with pprof-rs (`/debug/pprof/profile`,
 //!   `/debug/pprof/flamegraph`).
 //! - `status.rs`: the status page at `/`, rendered from the metrics registry and readiness, with
@@ -22,5 +24,6 @@ pub(crate) mod author_counts;
 pub mod metrics;
 pub(crate) mod profiling;
 pub mod readiness;
+pub mod resources;
 pub mod routes;
 pub(crate) mod status;

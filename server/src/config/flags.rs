@@ -119,6 +119,11 @@ pub struct Args {
     /// (plus the facts of the others' posts the query rules read). Unset: a full replica.
     #[arg(long, env = "THUNDER_SHARD")]
     pub shard: Option<thunder_proto::shard::ShardSpec>,
+    /// Memory limit of the process in bytes, exported as `memory_limit_bytes` for the alert on
+    /// resident memory. Unset: the memory cgroup's limit (memory.max; cgroup v1:
+    /// memory.limit_in_bytes), read at start-up. 0: no limit (nothing exported).
+    #[arg(long, env = "THUNDER_MEMORY_LIMIT_BYTES")]
+    pub memory_limit_bytes: Option<u64>,
     /// Secret the page cursors are signed with; give every replica behind one address the
     /// same one. Unset: a built-in secret (cursors are still checked, but forgeable).
     #[arg(long, env = "THUNDER_CURSOR_SECRET", hide_env_values = true)]
