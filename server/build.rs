@@ -1,7 +1,8 @@
 //! Stamps the build for `thunder_build_info`, `--version`, the start-up log and the status
-//! page: the git commit (`THUNDER_GIT_SHA`, "unknown" outside a git checkout, e.g. a source
-//! tarball), the compiler (`THUNDER_RUSTC`) and the crate's enabled features
-//! (`THUNDER_FEATURES`, "none" when there are none).
+//! page: the git commit (`THUNDER_GIT_SHA`: the variable of that name when set, as the
+//! Dockerfile sets it, else `git rev-parse HEAD`, else "unknown", e.g. a source tarball), the
+//! compiler (`THUNDER_RUSTC`) and the crate's enabled features (`THUNDER_FEATURES`, "none"
+//! when there are none).
 
 use std::path::PathBuf;
 use std::process::Command;

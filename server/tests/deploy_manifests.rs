@@ -449,6 +449,11 @@ fn dockerfile_builds_with_the_release_script_of_existing_binaries() {
         std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("deploy/Dockerfile");
     assert!(dockerfile.contains("RUN deploy/build-release.sh "));
     assert!(dockerfile.contains("\nUSER 10001"), "non-root");
+    // .git is not in the build context: the commit comes in as a build argument.
+    assert!(
+        dockerfile.contains("ENV THUNDER_GIT_SHA=${GIT_SHA}"),
+        "the image's binaries name their commit"
+    );
     assert!(
         dockerfile.matches("\nFROM ").count() + usize::from(dockerfile.starts_with("FROM ")) >= 2
     );
