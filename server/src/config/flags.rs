@@ -152,13 +152,14 @@ pub struct Args {
     /// when it is valid, 2 with the reasons when not.
     #[arg(long, env = "THUNDER_CHECK_CONFIG")]
     pub check_config: bool,
-    /// Bearer token that state-changing admin requests (POST /admin/snapshot) must send as
-    /// `Authorization: Bearer <token>`, besides the header `X-Thunder-Admin: 1`. Unset: the
-    /// header and the Host/Origin checks only.
+    /// Bearer token of the privileged admin requests (CPU profiles, POST /admin/snapshot): they
+    /// must send `Authorization: Bearer <token>`. Unset: they are served only on a loopback
+    /// --admin-addr; an admin listener other hosts reach is then read-only.
     #[arg(long, env = "THUNDER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
-    /// Host names accepted in the Host header of state-changing admin requests, comma-separated,
-    /// besides localhost, 127.0.0.1, [::1] and the --admin-addr IP (`name` or `name:port`).
+    /// On a loopback --admin-addr without --admin-token: host names accepted in the Host header
+    /// of privileged admin requests, comma-separated, besides localhost, 127.0.0.1, ::1 and the
+    /// --admin-addr IP (`name` or `name:port`).
     #[arg(long, env = "THUNDER_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
     pub admin_allowed_hosts: Vec<String>,
     /// Kafka ingestion.
