@@ -15,9 +15,12 @@ use tokio::sync::watch;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// How long shutdown waits for Kafka ingestion to stop; past it the process exits without it
-/// (an unreachable broker can hold the consumer's close for many seconds).
-const INGEST_STOP_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long shutdown waits for Kafka ingestion to stop once the store is serving (the shutdown
+/// snapshot waits for it); past it the process exits without it and without that snapshot (an
+/// unreachable broker can hold the consumer's close for many seconds).
+const INGEST_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The same before the store caught up: nothing waits for the stop then.
+const CATCH_UP_INGEST_STOP_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -187,7 +190,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 () = &mut stop => {
                     let drained = server.shutdown().await;
                     if let Some(ingest) = ingest {
-                        stop_ingest(ingest).await;
+                        stop_ingest(ingest, CATCH_UP_INGEST_STOP_TIMEOUT).await;
                     }
                     tracing::info!(drained, "stopped");
                     return Ok(());
@@ -253,7 +256,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         let _ = live.await;
     }
     let ingest_stopped = match ingest {
-        Some(ingest) => stop_ingest(ingest).await,
+        Some(ingest) => stop_ingest(ingest, INGEST_STOP_TIMEOUT).await,
         None => true,
     };
     if let Some(task) = snapshot_task {
@@ -275,14 +278,14 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// Stops Kafka ingestion, waiting at most [`INGEST_STOP_TIMEOUT`]; false when it did not stop in
-/// time (its threads end with the process).
-async fn stop_ingest(ingest: KafkaIngest) -> bool {
-    match tokio::time::timeout(INGEST_STOP_TIMEOUT, ingest.shutdown()).await {
+/// Stops Kafka ingestion, waiting at most `timeout`; false when it did not stop in time (its
+/// threads end with the process).
+async fn stop_ingest(ingest: KafkaIngest, timeout: Duration) -> bool {
+    match tokio::time::timeout(timeout, ingest.shutdown()).await {
         Ok(()) => true,
         Err(_) => {
             tracing::warn!(
-                timeout = ?INGEST_STOP_TIMEOUT,
+                ?timeout,
                 "Kafka ingestion did not stop in time (broker unreachable?); exiting without it"
             );
             false
