@@ -77,7 +77,7 @@ pub async fn run(args: FrameArgs) -> anyhow::Result<()> {
     frame.extend_from_slice(&len.to_be_bytes());
     frame.extend_from_slice(&message);
     std::fs::write(&args.out, &frame).with_context(|| format!("writing {}", args.out.display()))?;
-    println!(
+    outln!(
         "{}: {:?} request, {} bytes",
         args.out.display(),
         args.kind,

@@ -3,6 +3,12 @@
 //! A crate of its own, so that the server links neither thunder-client (`query --shards`) nor
 //! the CLI's commands; from thunder-server it takes what it shares with the server: the Kafka
 //! connection flags and the event producer (`produce`), the demo's workload (`frame`).
+//!
+//! Commands print through `outln!` (`out.rs`), which exits quietly when standard output is a
+//! closed pipe.
+
+#[macro_use]
+mod out;
 
 mod frame;
 mod produce;
@@ -15,7 +21,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "thunder-cli",
-    version,
+    version = thunder_server::version::LONG_VERSION,
     about = "Command-line client of thunder"
 )]
 struct Cli {

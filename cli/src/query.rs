@@ -225,7 +225,7 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
             Ok([one]) => one,
             Err(pages) => serde_json::json!({ "pages": pages }),
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     }
     if !shard_errors.is_empty() {
         let errors: Vec<String> = shard_errors.iter().map(ToString::to_string).collect();
@@ -255,11 +255,11 @@ fn show_page(
         pages.push(serde_json::json!({ "posts": posts, "next_cursor": next_cursor }));
     } else {
         if view.numbered {
-            println!("page {page}");
+            outln!("page {page}");
         }
         print_table(posts);
         if !next_cursor.is_empty() {
-            println!("next_cursor {next_cursor}");
+            outln!("next_cursor {next_cursor}");
         }
     }
 }
@@ -298,9 +298,15 @@ fn post_json(post: &LightPost) -> serde_json::Value {
 
 fn print_table(posts: &[LightPost]) {
     let opt = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
-    println!(
+    outln!(
         "{:>20} {:>20} {:>11} {:<6} {:>20} {:>20} {:>5}",
-        "post_id", "author_id", "created_at", "kind", "in_reply_to", "source_post", "video"
+        "post_id",
+        "author_id",
+        "created_at",
+        "kind",
+        "in_reply_to",
+        "source_post",
+        "video"
     );
     for post in posts {
         let kind = match (post.is_reply, post.is_retweet) {
@@ -308,7 +314,7 @@ fn print_table(posts: &[LightPost]) {
             (false, true) => "repost",
             (false, false) => "post",
         };
-        println!(
+        outln!(
             "{:>20} {:>20} {:>11} {:<6} {:>20} {:>20} {:>5}",
             post.post_id,
             post.author_id,
@@ -319,5 +325,5 @@ fn print_table(posts: &[LightPost]) {
             if post.has_video { "yes" } else { "" },
         );
     }
-    println!("{} posts", posts.len());
+    outln!("{} posts", posts.len());
 }

@@ -28,39 +28,40 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<()> {
     let SnapshotCommand::Inspect { file } = args.command;
     let input = File::open(&file).with_context(|| format!("opening {}", file.display()))?;
     let size = input.metadata().map(|m| m.len()).unwrap_or(0);
-    println!("file:            {} ({size} bytes)", file.display());
+    outln!("file:            {} ({size} bytes)", file.display());
     let reader = match SnapshotReader::new(BufReader::with_capacity(1 << 20, input)) {
         Ok(reader) => reader,
         Err(error) => bail!("INVALID header: {error}"),
     };
     let header = reader.header().clone();
-    println!(
+    outln!(
         "format:          version {} (this build reads {FORMAT_VERSION}), layout {:#010x} (this build {:#010x})",
         header.format_version,
         header.layout_hash,
         layout_hash()
     );
-    println!("source:          {}", header.meta.source);
-    println!("created at:      {} (unix secs)", header.created_at_secs);
-    println!("retention:       {} s", header.retention_secs);
+    outln!("source:          {}", header.meta.source);
+    outln!("created at:      {} (unix secs)", header.created_at_secs);
+    outln!("retention:       {} s", header.retention_secs);
     match header.shard {
-        Some(shard) => println!("author shard:    {shard}"),
-        None => println!("author shard:    none (a full store)"),
+        Some(shard) => outln!("author shard:    {shard}"),
+        None => outln!("author shard:    none (a full store)"),
     }
-    println!("offsets:");
+    outln!("offsets:");
     for offset in &header.meta.offsets {
-        println!(
+        outln!(
             "  partition {:>4}  next offset {}",
-            offset.partition, offset.next_offset
+            offset.partition,
+            offset.next_offset
         );
     }
     match reader.verify() {
         Ok((_, counts)) => {
-            println!("posts:           {}", counts.posts);
-            println!("tombstones:      {}", counts.tombstones);
-            println!("facts:           {}", counts.facts);
-            println!("chunks:          {}", counts.chunks);
-            println!("checksums:       OK ({} bytes verified)", counts.bytes);
+            outln!("posts:           {}", counts.posts);
+            outln!("tombstones:      {}", counts.tombstones);
+            outln!("facts:           {}", counts.facts);
+            outln!("chunks:          {}", counts.chunks);
+            outln!("checksums:       OK ({} bytes verified)", counts.bytes);
             Ok(())
         }
         Err(error) => bail!("checksums:       INVALID: {error}"),

@@ -26,7 +26,8 @@
 //! - [`config`]: the command-line flags, `--check-config` and the TLS files.
 //! - Top level: [`lifecycle`] (boot and graceful stop of both listeners), `tasks` (the
 //!   store's background maintenance), [`demo`] (the synthetic event source), [`shard`] (the
-//!   author shard of this process), [`convert`] (wire types to engine records) and [`error`].
+//!   author shard of this process), [`convert`] (wire types to engine records), [`version`]
+//!   (what the binary is: version, git commit, compiler) and [`error`].
 #![deny(missing_docs)]
 
 pub mod admin;
@@ -40,6 +41,7 @@ pub mod serve;
 pub mod shard;
 pub mod snapshot;
 pub(crate) mod tasks;
+pub mod version;
 
 pub use config::Args;
 pub use error::{ServiceError, StartupError};

@@ -1,5 +1,6 @@
 //! Boots the gRPC and admin listeners around a store and stops them gracefully.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -164,6 +165,29 @@ impl RunningServer {
         &self.readiness
     }
 
+    /// The lame duck before [`RunningServer::shutdown`]: readiness turns NOT_SERVING at once
+    /// (gRPC health, `/readyz`) while calls and new connections are still served, for `delay`
+    /// or until `cut_short` resolves (a second signal), so that endpoints and client-side
+    /// balancers stop sending before the connections close.
+    pub async fn lame_duck(&self, delay: Duration, cut_short: impl Future<Output = ()>) {
+        if delay.is_zero() {
+            return;
+        }
+        let reason = format!(
+            "shutting down: lame duck for {:.1} s (calls still served)",
+            delay.as_secs_f64()
+        );
+        self.readiness.set_lame_duck(&reason).await;
+        tracing::info!(
+            delay_secs = delay.as_secs_f64(),
+            "lame duck: readiness NOT_SERVING, calls still served"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = cut_short => tracing::info!("lame duck cut short"),
+        }
+    }
+
     /// Stops accepting, lets in-flight calls finish for at most the drain timeout, then stops
     /// everything. Returns false if the drain timed out (connections were cut).
     pub async fn shutdown(self) -> bool {
@@ -249,7 +273,7 @@ pub async fn start_with<H: AnswerPosts>(
 
     let service = PostsServer::new(Arc::new(handler), options.max_decoding_message_bytes);
 
-    let mut builder = Server::builder()
+    let builder = Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
         // Streams the client resets before the server has taken them are counted by h2 while
         // they wait to be accepted; past the limit h2 closes the connection with GOAWAY
@@ -263,11 +287,12 @@ pub async fn start_with<H: AnswerPosts>(
         .http2_max_pending_accept_reset_streams(Some(pending_reset_streams(&options)))
         .http2_keepalive_interval(Some(options.http2_keepalive.0))
         .http2_keepalive_timeout(Some(options.http2_keepalive.1));
-    if let Some(tls) = &options.tls {
-        builder = builder
-            .tls_config(tls.server_config()?)
-            .map_err(|e| StartupError::Tls(e.to_string()))?;
-    }
+    // TLS is handshaken by the listener (counted and logged failures), not by tonic.
+    let tls_acceptor = options
+        .tls
+        .as_ref()
+        .map(crate::serve::tls_accept::acceptor)
+        .transpose()?;
     // Stamps each call when its stream is accepted (deadlines and queue wait count from it).
     let mut builder = builder.layer(ArrivalLayer);
 
@@ -283,8 +308,7 @@ pub async fn start_with<H: AnswerPosts>(
         options.grpc_connections,
         shutdown_rx.clone(),
         "grpc",
-    )
-    .into_stream();
+    );
     let admin_listener = BoundedListener::new(
         admin_listener,
         ConnKind::Http1,
@@ -297,8 +321,16 @@ pub async fn start_with<H: AnswerPosts>(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service);
-    let grpc =
-        tokio::spawn(router.serve_with_incoming_shutdown(incoming, stopped(shutdown_rx.clone())));
+    let grpc = match tls_acceptor {
+        Some(acceptor) => tokio::spawn(router.serve_with_incoming_shutdown(
+            incoming.into_tls_stream(acceptor),
+            stopped(shutdown_rx.clone()),
+        )),
+        None => tokio::spawn(
+            router
+                .serve_with_incoming_shutdown(incoming.into_stream(), stopped(shutdown_rx.clone())),
+        ),
+    };
     let status = Arc::new(StatusSampler::new());
     let admin_router = routes::router(
         readiness.clone(),

@@ -1,38 +1,80 @@
 //! `thunder-server`: serves the in-network post store over gRPC, fed by Kafka or, without
 //! brokers, by the synthetic demo workload.
 
+use std::io::IsTerminal as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use thunder_server::kafka::{self, CatchUpState};
-use thunder_server::{Args, FollowingSource, demo, snapshot};
+use thunder_server::config::LogFormat;
+use thunder_server::kafka::{self, CatchUpState, KafkaIngest};
+use thunder_server::{Args, FollowingSource, demo, snapshot, version};
 use tokio::sync::watch;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// How long shutdown waits for Kafka ingestion to stop once the store is serving (the shutdown
+/// snapshot waits for it); past it the process exits without it and without that snapshot (an
+/// unreachable broker can hold the consumer's close for many seconds).
+const INGEST_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The same before the store caught up: nothing waits for the stop then.
+const CATCH_UP_INGEST_STOP_TIMEOUT: Duration = Duration::from_secs(3);
+
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let args = Args::parse();
+    init_logging(args.log_format);
     if args.check_config {
         std::process::exit(thunder_server::config::check::run(&args));
     }
     // Queries run on the worker that serves the call (`--worker-threads`).
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.runtime_workers())
         .enable_all()
         .build()
-        .context("building the tokio runtime")?
-        .block_on(serve(args))
+        .context("building the tokio runtime")?;
+    let result = runtime.block_on(serve(args));
+    // Not waiting for blocking tasks: one may still wait on an unreachable broker.
+    runtime.shutdown_background();
+    result
+}
+
+/// Logs go to standard output: text lines, coloured only on a terminal when `NO_COLOR` is
+/// unset or empty (<https://no-color.org>), or one JSON object a line. `RUST_LOG` filters
+/// them (default `info`).
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    match format {
+        LogFormat::Text => {
+            let colour = std::io::stdout().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(colour)
+                .init();
+        }
+        LogFormat::Json => {
+            tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .with_env_filter(filter)
+                .init();
+        }
+    }
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    tracing::info!(
+        version = version::VERSION,
+        git_sha = version::GIT_SHA,
+        rustc = version::RUSTC,
+        features = version::FEATURES,
+        "thunder-server starting"
+    );
     let options = args.server_options()?;
     snapshot::check_mode(args.snapshot.snapshot_dir.as_deref(), args.demo_mode())?;
     thunder_server::admin::resources::install(
@@ -79,7 +121,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 loaded.map_err(anyhow::Error::msg)?;
             }
             () = &mut stop => {
-                server.shutdown().await;
+                let drained = server.shutdown().await;
+                tracing::info!(drained, "stopped");
                 return Ok(());
             }
         }
@@ -149,10 +192,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                     }
                 }
                 () = &mut stop => {
-                    server.shutdown().await;
+                    let drained = server.shutdown().await;
                     if let Some(ingest) = ingest {
-                        ingest.shutdown().await;
+                        stop_ingest(ingest, CATCH_UP_INGEST_STOP_TIMEOUT).await;
                     }
+                    tracing::info!(drained, "stopped");
                     return Ok(());
                 }
             }
@@ -203,18 +247,29 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     if let Some(message) = &failure {
         tracing::error!(%message, "Kafka ingestion failed after catch-up; shutting down");
     }
+    server
+        .lame_duck(
+            Duration::from_secs(args.shutdown_delay_secs),
+            shutdown_signal(),
+        )
+        .await;
     tracing::info!("shutting down: draining in-flight requests");
     let drained = server.shutdown().await;
     let _ = stop_feed.send(true);
     if let Some(live) = live {
         let _ = live.await;
     }
-    if let Some(ingest) = ingest {
-        ingest.shutdown().await;
-    }
+    let ingest_stopped = match ingest {
+        Some(ingest) => stop_ingest(ingest, INGEST_STOP_TIMEOUT).await,
+        None => true,
+    };
     if let Some(task) = snapshot_task {
-        // After ingestion stopped, so the offsets it records are exact.
-        task.shutdown().await;
+        if ingest_stopped {
+            // After ingestion stopped, so the offsets it records are exact.
+            task.shutdown().await;
+        } else {
+            tracing::warn!("no shutdown snapshot: Kafka ingestion did not stop in time");
+        }
     }
     tracing::info!(drained, "stopped");
     match failure {
@@ -224,6 +279,21 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             std::process::exit(thunder_server::lifecycle::EXIT_DRAIN_CUT)
         }
         None => Ok(()),
+    }
+}
+
+/// Stops Kafka ingestion, waiting at most `timeout`; false when it did not stop in time (its
+/// threads end with the process).
+async fn stop_ingest(ingest: KafkaIngest, timeout: Duration) -> bool {
+    match tokio::time::timeout(timeout, ingest.shutdown()).await {
+        Ok(()) => true,
+        Err(_) => {
+            tracing::warn!(
+                ?timeout,
+                "Kafka ingestion did not stop in time (broker unreachable?); exiting without it"
+            );
+            false
+        }
     }
 }
 

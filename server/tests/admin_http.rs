@@ -208,7 +208,7 @@ async fn state_changing_requests_need_the_header_a_local_host_and_no_foreign_ori
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_configured_token_and_extra_hosts_are_enforced() {
+async fn a_configured_token_is_enforced_whatever_the_host() {
     let options = ServerOptions {
         admin_access: AdminAccess {
             token: Some("s3cret-token".into()),
@@ -231,11 +231,94 @@ async fn a_configured_token_and_extra_hosts_are_enforced() {
         assert_eq!(response.status, 403, "{headers:?}: {response:?}");
         assert!(!response.text().contains("s3cret"), "{}", response.text());
     }
+    // The token authenticates, not the Host header: any name the caller used reaches it.
     let bearer = ("Authorization", "Bearer s3cret-token");
-    for host in [host.as_str(), "thunder-0.thunder:8080", "thunder-0.thunder"] {
+    for host in [
+        host.as_str(),
+        "thunder-0.thunder:8080",
+        "thunder-1.thunder",
+        "10.1.2.3",
+    ] {
         let response = post(addr, host, &[ADMIN, bearer]).await;
         assert!(reached_the_handler(&response), "{host}: {response:?}");
     }
-    let response = post(addr, "thunder-1.thunder", &[ADMIN, bearer]).await;
-    assert_eq!(response.status, 403, "{response:?}");
+    // A profile needs the token too.
+    let profile =
+        http_request_with(addr, "GET", "/debug/pprof/profile?seconds=0", &host, &[]).await;
+    assert_eq!(profile.status, 403, "{profile:?}");
+}
+
+/// A server whose admin listener is on every address (`0.0.0.0`), reached over loopback.
+async fn on_every_address(
+    token: Option<&str>,
+) -> (thunder_server::RunningServer, std::net::SocketAddr) {
+    let options = ServerOptions {
+        grpc_addr: "127.0.0.1:0".parse().expect("addr"),
+        admin_addr: "0.0.0.0:0".parse().expect("addr"),
+        admin_access: AdminAccess {
+            token: token.map(str::to_owned),
+            allowed_hosts: Vec::new(),
+        },
+        ..ServerOptions::default()
+    };
+    let server = thunder_server::start(options, store(), None)
+        .await
+        .expect("server starts");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.admin_addr().port()));
+    (server, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_listener_on_every_address_without_a_token_is_read_only() {
+    let (server, addr) = on_every_address(None).await;
+    const ADMIN: (&str, &str) = ("X-Thunder-Admin", "1");
+    // A spoofed Host, the admin header, a made-up token: nothing drives it.
+    for host in [
+        "localhost",
+        "127.0.0.1",
+        "localhost:8080",
+        "thunder-0.thunder",
+    ] {
+        for headers in [vec![ADMIN], vec![ADMIN, ("Authorization", "Bearer guess")]] {
+            let response = post(addr, host, &headers).await;
+            assert_eq!(response.status, 403, "{host} {headers:?}: {response:?}");
+            assert!(response.text().contains("read-only"), "{}", response.text());
+        }
+    }
+    for path in [
+        "/debug/pprof/profile?seconds=1",
+        "/debug/pprof/flamegraph?seconds=1",
+    ] {
+        let response = http_request_with(addr, "GET", path, "localhost", &[]).await;
+        assert_eq!(response.status, 403, "{path}: {response:?}");
+    }
+    // What the cluster reads stays open, and the status page says which mode this is.
+    for path in ["/metrics", "/healthz", "/endpoints"] {
+        let response = http_request_with(addr, "GET", path, "10.1.2.3:8080", &[]).await;
+        assert_eq!(response.status, 200, "{path}");
+    }
+    assert_eq!(common::http_get(addr, "/readyz").await.status, 503);
+    let page = common::http_get(addr, "/").await;
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("read-only"), "{}", page.text());
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_listener_on_every_address_with_a_token_takes_the_token() {
+    let (server, addr) = on_every_address(Some("t0ken")).await;
+    const ADMIN: (&str, &str) = ("X-Thunder-Admin", "1");
+    let refused = post(addr, "localhost", &[ADMIN]).await;
+    assert_eq!(refused.status, 403, "{refused:?}");
+    assert!(refused.text().contains("admin token"), "{}", refused.text());
+    let accepted = post(
+        addr,
+        "10.1.2.3:8080",
+        &[ADMIN, ("Authorization", "Bearer t0ken")],
+    )
+    .await;
+    assert!(reached_the_handler(&accepted), "{accepted:?}");
+    let page = common::http_get(addr, "/").await.text();
+    assert!(page.contains("bearer token"), "{page}");
+    server.shutdown().await;
 }

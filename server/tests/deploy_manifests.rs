@@ -1,11 +1,19 @@
 //! deploy/: the Kubernetes manifests parse and say what the server does (probes, ports,
-//! snapshot volume), `thunder-server --check-config` accepts the StatefulSet's arguments and
-//! refuses bad values with exit code 2, and the Dockerfile's build script is sound.
+//! snapshot volume, shutdown budget, admin token, network policy, spread over nodes), the
+//! probes exactly as the manifest states them pass against a ready server with mTLS on,
+//! `thunder-server --check-config` accepts the StatefulSet's arguments and refuses bad values
+//! with exit code 2, and the Dockerfile's build script is sound.
+
+mod common;
+mod pki;
+mod server_process;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use server_process::ServerProcess;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -88,37 +96,68 @@ fn check_config(args: &[String]) -> Output {
         .expect("run thunder-server --check-config")
 }
 
-#[test]
-fn manifests_probe_readiness_over_grpc_health_and_liveness_over_healthz() {
-    let docs = manifests();
-    let args = container_args(&docs);
-    let container = server_container(&docs);
-    let grpc_port: u64 = flag(&args, "--grpc-addr")
-        .rsplit_once(':')
-        .and_then(|(_, p)| p.parse().ok())
-        .expect("grpc port");
-    let admin_addr = flag(&args, "--admin-addr");
-    assert!(
-        admin_addr.starts_with("0.0.0.0:"),
-        "the kubelet must reach the admin port"
-    );
-
-    let readiness = &container["readinessProbe"]["grpc"];
-    assert_eq!(readiness["service"], thunder_proto::SERVICE_NAME);
-    assert_eq!(readiness["port"], grpc_port);
-    let liveness = &container["livenessProbe"]["httpGet"];
-    assert_eq!(liveness["path"], "/healthz");
-    let admin_port = container["ports"]
+/// The container port a probe names (by name or by number).
+fn probe_port(container: &Value, port: &Value) -> u64 {
+    if let Some(number) = port.as_u64() {
+        return number;
+    }
+    container["ports"]
         .as_array()
         .expect("ports")
         .iter()
-        .find(|p| p["name"] == liveness["port"])
-        .expect("the liveness port is a named container port")["containerPort"]
-        .clone();
-    assert_eq!(
-        Some(admin_port.to_string().as_str()),
-        admin_addr.rsplit_once(':').map(|(_, p)| p)
+        .find(|p| p["name"] == *port)
+        .unwrap_or_else(|| panic!("the probe's port {port} is not a named container port"))
+        ["containerPort"]
+        .as_u64()
+        .expect("containerPort")
+}
+
+/// The port of a `host:port` flag value.
+fn port_of(addr: &str) -> u64 {
+    addr.rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {addr}"))
+}
+
+/// The container's probes: (which, path) of each, all HTTP GETs on the admin port (a gRPC or
+/// TLS probe cannot present a client certificate to an mTLS gRPC port).
+fn http_probes(docs: &[Value]) -> Vec<(&'static str, String)> {
+    let container = server_container(docs);
+    let admin_port = port_of(flag(&container_args(docs), "--admin-addr"));
+    let mut probes = Vec::new();
+    for which in ["startupProbe", "readinessProbe", "livenessProbe"] {
+        let probe = &container[which];
+        if probe.is_null() {
+            continue;
+        }
+        let get = &probe["httpGet"];
+        assert!(get.is_object(), "{which} is not an HTTP GET: {probe}");
+        assert!(
+            get["scheme"].is_null() || get["scheme"] == "HTTP",
+            "{which}: plain HTTP"
+        );
+        assert_eq!(
+            probe_port(container, &get["port"]),
+            admin_port,
+            "{which} probes the admin port"
+        );
+        probes.push((which, get["path"].as_str().expect("path").to_owned()));
+    }
+    probes
+}
+
+#[test]
+fn manifests_probe_over_plain_http_on_the_admin_port() {
+    let docs = manifests();
+    let args = container_args(&docs);
+    let container = server_container(&docs);
+    assert!(
+        flag(&args, "--admin-addr").starts_with("0.0.0.0:"),
+        "the kubelet must reach the admin port"
     );
+    let probes = http_probes(&docs);
+    assert!(probes.contains(&("readinessProbe", "/readyz".to_owned())));
+    assert!(probes.contains(&("livenessProbe", "/healthz".to_owned())));
 
     // The snapshot directory lives on the claimed volume.
     let snapshot_dir = flag(&args, "--snapshot-dir");
@@ -133,6 +172,194 @@ fn manifests_probe_readiness_over_grpc_health_and_liveness_over_healthz() {
     assert_eq!(
         pdb["spec"]["selector"],
         of_kind(&docs, "StatefulSet")["spec"]["selector"]
+    );
+}
+
+#[test]
+fn manifests_cover_shutdown_version_logs_admin_token_policy_and_spread() {
+    let docs = manifests();
+    let args = container_args(&docs);
+    let statefulset = of_kind(&docs, "StatefulSet");
+    let pod = &statefulset["spec"]["template"]["spec"];
+    let container = server_container(&docs);
+
+    // The grace period covers the lame duck, the drain, the Kafka stop and a snapshot.
+    let delay: u64 = flag(&args, "--shutdown-delay-secs").parse().expect("secs");
+    let drain_ms: u64 = flag(&args, "--shutdown-timeout-ms").parse().expect("ms");
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("grace");
+    assert!(delay >= 3, "a lame duck longer than endpoint propagation");
+    // 10 s at most for the Kafka stop (main.rs), 20 s for a snapshot of 20M posts.
+    assert!(
+        grace >= delay + drain_ms.div_ceil(1000) + 10 + 20,
+        "terminationGracePeriodSeconds {grace} leaves no room for the snapshot"
+    );
+
+    // A release tag, the workspace's version.
+    let image = container["image"].as_str().expect("image");
+    assert_eq!(
+        image.rsplit_once(':').map(|(_, tag)| tag),
+        Some(env!("CARGO_PKG_VERSION")),
+        "{image}"
+    );
+    assert_eq!(flag(&args, "--log-format"), "json");
+
+    // The admin token comes from a Secret, never from the manifest itself.
+    let env = container["env"].as_array().expect("env");
+    let token = env
+        .iter()
+        .find(|e| e["name"] == "THUNDER_ADMIN_TOKEN")
+        .expect("THUNDER_ADMIN_TOKEN set");
+    assert!(token["value"].is_null());
+    assert!(token["valueFrom"]["secretKeyRef"]["key"].is_string());
+    assert!(!args.iter().any(|a| a.starts_with("--admin-token")));
+
+    // gRPC from the clients, the admin port from the monitoring namespace only.
+    let policy = of_kind(&docs, "NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["podSelector"],
+        statefulset["spec"]["selector"]
+    );
+    let rules = policy["spec"]["ingress"].as_array().expect("ingress rules");
+    let rule_for = |port: &str| {
+        rules
+            .iter()
+            .find(|r| r["ports"][0]["port"] == port)
+            .unwrap_or_else(|| panic!("no ingress rule for {port}"))
+    };
+    assert!(rule_for("grpc")["from"][0]["podSelector"].is_object());
+    assert_eq!(
+        rule_for("admin")["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+    assert_eq!(rules.len(), 2, "nothing else is let in");
+
+    // Replicas spread over nodes.
+    let spread = pod["topologySpreadConstraints"]
+        .as_array()
+        .expect("topologySpreadConstraints");
+    assert!(
+        spread
+            .iter()
+            .any(|c| c["topologyKey"] == "kubernetes.io/hostname"
+                && c["whenUnsatisfiable"] == "DoNotSchedule"
+                && c["labelSelector"]["matchLabels"]
+                    == statefulset["spec"]["selector"]["matchLabels"]),
+        "{spread:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifest_probes_pass_with_mtls_on_and_a_client_without_a_certificate_is_counted() {
+    let docs = manifests();
+    let probes = http_probes(&docs);
+    let pki = pki::new_pki();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cert = pki::write(dir.path(), "server.pem", &pki.server.0);
+    let key = pki::write(dir.path(), "server.key", &pki.server.1);
+    let ca = pki::write(dir.path(), "ca.pem", &pki.ca_pem);
+    let log = dir.path().join("server.log");
+    let (cert, key, ca) = (
+        cert.display().to_string(),
+        key.display().to_string(),
+        ca.display().to_string(),
+    );
+    let server = ServerProcess::start_logged(
+        &[
+            "--demo-scale",
+            "1000",
+            "--demo-events-per-sec",
+            "0",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-client-ca",
+            &ca,
+        ],
+        common::PATIENCE,
+        &log,
+    );
+    // Each probe as the kubelet sends it: GET path on the admin port, 200 wanted.
+    for (which, path) in &probes {
+        let until = Instant::now() + common::PATIENCE;
+        loop {
+            let response = common::http_get(server.admin, path).await;
+            if response.status == 200 {
+                break;
+            }
+            assert!(
+                Instant::now() < until,
+                "{which} GET {path}: {}",
+                response.status
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // A TLS client without a certificate, and a plaintext one, are refused and counted.
+    let url = format!("https://localhost:{}", server.grpc.port());
+    let without_cert = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(&pki.ca_pem))
+        .domain_name("localhost");
+    let refused = async |endpoint: tonic::transport::Endpoint| {
+        let Ok(channel) = endpoint.connect().await else {
+            return true;
+        };
+        let mut client =
+            thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient::new(
+                channel,
+            );
+        client
+            .get_in_network_posts(common::request(&[1]))
+            .await
+            .is_err()
+    };
+    let tls = tonic::transport::Endpoint::from_shared(url)
+        .expect("url")
+        .timeout(common::PATIENCE)
+        .tls_config(without_cert)
+        .expect("TLS config");
+    assert!(refused(tls).await, "served without a client certificate");
+    let plain = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .expect("url")
+        .timeout(common::PATIENCE);
+    assert!(refused(plain).await, "served over plaintext");
+
+    let failures = |text: &str, reason: &str| -> u64 {
+        let series = format!("grpc_tls_handshake_failures_total{{reason=\"{reason}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let counted = common::eventually(|| async {
+        let text = common::http_get(server.admin, "/metrics").await.text();
+        failures(&text, "no_client_certificate") >= 1 && failures(&text, "not_tls") >= 1
+    })
+    .await;
+    let scrape = common::http_get(server.admin, "/metrics").await.text();
+    assert!(
+        counted,
+        "{}",
+        scrape
+            .lines()
+            .filter(|l| l.contains("tls_handshake"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let logged = common::eventually(|| async {
+        std::fs::read_to_string(&log).is_ok_and(|text| {
+            text.contains("TLS handshake failed on the gRPC port")
+                && text.contains("no_client_certificate")
+        })
+    })
+    .await;
+    assert!(
+        logged,
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
 
@@ -223,6 +450,11 @@ fn dockerfile_builds_with_the_release_script_of_existing_binaries() {
         std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("deploy/Dockerfile");
     assert!(dockerfile.contains("RUN deploy/build-release.sh "));
     assert!(dockerfile.contains("\nUSER 10001"), "non-root");
+    // .git is not in the build context: the commit comes in as a build argument.
+    assert!(
+        dockerfile.contains("ENV THUNDER_GIT_SHA=${GIT_SHA}"),
+        "the image's binaries name their commit"
+    );
     assert!(
         dockerfile.matches("\nFROM ").count() + usize::from(dockerfile.starts_with("FROM ")) >= 2
     );

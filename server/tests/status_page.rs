@@ -36,6 +36,22 @@ async fn demo_server(queries: usize) -> ServerProcess {
         };
         client.get_in_network_posts(request).await.expect("served");
     }
+    // The page's answers per second are those of the last 10 s: keep a trickle of calls
+    // going while the tests read it (the task ends with the test's runtime).
+    let trickle = viewers.first().cloned();
+    tokio::spawn(async move {
+        let Some(viewer) = trickle else { return };
+        loop {
+            let request = GetInNetworkPostsRequest {
+                user_id: viewer.user_id as u64,
+                following_user_ids: viewer.following.iter().map(|&a| a as u64).collect(),
+                ..Default::default()
+            };
+            // The server may be gone at the end of the test.
+            let _ = client.get_in_network_posts(request).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
     // The store gauges the page reads are refreshed every few seconds (one refresh may
     // have run while the backlog was loading).
     let refreshed = common::eventually(|| async {
@@ -130,6 +146,16 @@ fn assert_demo_fields(html: &str, queries: u64) {
     assert!(ok >= queries, "{ok} ok answers, {queries} asked");
     let per_sec: f64 = field(html, "answers-per-sec").parse().expect("a rate");
     assert!(per_sec > 0.0, "{per_sec}");
+    // What runs: the version and commit, its resident memory, what the admin port allows.
+    assert_eq!(field(html, "version"), thunder_server::version::VERSION);
+    assert_eq!(field(html, "git-sha"), thunder_server::version::short_sha());
+    let rss = field(html, "rss");
+    assert!(rss.ends_with("MiB") || rss.ends_with("GiB"), "{rss}");
+    assert!(
+        field(html, "admin-mode").contains("loopback"),
+        "{}",
+        field(html, "admin-mode")
+    );
     for id in ["latency-p50", "latency-p99"] {
         assert!(field(html, id).ends_with("ms"), "{id}: {}", field(html, id));
     }

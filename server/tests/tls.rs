@@ -2,47 +2,14 @@
 //! client CA is served, a plaintext client is refused. TLS off is covered by every other test.
 
 mod common;
-
-use std::path::Path;
+mod pki;
 
 use common::{PATIENCE, TestServer, original, request, store};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use pki::{new_pki, write};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::ServerOptions;
 use thunder_server::config::tls::TlsFiles;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
-
-struct Pki {
-    ca_pem: String,
-    server: (String, String),
-    client: (String, String),
-}
-
-fn new_pki() -> Pki {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca =
-        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
-    let leaf = |name: &str| {
-        let key = KeyPair::generate().expect("key");
-        let cert = CertificateParams::new(vec![name.to_string()])
-            .expect("params")
-            .signed_by(&key, &ca)
-            .expect("signed");
-        (cert.pem(), key.serialize_pem())
-    };
-    Pki {
-        ca_pem: ca.pem(),
-        server: leaf("localhost"),
-        client: leaf("thunder-client"),
-    }
-}
-
-fn write(dir: &Path, name: &str, contents: &str) -> std::path::PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, contents).expect("written");
-    path
-}
 
 async fn call(url: &str, tls: Option<ClientTlsConfig>) -> Result<usize, String> {
     let mut endpoint = Channel::from_shared(url.to_string())

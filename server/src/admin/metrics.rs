@@ -92,6 +92,13 @@ pub struct Metrics {
     /// `grpc_connections_evicted_total{port,reason}`: idle connections closed to admit a new
     /// one at a cap.
     pub connections_evicted: IntCounterVec,
+    /// `grpc_tls_handshake_failures_total{reason}`: connections to the gRPC port closed because
+    /// their TLS handshake failed, by [`crate::serve::tls_accept::TlsFailure`] (every reason
+    /// exported at zero from the start).
+    pub tls_handshake_failures: IntCounterVec,
+    /// `thunder_build_info{version,git_sha,rustc,features}`: 1, labelled with what the binary
+    /// is ([`crate::version`]).
+    pub build_info: IntGaugeVec,
     /// `init_duration_seconds`: seconds from start-up to ready (store caught up).
     pub init_duration: Gauge,
     /// `server_ready`: 1 while readiness is SERVING (caught up, no partition stalled), else 0.
@@ -335,6 +342,21 @@ impl Metrics {
                  (max_connections, per_peer)",
                 &["port", "reason"],
             ),
+            tls_handshake_failures: r.counter_vec(
+                "grpc_tls_handshake_failures_total",
+                &format!(
+                    "Connections to the gRPC port whose TLS handshake failed, by reason ({})",
+                    crate::serve::tls_accept::TlsFailure::ALL
+                        .map(crate::serve::tls_accept::TlsFailure::label)
+                        .join(", ")
+                ),
+                &["reason"],
+            ),
+            build_info: r.gauge_vec(
+                "thunder_build_info",
+                "1, labelled with the version, git commit, compiler and cargo features of the binary",
+                &["version", "git_sha", "rustc", "features"],
+            ),
             init_duration: r.float_gauge("init_duration_seconds", "Seconds from start-up to ready"),
             ready: r.gauge(
                 "server_ready",
@@ -378,6 +400,20 @@ impl Metrics {
         for level in DEGRADE_LEVEL_LABELS {
             metrics.degrade_levels.with_label_values(&[level]);
         }
+        for failure in crate::serve::tls_accept::TlsFailure::ALL {
+            metrics
+                .tls_handshake_failures
+                .with_label_values(&[failure.label()]);
+        }
+        metrics
+            .build_info
+            .with_label_values(&[
+                crate::version::VERSION,
+                crate::version::GIT_SHA,
+                crate::version::RUSTC,
+                crate::version::FEATURES,
+            ])
+            .set(1);
         metrics
     }
 
@@ -546,7 +582,10 @@ impl KafkaMetrics {
             ),
             events_dropped: r.counter_vec(
                 "kafka_events_dropped_total",
-                "Kafka events dropped, by reason (out_of_contract_id, deleted_in_batch, too_old, in_future, invalid_time, duplicate, tombstoned)",
+                &format!(
+                    "Kafka events dropped, by reason ({})",
+                    drop_reasons().collect::<Vec<_>>().join(", ")
+                ),
                 &["reason"],
             ),
             log_truncations: r.counter_vec(
@@ -802,7 +841,9 @@ impl<'a> Registrar<'a> {
     }
 
     fn float_gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-        self.register(GaugeVec::new(Opts::new(name, help), labels))
+        let built = self.register(GaugeVec::new(Opts::new(name, help), labels));
+        self.note(&built, "gauge");
+        built
     }
 
     fn gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -1000,6 +1041,57 @@ mod tests {
             .find(|f| f.name() == "kafka_events_dropped_total")
             .expect("exported");
         assert_eq!(dropped.get_metric().len(), 2 + DropReason::ALL.len());
+    }
+
+    #[test]
+    fn every_drop_reason_is_named_in_the_help() {
+        let catalogue = Metrics::catalogue();
+        let dropped = catalogue
+            .iter()
+            .find(|m| m.name == "kafka_events_dropped_total")
+            .expect("in the catalogue");
+        for reason in drop_reasons() {
+            assert!(dropped.help.contains(reason), "{reason}: {}", dropped.help);
+        }
+        assert!(dropped.help.contains("no_slot"), "{}", dropped.help);
+    }
+
+    #[test]
+    fn build_info_is_one_with_the_version_and_commit() {
+        let (_metrics, registry) = metrics();
+        let families = registry.gather();
+        let info = families
+            .iter()
+            .find(|f| f.name() == "thunder_build_info")
+            .expect("exported");
+        let sample = info.get_metric().first().expect("one sample");
+        assert_eq!(sample.get_gauge().get_value(), 1.0);
+        let label = |name: &str| {
+            sample
+                .get_label()
+                .iter()
+                .find(|l| l.name() == name)
+                .map(|l| l.value().to_owned())
+                .unwrap_or_default()
+        };
+        assert_eq!(label("version"), crate::version::VERSION);
+        assert_eq!(label("git_sha"), crate::version::GIT_SHA);
+        assert!(!label("rustc").is_empty());
+        assert!(!label("features").is_empty());
+    }
+
+    #[test]
+    fn every_tls_handshake_failure_reason_is_exported_at_zero() {
+        let (_metrics, registry) = metrics();
+        let families = registry.gather();
+        let failures = families
+            .iter()
+            .find(|f| f.name() == "grpc_tls_handshake_failures_total")
+            .expect("exported");
+        assert_eq!(
+            failures.get_metric().len(),
+            crate::serve::tls_accept::TlsFailure::ALL.len()
+        );
     }
 
     #[test]

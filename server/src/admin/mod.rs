@@ -2,9 +2,9 @@
 //! default), apart from the gRPC port so that a flood of queries cannot lock them out.
 //!
 //! # Files
-//! - `routes.rs`: the axum router ([`routes::router`]) and [`routes::AdminAccess`], the checks a
-//!   state-changing request passes (allowed `Host`, no foreign `Origin`, the admin header, the
-//!   bearer token).
+//! - `routes.rs`: the axum router ([`routes::router`]): reads open, privileged requests
+//!   (profiles, snapshots, any mutation) allowed by the listener's [`routes::AdminMode`]
+//!   (loopback, bearer token, or read-only) and the browser checks of [`routes::AdminAccess`].
 //! - `metrics.rs`: every Prometheus metric of the process in one registry type
 //!   ([`metrics::Metrics`]), served at `/metrics`; the serving path, ingestion and the snapshot
 //!   writer all record into it. `author_counts.rs` counts an answer's posts per author for the
@@ -16,7 +16,8 @@
 //! - `profiling.rs`: CPU profiles with pprof-rs (`/debug/pprof/profile`,
 //!   `/debug/pprof/flamegraph`).
 //! - `status.rs`: the status page at `/`, rendered from the metrics registry and readiness, with
-//!   the last minute's figures from a background sampler.
+//!   the recent figures (answers per second over 10 s, the last minute's calls) from a
+//!   background sampler.
 //!
 //! `POST /admin/snapshot` is routed here and handled by [`crate::snapshot`].
 

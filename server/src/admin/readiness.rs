@@ -2,6 +2,8 @@
 //! its event source, SERVING and 200 after. Liveness is separate: the gRPC health service
 //! [`LIVENESS_SERVICE`] and `/healthz` say the process is up, SERVING from start-up (during
 //! catch-up too) until shutdown, so a probe does not kill a replica that is still replaying.
+//! At shutdown readiness turns off first ([`Readiness::set_lame_duck`]) while calls are still
+//! served, then liveness with the drain ([`Readiness::set_not_ready`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -131,6 +133,20 @@ impl Readiness {
             tracing::info!(reason, "health SERVING again");
         } else {
             tracing::warn!(reason, "health NOT_SERVING");
+        }
+    }
+
+    /// Turns readiness NOT_SERVING for the lame duck at shutdown: calls are still served (and
+    /// liveness stays SERVING) while balancers take the replica out of rotation.
+    pub async fn set_lame_duck(&self, reason: &str) {
+        self.set_reason(reason);
+        self.inner.ready.store(false, Ordering::Relaxed);
+        Metrics::global().ready.set(0);
+        for service in HEALTH_SERVICES {
+            self.inner
+                .health
+                .set_service_status(service, ServingStatus::NotServing)
+                .await;
         }
     }
 

@@ -3,10 +3,23 @@
 //! `POST /admin/snapshot`, `/` (the status page, HTML; `/?format=text` or `/endpoints` list
 //! the endpoints as text).
 //!
-//! State-changing requests (any method but GET and HEAD) pass [`AdminAccess`]'s checks first:
-//! an allowed `Host`, no foreign `Origin`, no form content type, the `X-Thunder-Admin: 1`
-//! header (which a browser page cannot send cross-site without a CORS preflight, and the
-//! port answers no preflight), and the bearer token when `--admin-token` is set.
+//! The endpoints are split by privilege. Reads (`/`, `/endpoints`, `/metrics`, `/healthz`,
+//! `/readyz`) are open to whoever reaches the port: probes and scrapers. Privileged requests,
+//! those that change or load the process (the CPU profiles, `POST /admin/snapshot`, any
+//! method but GET and HEAD), are allowed by the [`AdminMode`] the listener runs in:
+//! - **loopback**: the listener is on a loopback address and no token is set: only this host
+//!   reaches it, so its requests are allowed after the browser checks below;
+//! - **token**: `--admin-token` is set: every privileged request must carry
+//!   `Authorization: Bearer <token>`, whatever the address (the Host header authenticates
+//!   nothing);
+//! - **read-only**: the listener is reachable from other hosts and no token is set: privileged
+//!   requests are refused (403), and the log and the status page say so.
+//!
+//! The browser checks keep a web page from driving the port through the operator's browser:
+//! no foreign `Origin` or cross-site `Sec-Fetch-Site`, no form content type, the
+//! `X-Thunder-Admin: 1` header on state-changing requests (a page cannot send it cross-site
+//! without a CORS preflight, which the port does not answer), and, in loopback mode, a `Host`
+//! naming this server (against DNS rebinding).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,14 +40,55 @@ use crate::admin::status::StatusSampler;
 /// The header every state-changing admin request must carry, with the value `1`.
 pub const ADMIN_HEADER: &str = "x-thunder-admin";
 
-/// Who may send state-changing admin requests (see the module docs).
+/// Who may send privileged admin requests (see the module docs).
 #[derive(Clone, Default)]
 pub struct AdminAccess {
-    /// Bearer token required besides the header (`--admin-token`); `None`: no token.
+    /// Bearer token privileged requests must carry (`--admin-token`); `None`: no token.
     pub token: Option<String>,
-    /// Host names accepted besides localhost, 127.0.0.1, `[::1]` and the listen address
-    /// (`--admin-allowed-hosts`); an entry with a port matches only that port.
+    /// In loopback mode, host names accepted besides localhost, 127.0.0.1, `[::1]` and the
+    /// listen address (`--admin-allowed-hosts`); an entry with a port matches only that port.
     pub allowed_hosts: Vec<String>,
+}
+
+/// Who may use the privileged admin endpoints (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminMode {
+    /// Loopback listener, no token: privileged requests from this host.
+    Loopback,
+    /// `--admin-token` set: privileged requests with the bearer token.
+    Token,
+    /// Listener reachable from other hosts, no token: reads only.
+    ReadOnly,
+}
+
+impl AdminMode {
+    /// The mode of a listener bound to `bound` with `access`.
+    pub fn of(access: &AdminAccess, bound: SocketAddr) -> Self {
+        if access.token.is_some() {
+            Self::Token
+        } else if bound.ip().is_loopback() {
+            Self::Loopback
+        } else {
+            Self::ReadOnly
+        }
+    }
+
+    /// Says what the mode allows, for the log and the status page.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Loopback => {
+                "privileged (loopback listener: profiles and snapshots from this host only)"
+            }
+            Self::Token => {
+                "privileged with the bearer token (profiles and snapshots need Authorization: \
+                 Bearer <--admin-token>)"
+            }
+            Self::ReadOnly => {
+                "read-only (the listener is reachable from other hosts and no --admin-token is \
+                 set: profiles and snapshots are refused)"
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for AdminAccess {
@@ -48,6 +102,7 @@ impl std::fmt::Debug for AdminAccess {
 
 /// [`AdminAccess`] resolved against the bound address, the token kept only as an HMAC tag.
 struct AccessPolicy {
+    mode: AdminMode,
     hosts: Vec<String>,
     /// Key and tag of the token: a presented token is checked with [`hmac::verify`], a
     /// constant-time comparison.
@@ -79,7 +134,11 @@ impl AccessPolicy {
             let tag = hmac::sign(&key, token.as_bytes());
             (key, tag)
         });
-        Self { hosts, token }
+        Self {
+            mode: AdminMode::of(access, bound),
+            hosts,
+            token,
+        }
     }
 
     /// True when `host` (a `Host` header or an origin's authority) names this server.
@@ -89,27 +148,59 @@ impl AccessPolicy {
         self.hosts.iter().any(|h| *h == host || *h == name)
     }
 
-    /// `Err` with the 403 body when `headers` may not change state.
-    fn check(&self, headers: &HeaderMap) -> Result<(), String> {
+    /// `Err` with the 403 body when a privileged request with `headers` is not allowed;
+    /// `changes_state`: any method but GET and HEAD.
+    fn check(&self, changes_state: bool, headers: &HeaderMap) -> Result<(), String> {
         let text = |name: header::HeaderName| {
             headers
                 .get(name)
                 .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
         };
-        let Some(host) = text(header::HOST) else {
-            return Err("forbidden: no Host header".into());
-        };
-        if !self.host_allowed(&host) {
-            return Err(format!(
-                "forbidden: Host {host:?} is not an allowed admin host (localhost, 127.0.0.1, \
-                 [::1], the admin listen address, or --admin-allowed-hosts)"
-            ));
+        match (self.mode, &self.token) {
+            (AdminMode::ReadOnly, _) => {
+                return Err(
+                    "forbidden: this admin listener is read-only: it is reachable from \
+                     other hosts and no --admin-token is set (set one, or bind --admin-addr to \
+                     a loopback address)"
+                        .into(),
+                );
+            }
+            (AdminMode::Token, Some((key, tag))) => {
+                let presented = headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+                let valid =
+                    presented.is_some_and(|token| hmac::verify(key, token, tag.as_ref()).is_ok());
+                if !valid {
+                    return Err("forbidden: missing or wrong admin token (Authorization: \
+                         Bearer <--admin-token>)"
+                        .into());
+                }
+            }
+            (AdminMode::Token, None) => {
+                return Err("forbidden: no admin token configured".into());
+            }
+            (AdminMode::Loopback, _) => {
+                let Some(host) = text(header::HOST) else {
+                    return Err("forbidden: no Host header".into());
+                };
+                if !self.host_allowed(&host) {
+                    return Err(format!(
+                        "forbidden: Host {host:?} is not an allowed admin host (localhost, \
+                         127.0.0.1, [::1], the admin listen address, or --admin-allowed-hosts)"
+                    ));
+                }
+            }
         }
         if let Some(origin) = text(header::ORIGIN) {
             let authority = origin
                 .strip_prefix("http://")
                 .or_else(|| origin.strip_prefix("https://"));
-            if !authority.is_some_and(|a| self.host_allowed(a)) {
+            let same = authority.is_some_and(|a| {
+                self.host_allowed(a)
+                    || text(header::HOST).is_some_and(|h| h.eq_ignore_ascii_case(a))
+            });
+            if !same {
                 return Err(format!(
                     "forbidden: cross-origin request (Origin {origin:?}); admin requests are \
                      not accepted from web pages"
@@ -123,6 +214,9 @@ impl AccessPolicy {
             return Err(format!(
                 "forbidden: cross-site request (Sec-Fetch-Site {site:?})"
             ));
+        }
+        if !changes_state {
+            return Ok(());
         }
         if let Some(kind) = text(header::CONTENT_TYPE) {
             let kind = kind.to_ascii_lowercase();
@@ -141,19 +235,6 @@ impl AccessPolicy {
                 "forbidden: state-changing admin requests need the header X-Thunder-Admin: 1"
                     .into(),
             );
-        }
-        if let Some((key, tag)) = &self.token {
-            let presented = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-            let valid =
-                presented.is_some_and(|token| hmac::verify(key, token, tag.as_ref()).is_ok());
-            if !valid {
-                return Err(
-                    "forbidden: missing or wrong admin token (Authorization: Bearer <--admin-token>)"
-                        .into(),
-                );
-            }
         }
         Ok(())
     }
@@ -178,12 +259,21 @@ fn host_of_ip(addr: SocketAddr) -> String {
     }
 }
 
-/// Rejects state-changing requests that fail the [`AccessPolicy`] with 403 and the reason.
+/// True for the requests that change or load the process: CPU profiles and every method but
+/// GET and HEAD.
+fn is_privileged(method: &Method, path: &str) -> bool {
+    let reads = *method == Method::GET || *method == Method::HEAD;
+    !reads || path.starts_with("/debug/")
+}
+
+/// Rejects privileged requests that fail the [`AccessPolicy`] with 403 and the reason; reads
+/// pass.
 async fn guard(State(state): State<AdminState>, request: Request, next: Next) -> Response {
-    if request.method() == Method::GET || request.method() == Method::HEAD {
+    if !is_privileged(request.method(), request.uri().path()) {
         return next.run(request).await;
     }
-    match state.access.check(request.headers()) {
+    let changes_state = request.method() != Method::GET && request.method() != Method::HEAD;
+    match state.access.check(changes_state, request.headers()) {
         Ok(()) => next.run(request).await,
         Err(reason) => {
             tracing::warn!(
@@ -217,6 +307,15 @@ pub fn router(
         status,
         access: Arc::new(AccessPolicy::new(access, bound)),
     };
+    let mode = state.access.mode;
+    match mode {
+        AdminMode::ReadOnly => tracing::warn!(
+            admin_addr = %bound,
+            "admin listener read-only: it is reachable from other hosts and no --admin-token is \
+             set, so CPU profiles and POST /admin/snapshot are refused"
+        ),
+        _ => tracing::info!(admin_addr = %bound, mode = mode.describe(), "admin listener"),
+    }
     Router::new()
         .route("/", get(index))
         .route("/endpoints", get(endpoints))
@@ -237,11 +336,12 @@ GET  /endpoints                          this list\n\
 GET  /metrics                            Prometheus text\n\
 GET  /healthz                            the process is up (liveness)\n\
 GET  /readyz                             200 once caught up, 503 before (readiness)\n\
-GET  /debug/pprof/profile?seconds=N      CPU profile, gzipped pprof (N <= 60)\n\
-GET  /debug/pprof/flamegraph?seconds=N   the same as an SVG flamegraph\n\
+GET  /debug/pprof/profile?seconds=N      CPU profile, gzipped pprof (N <= 60) [privileged]\n\
+GET  /debug/pprof/flamegraph?seconds=N   the same as an SVG flamegraph [privileged]\n\
 POST /admin/snapshot                     write a snapshot now (with --snapshot-dir; needs the\n\
-                                         header X-Thunder-Admin: 1, and the bearer token\n\
-                                         when --admin-token is set)\n";
+                                         header X-Thunder-Admin: 1) [privileged]\n\
+[privileged]: with --admin-token, send Authorization: Bearer <token>; without one, only a\n\
+loopback admin listener serves them (a listener reachable from other hosts is read-only)\n";
 
 /// Query of `/`.
 #[derive(Debug, serde::Deserialize)]
@@ -254,7 +354,9 @@ async fn index(State(state): State<AdminState>, Query(params): Query<IndexParams
     if params.format.as_deref() == Some("text") {
         return ENDPOINTS.into_response();
     }
-    let page = state.status.render(&state.readiness);
+    let page = state
+        .status
+        .render(&state.readiness, state.access.mode.describe());
     ([(header::CACHE_CONTROL, "no-store")], Html(page)).into_response()
 }
 
@@ -293,13 +395,13 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    fn policy(token: Option<&str>, extra: &[&str]) -> AccessPolicy {
+    fn policy(token: Option<&str>, extra: &[&str], bound: &str) -> AccessPolicy {
         AccessPolicy::new(
             &AdminAccess {
                 token: token.map(str::to_owned),
                 allowed_hosts: extra.iter().map(|h| (*h).to_owned()).collect(),
             },
-            "10.0.0.7:8080".parse().expect("addr"),
+            bound.parse().expect("addr"),
         )
     }
 
@@ -320,15 +422,67 @@ mod tests {
     }
 
     #[test]
-    fn hosts_and_origins() {
-        let p = policy(None, &["Thunder-0.Thunder", "ops.example:9000"]);
-        let ok = |host: &str| p.check(&headers(&[("host", host), (ADMIN_HEADER, "1")]));
+    fn the_mode_follows_the_address_and_the_token() {
+        let access = |token: Option<&str>| AdminAccess {
+            token: token.map(str::to_owned),
+            allowed_hosts: Vec::new(),
+        };
+        let at = |addr: &str| addr.parse::<SocketAddr>().expect("addr");
+        assert_eq!(
+            AdminMode::of(&access(None), at("127.0.0.1:8080")),
+            AdminMode::Loopback
+        );
+        assert_eq!(
+            AdminMode::of(&access(None), at("[::1]:8080")),
+            AdminMode::Loopback
+        );
+        for open in ["0.0.0.0:8080", "[::]:8080", "10.0.0.7:8080"] {
+            assert_eq!(
+                AdminMode::of(&access(None), at(open)),
+                AdminMode::ReadOnly,
+                "{open}"
+            );
+            assert_eq!(
+                AdminMode::of(&access(Some("t")), at(open)),
+                AdminMode::Token
+            );
+        }
+    }
+
+    #[test]
+    fn privileged_requests_are_profiles_and_everything_but_reads() {
+        assert!(!is_privileged(&Method::GET, "/metrics"));
+        assert!(!is_privileged(&Method::HEAD, "/readyz"));
+        assert!(!is_privileged(&Method::GET, "/"));
+        assert!(is_privileged(&Method::GET, "/debug/pprof/profile"));
+        assert!(is_privileged(&Method::GET, "/debug/pprof/flamegraph"));
+        assert!(is_privileged(&Method::POST, "/admin/snapshot"));
+        assert!(is_privileged(&Method::DELETE, "/metrics"));
+    }
+
+    #[test]
+    fn a_read_only_listener_refuses_whatever_the_headers_say() {
+        let p = policy(None, &["evil.example"], "0.0.0.0:8080");
+        for host in ["localhost", "127.0.0.1:8080", "evil.example"] {
+            let refused = p.check(true, &headers(&[("host", host), (ADMIN_HEADER, "1")]));
+            assert!(refused.is_err_and(|e| e.contains("read-only")), "{host}");
+            assert!(p.check(false, &headers(&[("host", host)])).is_err());
+        }
+    }
+
+    #[test]
+    fn loopback_hosts_and_origins() {
+        let p = policy(
+            None,
+            &["Thunder-0.Thunder", "ops.example:9000"],
+            "127.0.0.1:8080",
+        );
+        let ok = |host: &str| p.check(true, &headers(&[("host", host), (ADMIN_HEADER, "1")]));
         for host in [
             "localhost",
             "LOCALHOST:1",
             "127.0.0.1:8080",
             "[::1]:8080",
-            "10.0.0.7:8080",
             "thunder-0.thunder:8080",
             "ops.example:9000",
         ] {
@@ -338,11 +492,14 @@ mod tests {
             assert!(ok(host).is_err(), "{host}");
         }
         let with_origin = |origin: &str| {
-            p.check(&headers(&[
-                ("host", "localhost:8080"),
-                ("origin", origin),
-                (ADMIN_HEADER, "1"),
-            ]))
+            p.check(
+                true,
+                &headers(&[
+                    ("host", "localhost:8080"),
+                    ("origin", origin),
+                    (ADMIN_HEADER, "1"),
+                ]),
+            )
         };
         assert_eq!(with_origin("http://localhost:8080"), Ok(()));
         for origin in [
@@ -353,25 +510,28 @@ mod tests {
         ] {
             assert!(with_origin(origin).is_err(), "{origin}");
         }
+        // A profile (a read that loads the process) needs no header, but no cross-site page.
+        assert_eq!(p.check(false, &headers(&[("host", "localhost")])), Ok(()));
+        let embedded = headers(&[("host", "localhost"), ("sec-fetch-site", "cross-site")]);
+        assert!(p.check(false, &embedded).is_err());
     }
 
     #[test]
-    fn header_form_types_and_token() {
-        let p = policy(Some("s3cret"), &[]);
-        let base = [("host", "127.0.0.1:8080"), (ADMIN_HEADER, "1")];
+    fn with_a_token_the_token_decides_not_the_host() {
+        let p = policy(Some("s3cret"), &[], "0.0.0.0:8080");
         let check = |more: &[(&'static str, &str)]| {
-            let mut all = base.to_vec();
+            let mut all = vec![("host", "10.1.2.3:8080"), (ADMIN_HEADER, "1")];
             all.extend_from_slice(more);
-            p.check(&headers(&all))
+            p.check(true, &headers(&all))
         };
         assert_eq!(check(&[("authorization", "Bearer s3cret")]), Ok(()));
         assert!(check(&[]).is_err());
         assert!(check(&[("authorization", "Bearer s3cre")]).is_err());
         assert!(check(&[("authorization", "s3cret")]).is_err());
-        let no_header = p.check(&headers(&[
-            ("host", "127.0.0.1"),
-            ("authorization", "Bearer s3cret"),
-        ]));
+        let no_header = p.check(
+            true,
+            &headers(&[("host", "127.0.0.1"), ("authorization", "Bearer s3cret")]),
+        );
         assert!(no_header.is_err_and(|e| e.contains("X-Thunder-Admin")));
         for kind in [
             "text/plain",
@@ -391,6 +551,14 @@ mod tests {
             ])
             .is_err()
         );
+        // A profile with the token, from any host; without it, refused.
+        let profile = |more: &[(&'static str, &str)]| {
+            let mut all = vec![("host", "thunder-2.thunder:8080")];
+            all.extend_from_slice(more);
+            p.check(false, &headers(&all))
+        };
+        assert_eq!(profile(&[("authorization", "Bearer s3cret")]), Ok(()));
+        assert!(profile(&[]).is_err());
         let debug = format!(
             "{:?}",
             AdminAccess {

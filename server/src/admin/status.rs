@@ -1,12 +1,15 @@
 //! The status page at `GET /` of the admin port: one server-rendered HTML page (no script; it
-//! reloads itself every [`REFRESH_SECS`]) with readiness and why, the event source, the Kafka
-//! partitions, the store's sizes, the last minute's answers, latency and degrade levels, and
-//! the snapshot's age. Every value is read from the metrics registry (what `/metrics` shows)
-//! and [`Readiness`]; every text is HTML-escaped.
+//! reloads itself every [`REFRESH_SECS`]) with readiness and why, the event source, the
+//! process (version, git commit, resident memory, what the admin port allows), the Kafka
+//! partitions, the store's sizes, the answers per second of the last [`RATE_WINDOW`], the last
+//! minute's calls, latency and degrade levels, and the snapshot's age. Every value is read
+//! from the metrics registry (what `/metrics` shows) and [`Readiness`]; every text is
+//! HTML-escaped.
 //!
-//! The last minute comes from [`StatusSampler`]: a background task samples the request
-//! counters every [`SAMPLE_INTERVAL`], and the page compares now with the oldest sample of the
-//! last minute.
+//! The recent figures come from [`StatusSampler`]: a background task samples the request
+//! counters every [`SAMPLE_INTERVAL`], and the page compares now with the sample one window
+//! ago (or the oldest, in a process younger than the window), so a rate is that of the
+//! window, not an average over the idle time before it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
@@ -25,9 +28,11 @@ use crate::admin::routes::ENDPOINTS;
 /// How often the page reloads itself, in seconds.
 pub const REFRESH_SECS: u32 = 5;
 /// How often the request counters are sampled.
-pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// The window of the "last minute" figures.
 pub const WINDOW: Duration = Duration::from_secs(60);
+/// The window of the answers per second.
+pub const RATE_WINDOW: Duration = Duration::from_secs(10);
 
 /// The request counters at one instant.
 #[derive(Clone, Debug)]
@@ -183,17 +188,12 @@ impl StatusSampler {
         }
     }
 
-    /// The figures from the oldest sample of the last minute to now.
-    pub fn window(&self) -> Window {
+    /// The figures from the sample `span` ago to now: from the newest sample at least `span`
+    /// old, or from the oldest one when the process is younger than `span`.
+    pub fn window(&self, span: Duration) -> Window {
         let now = Sample::now(Metrics::global());
-        let samples = self.samples();
-        let oldest = samples
-            .iter()
-            .find(|s| now.at.saturating_duration_since(s.at) <= WINDOW + SAMPLE_INTERVAL)
-            .or(samples.front())
-            .cloned();
-        drop(samples);
-        Window::between(oldest.as_ref().unwrap_or(&now), &now)
+        let start = window_start(&self.samples(), &now, span);
+        Window::between(start.as_ref().unwrap_or(&now), &now)
     }
 
     /// Samples every [`SAMPLE_INTERVAL`] until `shutdown` turns true.
@@ -209,12 +209,23 @@ impl StatusSampler {
         }
     }
 
-    /// The status page.
-    pub fn render(&self, readiness: &Readiness) -> String {
-        let window = self.window();
+    /// The status page; `admin_mode` says what the admin port allows.
+    pub fn render(&self, readiness: &Readiness, admin_mode: &str) -> String {
+        let minute = self.window(WINDOW);
+        let recent = self.window(RATE_WINDOW);
         let families = prometheus::gather();
-        Page::new(&families).render(readiness, &window)
+        Page::new(&families).render(readiness, admin_mode, &minute, &recent)
     }
+}
+
+/// The newest of `samples` at least `span` older than `now`, else the oldest.
+fn window_start(samples: &VecDeque<Sample>, now: &Sample, span: Duration) -> Option<Sample> {
+    samples
+        .iter()
+        .rev()
+        .find(|s| now.at.saturating_duration_since(s.at) >= span)
+        .or(samples.front())
+        .cloned()
 }
 
 /// `text` with `&`, `<`, `>`, `"` and `'` replaced by their HTML entities.
@@ -287,7 +298,13 @@ impl Page {
             .map(|v| v.value)
     }
 
-    fn render(&self, readiness: &Readiness, window: &Window) -> String {
+    fn render(
+        &self,
+        readiness: &Readiness,
+        admin_mode: &str,
+        window: &Window,
+        recent: &Window,
+    ) -> String {
         let mut html = String::with_capacity(16 * 1024);
         let ready = readiness.is_ready();
         let _ = write!(
@@ -321,9 +338,10 @@ impl Page {
                 "not yet".to_owned()
             },
         );
+        self.process(&mut html, admin_mode);
         self.partitions(&mut html);
         self.store(&mut html);
-        last_minute(&mut html, window);
+        last_minute(&mut html, window, recent);
         self.snapshot(&mut html);
         let _ = write!(
             html,
@@ -338,6 +356,30 @@ impl Page {
             escape(ENDPOINTS)
         );
         html
+    }
+
+    /// What runs: version, git commit and compiler, resident memory, the admin port's mode.
+    fn process(&self, html: &mut String, admin_mode: &str) {
+        use crate::version;
+        let rss = self
+            .get("process_resident_memory_bytes")
+            .map_or_else(|| "-".to_owned(), bytes);
+        let _ = write!(
+            html,
+            "<h2>Process</h2>\n<table>\
+             <tr><th>version</th><td id=\"version\">{}</td></tr>\
+             <tr><th>git commit</th><td id=\"git-sha\" title=\"{}\">{}</td></tr>\
+             <tr><th>compiler</th><td id=\"rustc\">rustc {}</td></tr>\
+             <tr><th>resident memory</th><td id=\"rss\">{}</td></tr>\
+             <tr><th>admin port</th><td id=\"admin-mode\">{}</td></tr>\
+             </table>\n",
+            escape(version::VERSION),
+            escape(version::GIT_SHA),
+            escape(version::short_sha()),
+            escape(version::RUSTC),
+            rss,
+            escape(admin_mode),
+        );
     }
 
     /// Every `kafka_partition_*` metric, one row per topic and partition.
@@ -499,8 +541,9 @@ impl Page {
     }
 }
 
-/// The last minute's answers, latency and degrade levels.
-fn last_minute(html: &mut String, window: &Window) {
+/// The answers per second of the last [`RATE_WINDOW`] (`recent`), and the last minute's
+/// calls, latency and degrade levels (`window`).
+fn last_minute(html: &mut String, window: &Window, recent: &Window) {
     let latency = |q: Option<f64>| match q {
         None => "- (no calls)".to_owned(),
         Some(s) if s.is_infinite() => "over the largest bucket".to_owned(),
@@ -543,15 +586,16 @@ fn last_minute(html: &mut String, window: &Window) {
     let _ = write!(
         html,
         "<h2>Last minute</h2>\n<table>\
-         <tr><th>window</th><td id=\"window\">{}</td></tr>\
-         <tr><th>answers/s (OK)</th><td id=\"answers-per-sec\">{:.1}</td></tr>\
+         <tr><th>answers/s (OK, last {})</th><td id=\"answers-per-sec\">{:.1}</td></tr>\
+         <tr><th>window of the figures below</th><td id=\"window\">{}</td></tr>\
          <tr><th>calls by status</th><td id=\"statuses\">{statuses}</td></tr>\
          <tr><th>latency p50</th><td id=\"latency-p50\">{}</td></tr>\
          <tr><th>latency p99</th><td id=\"latency-p99\">{}</td></tr>\
          <tr><th>degrade level</th><td id=\"degrade\">{degrade}</td></tr>\
          </table>\n",
+        duration(recent.secs),
+        recent.answers_per_sec,
         duration(window.secs),
-        window.answers_per_sec,
         latency(window.p50),
         latency(window.p99),
     );
@@ -677,7 +721,38 @@ mod tests {
             BTreeMap::from([("0".to_owned(), 50), ("1".to_owned(), 10)])
         );
         let idle = Window::between(&new, &new);
+        assert_eq!(idle.answers_per_sec, 0.0);
         assert_eq!(idle.p50, None);
         assert!(idle.by_status.is_empty());
+    }
+
+    #[test]
+    fn the_rate_is_that_of_the_last_ten_seconds_not_of_the_idle_minute() {
+        let now_at = Instant::now();
+        let ago = |secs: u64| {
+            now_at
+                .checked_sub(Duration::from_secs(secs))
+                .expect("the clock has run a minute")
+        };
+        // Idle for 50 s, then 300 answers/s for the last 10 s.
+        let samples = VecDeque::from([
+            sample(ago(60), 0, &[], &[]),
+            sample(ago(50), 0, &[], &[]),
+            sample(ago(11), 0, &[], &[]),
+            sample(ago(10), 0, &[], &[]),
+            sample(ago(5), 1500, &[], &[]),
+        ]);
+        let now = sample(now_at, 3000, &[], &[]);
+        let rate = |span: u64| {
+            let start = window_start(&samples, &now, Duration::from_secs(span)).expect("a sample");
+            Window::between(&start, &now)
+        };
+        assert_eq!(rate(10).answers_per_sec, 300.0);
+        assert_eq!(rate(10).secs, 10.0);
+        assert_eq!(rate(60).answers_per_sec, 50.0);
+        // A process younger than the window: from its first sample.
+        let young = VecDeque::from([sample(ago(4), 0, &[], &[])]);
+        let start = window_start(&young, &now, RATE_WINDOW).expect("a sample");
+        assert_eq!(Window::between(&start, &now).answers_per_sec, 750.0);
     }
 }

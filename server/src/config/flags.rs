@@ -12,11 +12,24 @@ use crate::kafka::KafkaArgs;
 use crate::lifecycle::{DEFAULT_MAX_DECODING_MESSAGE_BYTES, ServerOptions};
 use crate::{demo, tasks};
 
+/// Default of `--shutdown-delay-secs`: longer than the few seconds an endpoint removal takes to
+/// reach kube-proxy, DNS and client-side balancers.
+pub const DEFAULT_SHUTDOWN_DELAY_SECS: u64 = 5;
+
+/// The format of the log lines on standard output (`--log-format`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
 /// Flags of the server binary.
 #[derive(clap::Parser, Clone, Debug)]
 #[command(
     name = "thunder-server",
-    version,
+    version = crate::version::LONG_VERSION,
     about = "In-network posts: serves the newest posts of followed accounts over gRPC"
 )]
 pub struct Args {
@@ -44,6 +57,16 @@ pub struct Args {
     /// On SIGTERM/SIGINT, how long in-flight calls may finish before connections are cut, in ms.
     #[arg(long, env = "THUNDER_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
     pub shutdown_timeout_ms: u64,
+    /// Lame duck: on SIGTERM/SIGINT readiness turns NOT_SERVING at once (gRPC health, /readyz)
+    /// and calls are still served for this many seconds, so that endpoints and client-side
+    /// balancers stop sending before the connections are closed; then the drain. A second
+    /// signal cuts it short. Keep it longer than endpoint propagation (a few seconds).
+    #[arg(long, env = "THUNDER_SHUTDOWN_DELAY_SECS", default_value_t = DEFAULT_SHUTDOWN_DELAY_SECS)]
+    pub shutdown_delay_secs: u64,
+    /// Log format: `text` (one line an event; colour only on a terminal and without NO_COLOR)
+    /// or `json` (one JSON object a line, the event's fields as keys, for log collectors).
+    #[arg(long, env = "THUNDER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Server certificate chain (PEM). With --tls-key and --tls-client-ca: serve mTLS.
     #[arg(long, env = "THUNDER_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -134,13 +157,14 @@ pub struct Args {
     /// when it is valid, 2 with the reasons when not.
     #[arg(long, env = "THUNDER_CHECK_CONFIG")]
     pub check_config: bool,
-    /// Bearer token that state-changing admin requests (POST /admin/snapshot) must send as
-    /// `Authorization: Bearer <token>`, besides the header `X-Thunder-Admin: 1`. Unset: the
-    /// header and the Host/Origin checks only.
+    /// Bearer token of the privileged admin requests (CPU profiles, POST /admin/snapshot): they
+    /// must send `Authorization: Bearer <token>`. Unset: they are served only on a loopback
+    /// --admin-addr; an admin listener other hosts reach is then read-only.
     #[arg(long, env = "THUNDER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
-    /// Host names accepted in the Host header of state-changing admin requests, comma-separated,
-    /// besides localhost, 127.0.0.1, [::1] and the --admin-addr IP (`name` or `name:port`).
+    /// On a loopback --admin-addr without --admin-token: host names accepted in the Host header
+    /// of privileged admin requests, comma-separated, besides localhost, 127.0.0.1, ::1 and the
+    /// --admin-addr IP (`name` or `name:port`).
     #[arg(long, env = "THUNDER_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
     pub admin_allowed_hosts: Vec<String>,
     /// Kafka ingestion.

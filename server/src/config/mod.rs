@@ -15,4 +15,4 @@ pub mod check;
 pub(crate) mod flags;
 pub mod tls;
 
-pub use flags::Args;
+pub use flags::{Args, LogFormat};

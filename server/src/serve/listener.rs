@@ -1,5 +1,6 @@
 //! Accepted connections with bounds: a connection cap per port, idle and header timeouts, and
-//! closing idle connections at once on shutdown.
+//! closing idle connections at once on shutdown. With mTLS on, the gRPC port's connections
+//! are handshaken by [`BoundedListener::into_tls_stream`] (see [`crate::serve::tls_accept`]).
 //!
 //! - **Caps**: at most [`ConnLimits::max_connections`] open connections on a port, and at most
 //!   [`ConnLimits::max_connections_per_peer`] from one peer address. A new connection beyond a
@@ -397,6 +398,37 @@ impl BoundedListener {
     /// The connections as a stream, for tonic's `serve_with_incoming_shutdown`.
     pub fn into_stream(self) -> impl tokio_stream::Stream<Item = io::Result<Conn>> {
         futures_unfold(self)
+    }
+
+    /// The connections whose TLS handshake with `acceptor` succeeded, as a stream for tonic.
+    /// Each handshake runs in a task of its own within the handshake timeout; a failed one is
+    /// counted and logged ([`crate::serve::tls_accept`]) and its connection closed.
+    pub fn into_tls_stream(
+        self,
+        acceptor: tokio_rustls::TlsAcceptor,
+    ) -> impl tokio_stream::Stream<Item = io::Result<tokio_rustls::server::TlsStream<Conn>>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let timeout = self.limits.handshake_timeout;
+        let mut plain = Box::pin(futures_unfold(self));
+        tokio::spawn(async move {
+            while let Some(Ok(conn)) = tokio_stream::StreamExt::next(&mut plain).await {
+                let acceptor = acceptor.clone();
+                let tx = tx.clone();
+                let peer = conn
+                    .info
+                    .remote_addr
+                    .unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
+                tokio::spawn(async move {
+                    if let Some(stream) =
+                        crate::serve::tls_accept::handshake(&acceptor, conn, peer, timeout).await
+                    {
+                        // The server stopped accepting: the connection just closes.
+                        let _ = tx.send(Ok(stream)).await;
+                    }
+                });
+            }
+        });
+        tokio_stream::wrappers::ReceiverStream::new(rx)
     }
 }
 

@@ -43,6 +43,20 @@ impl ServerProcess {
     /// Starts `thunder-server --grpc-addr G --admin-addr A args` (`RUST_LOG=warn`, no stdin) on
     /// free ports and waits, at most `within`, until it listens on both.
     pub fn start(args: &[&str], within: Duration) -> Self {
+        Self::start_with(args, within, |_| {})
+    }
+
+    /// [`ServerProcess::start`] with `RUST_LOG=info` and the log (standard output) written to
+    /// the file `log`, as a log collector reads it (not a terminal).
+    pub fn start_logged(args: &[&str], within: Duration, log: &std::path::Path) -> Self {
+        Self::start_with(args, within, |command| {
+            let file = std::fs::File::create(log).expect("create the log file");
+            command.env("RUST_LOG", "info").stdout(file);
+        })
+    }
+
+    /// [`ServerProcess::start`], the command adjusted by `configure` before each spawn.
+    pub fn start_with(args: &[&str], within: Duration, configure: impl Fn(&mut Command)) -> Self {
         let started = spawn_listening(
             |grpc, admin| {
                 let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
@@ -56,6 +70,7 @@ impl ServerProcess {
                     .args(args)
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::null());
+                configure(&mut command);
                 command
             },
             within,
@@ -105,6 +120,17 @@ pub fn start_server(
     ];
     args.extend_from_slice(extra);
     ServerProcess::start(&args, TIMEOUT)
+}
+
+/// One feed call (authors 1, 2 and 3) to the server at `grpc`, which must answer OK.
+pub async fn one_call(grpc: SocketAddr) {
+    let mut client = InNetworkPostsServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect");
+    client
+        .get_in_network_posts(crate::common::request(&[1, 2, 3]))
+        .await
+        .expect("a call");
 }
 
 /// The gRPC health status, `None` while the server does not answer.
