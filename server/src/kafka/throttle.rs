@@ -81,7 +81,15 @@ impl ClientContext for ThrottledContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         // Before the throttle: a refused response must be noted even when its line is not shown.
         self.oversized_responses.observe_log(log_message);
-        let Some(suppressed) = self.throttle.admit(fac) else {
+        // A broker connection failure is counted and kept for the status page, whether or not
+        // its line is shown; each reason has its own line budget.
+        let key = if fac == "FAIL" {
+            let reason = super::connection::record(log_message);
+            std::borrow::Cow::Owned(format!("FAIL:{reason}"))
+        } else {
+            std::borrow::Cow::Borrowed(fac)
+        };
+        let Some(suppressed) = self.throttle.admit(&key) else {
             return;
         };
         match level {
