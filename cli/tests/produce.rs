@@ -122,3 +122,31 @@ fn synthetic_live_events_are_produced_at_a_rate() {
     assert_eq!(ingest.stats().failed, 0);
     ingest.shutdown_blocking();
 }
+
+/// A broker that is not there: produce gives up within its request timeout, non-zero, saying
+/// why, instead of waiting for the records' delivery timeout.
+#[test]
+fn an_unreachable_broker_fails_fast_with_the_reason() {
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+        .args([
+            "produce",
+            "--kafka-brokers",
+            "127.0.0.1:1",
+            "--synth",
+            "--live-events",
+            "1",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run thunder-cli produce");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit 0:\n{stderr}");
+    assert!(took < Duration::from_secs(15), "took {took:?}:\n{stderr}");
+    assert!(
+        stderr.contains("no Kafka broker answered within 10000 ms")
+            && stderr.contains("Connection refused"),
+        "{stderr}"
+    );
+}

@@ -36,12 +36,13 @@ pub struct ConnectionError {
 static LAST: Mutex<Option<ConnectionError>> = Mutex::new(None);
 
 /// The reason of a librdkafka `FAIL` log line. librdkafka words these messages the same way
-/// since 1.x (`SSL handshake failed: ...`, `SASL authentication error: ...`, `Failed to
-/// resolve ...`); anything else is a transport failure.
+/// since 1.x (`SSL handshake failed: ...`, OpenSSL's `SSL routines::...`, `SASL
+/// authentication error: ...`, `Failed to resolve ...`; the protocol in the broker's name is
+/// lower case, `ssl://`); anything else is a transport failure.
 pub fn classify(message: &str) -> &'static str {
-    if message.contains("SSL handshake failed") || message.contains("SSL: ") {
+    if message.contains("SSL") {
         TLS
-    } else if message.contains("SASL") || message.contains("uthentication") {
+    } else if message.contains("SASL") || message.contains("Authentication failed") {
         AUTHENTICATION
     } else if message.contains("Failed to resolve") {
         RESOLVE
@@ -88,6 +89,11 @@ mod tests {
             (
                 "ssl://127.0.0.1:9093/bootstrap: SSL handshake failed: Disconnected: \
                  connecting to a PLAINTEXT broker listener? (after 1ms in state SSL_HANDSHAKE)",
+                TLS,
+            ),
+            (
+                "ssl://127.0.0.1:9093/bootstrap: error:0A000086:SSL routines::certificate \
+                 verify failed (after 2ms in state SSL_HANDSHAKE)",
                 TLS,
             ),
             (

@@ -126,11 +126,21 @@ impl ClientContext for ThrottledContext {
 
 impl ConsumerContext for ThrottledContext {}
 
-/// Events librdkafka passes to the error callback that are part of normal operation: the end
+/// Events librdkafka passes to the error callback that need no line of their own: the end
 /// of a partition (`enable.partition.eof` is on for the catch-up rule, and ingestion handles it
-/// on the message stream) is not an error for an operator to act on.
+/// on the message stream) is not an error for an operator to act on, and a broker connection
+/// failure was already logged (and counted) from librdkafka's `FAIL` log line.
 fn is_routine(code: Option<RDKafkaErrorCode>) -> bool {
-    matches!(code, Some(RDKafkaErrorCode::PartitionEOF))
+    matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::PartitionEOF
+                | RDKafkaErrorCode::SSL
+                | RDKafkaErrorCode::Authentication
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve
+        )
+    )
 }
 
 #[cfg(test)]
@@ -140,7 +150,7 @@ mod tests {
     #[test]
     fn the_end_of_a_partition_is_routine_and_real_errors_are_not() {
         assert!(is_routine(Some(RDKafkaErrorCode::PartitionEOF)));
-        assert!(!is_routine(Some(RDKafkaErrorCode::BrokerTransportFailure)));
+        assert!(is_routine(Some(RDKafkaErrorCode::SSL)));
         assert!(!is_routine(Some(RDKafkaErrorCode::AllBrokersDown)));
         assert!(!is_routine(None));
     }
