@@ -7,8 +7,9 @@
 //! - a wrong CA, a broker certificate for another host name, an expired client certificate
 //!   and no client certificate each leave the replica NOT_SERVING, with the reason in its log
 //!   (rate-limited), on the status page and in `kafka_connection_errors_total{reason="tls"}`;
-//! - SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 logins succeed, a wrong password leaves the
-//!   replica NOT_SERVING with the reason shown;
+//! - SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 logins succeed (over TLS with a client
+//!   certificate, as in docs/kafka.md's example, and over plaintext), a wrong password leaves
+//!   the replica NOT_SERVING with the reason shown;
 //! - `thunder-cli produce` against an endpoint that refuses it exits non-zero with the reason.
 //!
 //! The test broker lists SaslHandshake and SaslAuthenticate but accepts any credentials, so
@@ -483,10 +484,11 @@ fn sasl_logins_succeed_and_a_wrong_password_is_refused() {
     }
     kafka_support::flush(&producer, events.len() as u64);
     let users = Some(vec![(USER.to_owned(), PASSWORD.to_owned())]);
+    // As docs/kafka.md's example: SASL over TLS with a client certificate.
     let sasl_ssl = KafkaProxy::start(
         &broker.bootstrap(),
         Endpoint {
-            tls: Some(pki.tls("broker", false)),
+            tls: Some(pki.tls("broker", true)),
             sasl_users: users.clone(),
         },
     );
@@ -497,7 +499,6 @@ fn sasl_logins_succeed_and_a_wrong_password_is_refused() {
             sasl_users: users,
         },
     );
-    let ca = pki.path("ca.pem");
     let login = |protocol: &'static str, mechanism: &'static str| {
         let mut args = vec![
             "--kafka-security-protocol".to_owned(),
@@ -508,7 +509,13 @@ fn sasl_logins_succeed_and_a_wrong_password_is_refused() {
             USER.to_owned(),
         ];
         if protocol == "sasl_ssl" {
-            args.extend(["--kafka-ssl-ca-location".to_owned(), ca.clone()]);
+            for (flag, file) in [
+                ("--kafka-ssl-ca-location", "ca.pem"),
+                ("--kafka-ssl-certificate-location", "client.pem"),
+                ("--kafka-ssl-key-location", "client.key"),
+            ] {
+                args.extend([flag.to_owned(), pki.path(file)]);
+            }
         }
         args
     };

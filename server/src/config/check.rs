@@ -493,4 +493,50 @@ mod tests {
         );
         assert!(!format!("{x_secret:?}").contains("=x"), "{x_secret:?}");
     }
+
+    #[test]
+    fn grpc_certificates_out_of_their_dates_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let cert = params.self_signed(&key).expect("cert");
+        let write = |name: &str, contents: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, contents).expect("write");
+            path.display().to_string()
+        };
+        let (cert, key) = (
+            write("c.pem", &cert.pem()),
+            write("c.key", &key.serialize_pem()),
+        );
+        let args = parse(&[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-client-ca",
+            &cert,
+        ]);
+        let found = findings(&args, &no_env, unix_now());
+        assert_eq!(found.problems.len(), 2, "{found:?}");
+        assert!(
+            found
+                .problems
+                .iter()
+                .all(|p| p.contains("expired on Jan  1")),
+            "{found:?}"
+        );
+        let before = rcgen::date_time_ymd(2019, 6, 1).unix_timestamp();
+        let found = findings(&args, &no_env, before);
+        assert!(
+            found
+                .problems
+                .iter()
+                .all(|p| p.contains("not valid before")),
+            "{found:?}"
+        );
+    }
 }

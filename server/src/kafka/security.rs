@@ -691,5 +691,9 @@ mod tests {
         );
         let found = scram.security_support("sasl_plain");
         assert_eq!(found.problems.len(), 2, "no OpenSSL, no SCRAM: {found:?}");
+        // The optional features reach librdkafka.
+        let has = |feature: &str| features.split(',').any(|f| f == feature);
+        assert_eq!(has("sasl_gssapi"), cfg!(feature = "gssapi"), "{features}");
+        assert_eq!(has("oidc"), cfg!(feature = "curl"), "{features}");
     }
 }
