@@ -105,7 +105,8 @@ fn secrets_on_the_command_line(
             && env(variable).as_deref() != Some(value.as_str())
         {
             found.warnings.push(format!(
-                "{flag} is given on the command line, where other local users can read it;                  set {variable} instead"
+                "{flag} is given on the command line, where other local users can read it; \
+                 set {variable} instead"
             ));
         }
     }
@@ -114,7 +115,8 @@ fn secrets_on_the_command_line(
         let pair = format!("{key}={value}");
         if secret_key(key) && !from_env.split(';').any(|p| p.trim() == pair) {
             found.warnings.push(format!(
-                "-X {key}=... is given on the command line, where other local users can read                  it; set it in THUNDER_KAFKA_PROPERTIES instead"
+                "-X {key}=... is given on the command line, where other local users can read \
+                 it; set it in THUNDER_KAFKA_PROPERTIES instead"
             ));
         }
     }
@@ -492,6 +494,9 @@ mod tests {
             "{x_secret:?}"
         );
         assert!(!format!("{x_secret:?}").contains("=x"), "{x_secret:?}");
+        for line in x_secret.warnings.iter().chain(&without.problems) {
+            assert!(!line.contains("  "), "one line of words: {line}");
+        }
     }
 
     #[test]

@@ -58,6 +58,12 @@ pub(crate) fn record(message: &str) -> &'static str {
         .connection_errors
         .with_label_values(&[reason])
         .inc();
+    // librdkafka prefixes its thread (`[thrd:ssl://host:port/bootstrap]: `), which the
+    // message repeats.
+    let message = message
+        .strip_prefix("[thrd:")
+        .and_then(|rest| rest.split_once("]: "))
+        .map_or(message, |(_, rest)| rest);
     let error = ConnectionError {
         reason,
         message: message.to_owned(),
