@@ -150,3 +150,30 @@ fn an_unreachable_broker_fails_fast_with_the_reason() {
         "{stderr}"
     );
 }
+
+/// `--create-topic N` still creates N partitions now that produce first asks the brokers for
+/// metadata (a request for the missing topic itself would auto-create it with one).
+#[test]
+fn create_topic_makes_the_partitions_asked_for() {
+    let broker = Broker::start();
+    let topic = "innetwork_post_created";
+    produce(
+        &broker,
+        topic,
+        &["--create-topic", "3", "--synth", "--live-events", "5"],
+        "",
+    );
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .expect("client");
+    let metadata = client
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .expect("metadata");
+    let partitions = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map_or(0, |t| t.partitions().len());
+    assert_eq!(partitions, 3);
+}

@@ -112,14 +112,13 @@ impl EventProducer {
         &self.topic
     }
 
-    /// Asks the brokers for the topic's metadata, waiting at most `timeout`: fails, with the
-    /// broker's refusal when librdkafka reported one (a TLS handshake or SASL login refused,
-    /// a connection refused), when no broker answers in time.
+    /// Asks the brokers for metadata, waiting at most `timeout`: fails, with the broker's
+    /// refusal when librdkafka reported one (a TLS handshake or SASL login refused, a
+    /// connection refused), when no broker answers in time. (The cluster's metadata, not the
+    /// topic's: asking for a missing topic would have the broker auto-create it with one
+    /// partition.)
     pub fn check_connection(&self, timeout: Duration) -> Result<(), KafkaError> {
-        let answer = self
-            .producer
-            .client()
-            .fetch_metadata(Some(&self.topic), timeout);
+        let answer = self.producer.client().fetch_metadata(None, timeout);
         let failure = self
             .counts
             .connection_failure
