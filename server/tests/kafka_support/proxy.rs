@@ -598,7 +598,7 @@ impl SaslServer {
                     password.as_bytes(),
                     &mut salted_password,
                 );
-                let nonce = format!("{client_nonce}{}", uuid_like_nonce());
+                let nonce = format!("{client_nonce}{}", server_nonce());
                 let server_first =
                     format!("r={nonce},s={},i={SCRAM_ITERATIONS}", BASE64.encode(&salt));
                 let response = answer(0, None, server_first.as_bytes());
@@ -650,7 +650,7 @@ impl SaslServer {
 }
 
 /// A server nonce: random printable characters (no comma).
-fn uuid_like_nonce() -> String {
+fn server_nonce() -> String {
     use ring::rand::SecureRandom as _;
     let mut bytes = [0u8; 18];
     ring::rand::SystemRandom::new()
