@@ -12,7 +12,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step names itself with the seconds since the start, so a slow step shows in CI's log.
+step() { printf '\n==> [%4ds] %s\n' "$SECONDS" "$*"; }
 
 step "Build dependencies (Debian packages)"
 # librdkafka is built with the system OpenSSL (libssl-dev) into every binary; the optional
@@ -139,4 +140,4 @@ fi
 # One closing line for whoever reads the end of the log: the test count of the run above.
 passed=$(grep -Eo '[0-9]+ tests? run: [0-9]+ passed|test result: ok\. [0-9]+ passed' "$summary" \
     | grep -Eo '[0-9]+ passed' | awk '{n += $1} END {print n + 0}')
-echo "tests: $passed passed, 0 failed"
+echo "tests: $passed passed, 0 failed (${SECONDS}s in all)"
