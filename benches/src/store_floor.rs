@@ -30,6 +30,8 @@ pub struct StoreFloor {
     pub query_us: f64,
     /// The query's thread CPU per post returned (median).
     pub query_ns_per_post: f64,
+    /// The same query run again at once (every line it touches cached), per post (median).
+    pub hot_ns_per_post: f64,
     /// Independent reads of the same lines, per post (median).
     pub independent_ns_per_post: f64,
     /// Dependent reads of the same lines, per post (median).
@@ -54,6 +56,7 @@ impl StoreFloor {
                "authors_p50": self.authors, "posts_p50": self.posts, "lines_p50": self.lines,
                "query_cpu_p50_us": self.query_us,
                "query_ns_per_post_p50": self.query_ns_per_post,
+               "hot_query_ns_per_post_p50": self.hot_ns_per_post,
                "independent_reads_ns_per_post_p50": self.independent_ns_per_post,
                "dependent_reads_ns_per_post_p50": self.dependent_ns_per_post,
                "query_over_independent_reads": self.ratio()})
@@ -65,7 +68,10 @@ pub const FLOOR_VIEWERS: usize = 2000;
 
 /// The viewers of `viewers` (with their exclude lists) that follow at most 2000 authors, at
 /// most [`FLOOR_VIEWERS`] of them.
-pub fn floor_viewers<'a>(viewers: &'a [Viewer], excludes: &'a [Vec<i64>]) -> Vec<(&'a Viewer, &'a [i64])> {
+pub fn floor_viewers<'a>(
+    viewers: &'a [Viewer],
+    excludes: &'a [Vec<i64>],
+) -> Vec<(&'a Viewer, &'a [i64])> {
     viewers
         .iter()
         .zip(excludes)
@@ -82,6 +88,8 @@ struct Sample {
     posts: usize,
     lines: usize,
     query: Duration,
+    /// The same query again at once, every line it touches still cached.
+    hot: Duration,
     wall: Duration,
     independent: Duration,
     dependent: Duration,
@@ -110,6 +118,9 @@ fn sample(
     if answer.is_empty() {
         return None;
     }
+    let start = thread_cpu();
+    std::hint::black_box(engine.get_all_posts_by_users(&request));
+    let hot = thread_cpu().saturating_sub(start);
     let lines = LinesTouched::of(viewer.following.len(), &answer).total();
     let start = thread_cpu();
     std::hint::black_box(floor.independent(lines, 2 * seed));
@@ -122,6 +133,7 @@ fn sample(
         posts: answer.len(),
         lines,
         query,
+        hot,
         wall,
         independent,
         dependent,
@@ -131,7 +143,8 @@ fn sample(
 impl StoreFloor {
     /// The medians of `samples`, read in `floor`.
     fn of(samples: &[Sample], floor: &LineFloor) -> Self {
-        let medians = |f: &dyn Fn(&Sample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
+        let medians =
+            |f: &dyn Fn(&Sample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
         let per_post = |d: Duration, s: &Sample| d.as_nanos() as f64 / s.posts as f64;
         Self {
             viewers: samples.len(),
@@ -141,6 +154,7 @@ impl StoreFloor {
             lines: medians(&|s| s.lines as f64),
             query_us: medians(&|s| s.query.as_secs_f64() * 1e6),
             query_ns_per_post: medians(&|s| per_post(s.query, s)),
+            hot_ns_per_post: medians(&|s| per_post(s.hot, s)),
             independent_ns_per_post: medians(&|s| per_post(s.independent, s)),
             dependent_ns_per_post: medians(&|s| per_post(s.dependent, s)),
             wall_us: samples.iter().map(|s| s.wall.as_secs_f64() * 1e6).collect(),
@@ -176,7 +190,11 @@ impl WalkRounds {
 
     /// The `quantile` of every round's wall times together, in microseconds.
     pub fn wall_us(&self, quantile: f64) -> f64 {
-        let mut all: Vec<f64> = self.rounds.iter().flat_map(|r| r.wall_us.iter().copied()).collect();
+        let mut all: Vec<f64> = self
+            .rounds
+            .iter()
+            .flat_map(|r| r.wall_us.iter().copied())
+            .collect();
         all.sort_by(f64::total_cmp);
         match all.len() {
             0 => 0.0,
@@ -191,6 +209,7 @@ impl WalkRounds {
             "walk": walk_name(self.walk),
             "rounds": self.rounds.len(),
             "query_ns_per_post_median": self.median_of(|r| r.query_ns_per_post),
+            "hot_query_ns_per_post_median": self.median_of(|r| r.hot_ns_per_post),
             "independent_reads_ns_per_post_median": self.median_of(|r| r.independent_ns_per_post),
             "query_over_independent_reads_median": self.median_of(StoreFloor::ratio),
             "query_cpu_p50_us_median": self.median_of(|r| r.query_us),
@@ -243,7 +262,6 @@ pub fn walk_name(walk: Walk) -> String {
     match walk {
         Walk::Distance => "distance".to_owned(),
         Walk::Groups(n) => format!("groups-{n}"),
-        Walk::Pipeline(n) => format!("pipeline-{n}"),
     }
 }
 
@@ -252,14 +270,12 @@ pub fn parse_walk(text: &str) -> Result<Walk, String> {
     if text == "distance" {
         return Ok(Walk::Distance);
     }
-    let (pipeline, n) = match text.strip_prefix("pipeline-") {
-        Some(n) => (true, n),
-        None => (false, text.strip_prefix("groups-").unwrap_or(text)),
-    };
+    let n = text.strip_prefix("groups-").unwrap_or(text);
     match n.parse::<usize>() {
-        Ok(n) if n >= 1 && pipeline => Ok(Walk::Pipeline(n)),
         Ok(n) if n >= 1 => Ok(Walk::Groups(n)),
-        _ => Err(format!("a walk is `distance` or a group size of at least 1, not `{text}`")),
+        _ => Err(format!(
+            "a walk is `distance` or a group size of at least 1, not `{text}`"
+        )),
     }
 }
 
@@ -280,7 +296,12 @@ mod tests {
 
     #[test]
     fn walks_read_back_from_their_names() {
-        for walk in [Walk::Distance, Walk::Groups(1), Walk::Groups(16), Walk::Pipeline(8), Walk::SERVING] {
+        for walk in [
+            Walk::Distance,
+            Walk::Groups(1),
+            Walk::Groups(16),
+            Walk::SERVING,
+        ] {
             assert_eq!(parse_walk(&walk_name(walk)), Ok(walk));
         }
         assert_eq!(parse_walk("32"), Ok(Walk::Groups(32)));
