@@ -358,7 +358,7 @@ struct Merge<'b> {
     reserve_best: Option<u128>,
     /// Whether the last `top` came from the heap.
     top_in_heap: bool,
-    /// `ranked` positions below this were handed out by `next_ahead`.
+    /// `ranked` positions below this were handed out by `next_ahead` or `group_ahead`.
     ahead: usize,
     /// How many keys the next ranking keeps sorted: the answer's size at first, doubled at
     /// each bring-in of the reserve.
@@ -1056,6 +1056,46 @@ mod tests {
             }
         }
         assert!(popped > near.len(), "the replaced keys came out too");
+    }
+
+    #[test]
+    fn groups_ahead_hand_out_every_ranked_key_behind_the_top_once_and_stay_a_group_ahead() {
+        let newest = 1_750_000_000;
+        let keys: Vec<u128> = (0..100)
+            .map(|i| key(newest, (i as u32 * 37) % 90, i as i64, i))
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        for group in [1, 3, 16, 200] {
+            let bump = Bump::new();
+            let mut queue = Merge::new(
+                BumpVec::from_iter_in(keys.iter().copied(), &bump),
+                100,
+                &bump,
+            );
+            let mut handed: Vec<u128> = Vec::new();
+            let mut position = 0;
+            while let Some(top) = queue.top() {
+                assert_eq!(top, sorted[position]);
+                while let Some(keys) = queue.group_ahead(group) {
+                    assert!(!keys.is_empty() && keys.len() <= group);
+                    handed.extend_from_slice(keys);
+                }
+                // Everything up to `group` places behind the top is staged, and no more than
+                // twice that (positions 1 to `staged_to` have been handed out).
+                let staged_to = handed.len();
+                assert!(
+                    staged_to >= (position + group).min(sorted.len() - 1),
+                    "group {group}"
+                );
+                assert!(staged_to <= position + 2 * group, "group {group}");
+                queue.pop();
+                position += 1;
+            }
+            // The first key is the top before any group is staged; every other key is handed
+            // out once, in the merge's order.
+            assert_eq!(handed, sorted[1..], "group {group}");
+        }
     }
 
     #[test]
