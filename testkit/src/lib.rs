@@ -5,7 +5,6 @@
 //!   the property tests and fuzzers use.
 //! - [`process`]: server processes started on free loopback ports (started again on new
 //!   ports when a port was taken before the process bound it).
-//! - [`query`]: `OwnedQuery`, a generated query that owns its lists and asks any `Store`.
 //!
 //! The deterministic "feed-2d" workload generator is the crate thunder-workload: the demo
 //! server and `thunder-cli produce` use it too, and link it without this crate.
@@ -15,4 +14,3 @@
 
 pub mod model;
 pub mod process;
-pub mod query;
