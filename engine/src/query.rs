@@ -191,7 +191,10 @@ impl Reader<'_> {
     }
 
     /// Moves to the next older entry that is neither excluded nor expired; false when none.
-    #[inline]
+    /// Runs once per post the merge takes: kept in the merge loop (left to the hint, the
+    /// compiler called it out of line: 1.22x the CPU per post at scale 10, 2026-12-07 in
+    /// docs/performance-history.md).
+    #[inline(always)]
     fn advance(&self, s: &mut Stream<'_>) -> bool {
         let Some(view) = s.view else { return false };
         while s.seq > view.tail {
