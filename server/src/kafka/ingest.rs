@@ -15,6 +15,7 @@ use thunder_engine::PostStore;
 
 use super::fetch_limits::{raised_receive_max_bytes, receive_max_bytes};
 use super::gate::partition_caught_up;
+use super::heap;
 use super::metrics;
 use super::records::RecordBatch;
 use super::shared::{PartitionState, Shared};
@@ -105,6 +106,18 @@ struct Position {
     last_len: usize,
 }
 
+impl Position {
+    /// Where `owned`'s consumer assignment starts: after the last record read, or the start
+    /// (`-1`, nothing read yet, and `i64::MAX`, from the end, stand for it).
+    fn offset(&self, owned: &OwnedPartition) -> Offset {
+        if (0..i64::MAX).contains(&self.next) {
+            Offset::Offset(self.next)
+        } else {
+            owned.start
+        }
+    }
+}
+
 /// Why an ingest thread stopped.
 #[derive(Debug, thiserror::Error)]
 enum IngestError {
@@ -183,8 +196,9 @@ impl IngestThread {
         self.shared.partitions.get()?.get(owned.slot)
     }
 
-    /// A consumer of the owned partitions, each assigned where `positions` says it stands,
-    /// with `receive.message.max.bytes` set to `receive_limit` when given.
+    /// A consumer of the owned partitions being read (see `window.rs`), each assigned where
+    /// `positions` says it stands, with `receive.message.max.bytes` set to `receive_limit`
+    /// when given.
     fn connect(
         &self,
         positions: &[Position],
@@ -198,13 +212,9 @@ impl IngestThread {
             config.create_with_context(ThrottledContext::default())?;
         let mut assignment = TopicPartitionList::with_capacity(self.partitions.len());
         for (owned, at) in self.partitions.iter().zip(positions) {
-            // `-1` (nothing read yet) and `i64::MAX` (from the end) stand for the start.
-            let offset = if (0..i64::MAX).contains(&at.next) {
-                Offset::Offset(at.next)
-            } else {
-                owned.start
-            };
-            assignment.add_partition_offset(&self.topic, owned.partition, offset)?;
+            if self.reading(owned) {
+                assignment.add_partition_offset(&self.topic, owned.partition, at.offset(owned))?;
+            }
         }
         consumer.assign(&assignment)?;
         let limit = receive_limit.unwrap_or_else(|| receive_max_bytes(&self.consumer_config));
@@ -226,6 +236,7 @@ impl IngestThread {
                 last_len: 0,
             })
             .collect();
+        self.admit(None, &positions)?;
         let mut consumer = self.connect(&positions, None)?;
         let mut receive_limit = receive_max_bytes(&self.consumer_config);
         tracing::info!(
@@ -238,6 +249,8 @@ impl IngestThread {
         let mut batch = RecordBatch::with_capacity(self.batch_size);
         let mut batch_started: Option<Instant> = None;
         let mut caught_up = false;
+        // Owned partitions paused at their catch-up goal until every thread has caught up.
+        let mut held = vec![false; self.partitions.len()];
         let warnings = LogThrottle::new(LOG_INTERVAL);
         // Since when the current run of "unknown partition" errors lasts.
         let mut unknown_since: Option<Instant> = None;
@@ -352,8 +365,21 @@ impl IngestThread {
                                 max_response_bytes = self.max_response_bytes,
                                 "a Kafka fetch response exceeds receive.message.max.bytes (the broker does not bound its answers by fetch.max.bytes); reconnecting this consumer with a limit that fits"
                             );
+                            if self.shared.window.note_limits_ignored() {
+                                tracing::warn!(
+                                    topic = %self.topic,
+                                    catch_up_buffer_bytes = self.shared.window.budget_bytes(),
+                                    "the Kafka broker answers beyond the fetch limits: partitions still catching up are read as many at a time as their backlogs fit in --kafka-catch-up-buffer-bytes"
+                                );
+                            }
+                            // The refused answer brought nothing: the partitions not caught
+                            // up go back through the window.
+                            drop(consumer);
+                            self.stop_reading_backlogs();
+                            self.admit(None, &positions)?;
                             // Resumes after the last record read; the batch keeps those.
                             consumer = self.connect(&positions, Some(raised))?;
+                            held.fill(false);
                             receive_limit = raised;
                             continue;
                         }
@@ -435,6 +461,7 @@ impl IngestThread {
                 // A fresh assignment at the new positions (librdkafka stopped fetching a
                 // partition whose offset reset errored).
                 consumer = self.connect(&positions, Some(receive_limit))?;
+                held.fill(false);
                 continue;
             }
 
@@ -446,6 +473,8 @@ impl IngestThread {
                     batch_started = None;
                 }
                 self.publish(&positions);
+                self.admit(Some(&consumer), &positions)?;
+                self.hold_caught_up(&consumer, &positions, &mut held)?;
                 if !caught_up && self.all_caught_up(&positions) {
                     caught_up = self.report_caught_up();
                 }
@@ -455,6 +484,101 @@ impl IngestThread {
             self.apply(&mut batch, caught_up, &positions);
         }
         Ok(())
+    }
+
+    /// True when `owned` is assigned to this thread's consumer.
+    fn reading(&self, owned: &OwnedPartition) -> bool {
+        self.state(owned)
+            .is_some_and(|state| state.reading.load(Ordering::Relaxed))
+    }
+
+    /// Starts reading the owned partitions the catch-up window has room for (all of them
+    /// while the broker keeps to the fetch limits): marks them, and adds them to `consumer`'s
+    /// assignment when given (otherwise the next [`connect`](Self::connect) assigns them).
+    fn admit(
+        &self,
+        consumer: Option<&BaseConsumer<ThrottledContext>>,
+        positions: &[Position],
+    ) -> Result<(), KafkaError> {
+        let Some(all) = self.shared.partitions.get() else {
+            return Ok(());
+        };
+        let mut admitted = TopicPartitionList::new();
+        for (owned, at) in self.partitions.iter().zip(positions) {
+            let Some(state) = all.get(owned.slot) else {
+                continue;
+            };
+            if state.reading.load(Ordering::Relaxed) {
+                continue;
+            }
+            if !self.shared.window.admit(all, state) {
+                // Admissions go in partition order: the rest wait for this one.
+                break;
+            }
+            tracing::debug!(
+                thread = self.index,
+                partition = owned.partition,
+                in_flight_bytes = self.shared.window.in_flight_bytes(all),
+                "reading Kafka partition"
+            );
+            admitted.add_partition_offset(&self.topic, owned.partition, at.offset(owned))?;
+        }
+        match consumer {
+            Some(consumer) if admitted.count() > 0 => consumer.incremental_assign(&admitted),
+            _ => Ok(()),
+        }
+    }
+
+    /// While other partitions catch up, pauses the owned ones that reached their goal: a broker
+    /// that answers an empty fetch at once (rather than waiting `fetch.wait.max.ms` for
+    /// records) would otherwise be asked again and again, taking the CPU the catch-up needs.
+    /// Once every thread has caught up, resumes them (librdkafka fetches again after the last
+    /// record polled). `held` marks the paused ones.
+    fn hold_caught_up(
+        &self,
+        consumer: &BaseConsumer<ThrottledContext>,
+        positions: &[Position],
+        held: &mut [bool],
+    ) -> Result<(), KafkaError> {
+        let catching_up = matches!(
+            *self.shared.caught_up.borrow(),
+            super::gate::CatchUpState::CatchingUp
+        );
+        let mut pause = TopicPartitionList::new();
+        let mut resume = TopicPartitionList::new();
+        for ((owned, at), held) in self.partitions.iter().zip(positions).zip(held.iter_mut()) {
+            let hold = catching_up
+                && self.reading(owned)
+                && self.state(owned).is_some_and(|s| {
+                    partition_caught_up(s.low_at_start, s.end_at_start, at.next, at.at_end)
+                });
+            if hold != *held {
+                *held = hold;
+                let list = if hold { &mut pause } else { &mut resume };
+                list.add_partition(&self.topic, owned.partition);
+            }
+        }
+        if pause.count() > 0 {
+            consumer.pause(&pause)?;
+        }
+        if resume.count() > 0 {
+            consumer.resume(&resume)?;
+        }
+        Ok(())
+    }
+
+    /// Stops counting the owned partitions that have not caught up as read, before the
+    /// consumer that read them is replaced: they go through the window again.
+    fn stop_reading_backlogs(&self) {
+        for owned in &self.partitions {
+            if let Some(state) = self.state(owned) {
+                let next = state.next.load(Ordering::Relaxed);
+                let at_end = state.at_end.load(Ordering::Relaxed);
+                if !partition_caught_up(state.low_at_start, state.end_at_start, next, at_end) {
+                    state.reading.store(false, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// The truncations the monitor reported for owned partitions since they last moved:
@@ -694,6 +818,7 @@ impl IngestThread {
 
     fn report_caught_up(&self) -> bool {
         tracing::info!(thread = self.index, "Kafka ingest thread caught up");
+        heap::release_freed_memory();
         self.shared.gate.thread_caught_up();
         true
     }
@@ -763,6 +888,11 @@ impl IngestThread {
             .messages_consumed
             .inc_by(outcome.records as u64);
         self.shared.counters.record(&outcome);
+        self.shared
+            .window
+            .note_payloads(outcome.records as u64, outcome.payload_bytes as u64);
+        // The records just applied are freed in librdkafka's arenas: hand them back.
+        heap::release_freed_memory_if_due();
     }
 }
 

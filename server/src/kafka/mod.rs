@@ -70,6 +70,7 @@ mod config;
 mod error;
 mod fetch_limits;
 mod gate;
+mod heap;
 mod ingest;
 mod metrics;
 mod producer;
@@ -79,6 +80,7 @@ mod shared;
 mod stall;
 mod supervisor;
 mod throttle;
+mod window;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -219,6 +221,7 @@ pub fn start_with(
         caught_up: caught_up.clone(),
         stalled: stalled_tx,
         partitions: OnceLock::new(),
+        window: window::CatchUpWindow::new(args.kafka_catch_up_buffer_bytes),
     });
     let supervisor = Supervisor {
         args: args.clone(),
