@@ -7,7 +7,8 @@
 //! it is applied. The defaults keep that small: a fetch asks for at most 1 MiB
 //! (`fetch.max.bytes`), and a consumer fetches again only once fewer than 10000 records or 2 MB
 //! of payload wait in its queue (`queued.min.messages`, `queued.max.messages.kbytes`;
-//! librdkafka's own defaults, 100000 records and 64 MiB, let four consumers hold over 500 MiB).
+//! librdkafka's own defaults, 100000 records and 64 MiB, let four consumers hold over 500 MiB),
+//! looking again every 10 ms (`fetch.queue.backoff.ms`) rather than every second.
 //!
 //! librdkafka reads a response's 4-byte size first and drops the connection when it exceeds
 //! `receive.message.max.bytes` ("Invalid response size N (0..M): increase
@@ -42,6 +43,10 @@ pub(crate) const QUEUED_MIN_MESSAGES: u64 = 10_000;
 /// Default `queued.max.messages.kbytes`: nor while this many kilobytes of payload wait
 /// (librdkafka: 65536).
 pub(crate) const QUEUED_MAX_KBYTES: u64 = 2_048;
+/// Default `fetch.queue.backoff.ms`: how long a consumer whose queue was over those limits
+/// waits before it looks again. librdkafka's 1000 ms fits its own large queues; with these a
+/// consumer drains its queue in milliseconds and then sat idle for the rest of the second.
+pub(crate) const FETCH_QUEUE_BACKOFF_MS: u64 = 10;
 /// Default `--kafka-max-response-bytes` (1 GiB).
 pub(crate) const MAX_RESPONSE_BYTES: u64 = 1 << 30;
 /// librdkafka's largest `receive.message.max.bytes`.
@@ -57,7 +62,8 @@ fn property<'a>(properties: &'a [(String, String)], key: &str) -> Option<&'a str
 }
 
 /// Sets `max.partition.fetch.bytes`, `fetch.max.bytes`, `receive.message.max.bytes`,
-/// `queued.min.messages` and `queued.max.messages.kbytes` on a consumer `config`, each unless
+/// `queued.min.messages`, `queued.max.messages.kbytes` and `fetch.queue.backoff.ms` on a
+/// consumer `config`, each unless
 /// the `-X` `properties` set it, consistent with each other and with what the operator did set:
 /// `fetch.max.bytes` at least the consumer's `message.max.bytes`, `receive.message.max.bytes`
 /// [`RESPONSE_ROOM_BYTES`] above `fetch.max.bytes`. A value that does not parse is left to
@@ -67,6 +73,7 @@ pub(crate) fn set_consumer_defaults(config: &mut ClientConfig, properties: &[(St
     for (key, value) in [
         ("queued.min.messages", QUEUED_MIN_MESSAGES),
         ("queued.max.messages.kbytes", QUEUED_MAX_KBYTES),
+        ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS),
     ] {
         if property(properties, key).is_none() {
             config.set(key, value.to_string());
@@ -197,6 +204,7 @@ mod tests {
         );
         assert_eq!(get("queued.min.messages"), Some(10_000));
         assert_eq!(get("queued.max.messages.kbytes"), Some(2_048));
+        assert_eq!(get("fetch.queue.backoff.ms"), Some(10));
         assert!(receive_max_bytes(&config) < 100_000_000);
         // The operator's queue sizes are kept.
         let config = defaults(&[("queued.min.messages", "100000")]);
