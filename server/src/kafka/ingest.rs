@@ -23,6 +23,9 @@ use super::throttle::{LOG_INTERVAL, LogThrottle, ThrottledContext};
 
 /// Longest single poll, so the thread notices shutdown and flushes idle batches promptly.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest single poll while an owned partition waits for room in the catch-up window, so it is
+/// assigned soon after another partition has caught up.
+const WINDOW_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Pause after a poll error before polling again (as the reference).
 const POLL_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// How long "unknown topic or partition" may last before start-up gives up on it: a topic that
@@ -236,7 +239,7 @@ impl IngestThread {
                 last_len: 0,
             })
             .collect();
-        self.admit(None, &positions)?;
+        let mut all_reading = self.admit(None, &positions)?;
         let mut consumer = self.connect(&positions, None)?;
         let mut receive_limit = receive_max_bytes(&self.consumer_config);
         tracing::info!(
@@ -266,12 +269,17 @@ impl IngestThread {
             caught_up = self.report_caught_up();
         }
         while !self.shared.stopping() {
+            let longest = if all_reading {
+                POLL_INTERVAL
+            } else {
+                WINDOW_POLL_INTERVAL
+            };
             let wait = match batch_started {
-                None => POLL_INTERVAL,
+                None => longest,
                 Some(started) => self
                     .fetch_timeout
                     .saturating_sub(started.elapsed())
-                    .min(POLL_INTERVAL),
+                    .min(longest),
             };
             let mut flush = false;
             match consumer.poll(wait) {
@@ -376,7 +384,7 @@ impl IngestThread {
                             // up go back through the window.
                             drop(consumer);
                             self.stop_reading_backlogs();
-                            self.admit(None, &positions)?;
+                            all_reading = self.admit(None, &positions)?;
                             // Resumes after the last record read; the batch keeps those.
                             consumer = self.connect(&positions, Some(raised))?;
                             held.fill(false);
@@ -473,7 +481,9 @@ impl IngestThread {
                     batch_started = None;
                 }
                 self.publish(&positions);
-                self.admit(Some(&consumer), &positions)?;
+                if !all_reading {
+                    all_reading = self.admit(Some(&consumer), &positions)?;
+                }
                 self.hold_caught_up(&consumer, &positions, &mut held)?;
                 if !caught_up && self.all_caught_up(&positions) {
                     caught_up = self.report_caught_up();
@@ -495,14 +505,16 @@ impl IngestThread {
     /// Starts reading the owned partitions the catch-up window has room for (all of them
     /// while the broker keeps to the fetch limits): marks them, and adds them to `consumer`'s
     /// assignment when given (otherwise the next [`connect`](Self::connect) assigns them).
+    /// True when every owned partition is read.
     fn admit(
         &self,
         consumer: Option<&BaseConsumer<ThrottledContext>>,
         positions: &[Position],
-    ) -> Result<(), KafkaError> {
+    ) -> Result<bool, KafkaError> {
         let Some(all) = self.shared.partitions.get() else {
-            return Ok(());
+            return Ok(true);
         };
+        let mut all_reading = true;
         let mut admitted = TopicPartitionList::new();
         for (owned, at) in self.partitions.iter().zip(positions) {
             let Some(state) = all.get(owned.slot) else {
@@ -513,6 +525,7 @@ impl IngestThread {
             }
             if !self.shared.window.admit(all, state) {
                 // Admissions go in partition order: the rest wait for this one.
+                all_reading = false;
                 break;
             }
             tracing::debug!(
@@ -523,10 +536,12 @@ impl IngestThread {
             );
             admitted.add_partition_offset(&self.topic, owned.partition, at.offset(owned))?;
         }
-        match consumer {
-            Some(consumer) if admitted.count() > 0 => consumer.incremental_assign(&admitted),
-            _ => Ok(()),
+        if let Some(consumer) = consumer
+            && admitted.count() > 0
+        {
+            consumer.incremental_assign(&admitted)?;
         }
+        Ok(all_reading)
     }
 
     /// While other partitions catch up, pauses the owned ones that reached their goal: a broker

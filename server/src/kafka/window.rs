@@ -24,9 +24,11 @@ use std::sync::{Mutex, PoisonError};
 use super::gate::{partition_caught_up, partition_lag};
 use super::shared::PartitionState;
 
-/// Default `--kafka-catch-up-buffer-bytes` (160 MiB): a partition of 400k records at once,
-/// or a few smaller ones (docs/performance-history.md, *Replay memory*).
-pub(crate) const CATCH_UP_BUFFER_BYTES: u64 = 160 << 20;
+/// Default `--kafka-catch-up-buffer-bytes` (64 MiB): about 170k records of 50-byte events in
+/// flight, so backlogs larger than that are read one at a time. A replay of 1M or 2M posts
+/// through the test broker stays within 1.5 times the store + 128 MiB with it, where 160 MiB
+/// went over at 1M (docs/performance-history.md, *A cold replay's memory*).
+pub(crate) const CATCH_UP_BUFFER_BYTES: u64 = 64 << 20;
 
 /// What librdkafka holds for one fetched record besides its payload: the operation that
 /// carries it (`rd_kafka_op_t` of a fetched message, 304 bytes, a 320-byte allocation) and
