@@ -91,12 +91,13 @@ pub struct KafkaArgs {
     )]
     pub kafka_max_response_bytes: u64,
 
-    /// Memory the records fetched but not yet applied may take during catch-up, in bytes, once
-    /// the broker has answered beyond the fetch limits (some send a partition's whole backlog at
-    /// once): partitions still catching up are then read as many at a time as their backlogs
-    /// fit in it, each record counted at what librdkafka holds for it (about 350 bytes plus its
-    /// payload); a backlog larger than this is read alone. A broker that honours the limits
-    /// is read on every partition at once.
+    /// The most memory the records fetched but not yet applied may take during catch-up, in
+    /// bytes, once the broker has answered beyond the fetch limits (some send a partition's
+    /// whole backlog at once): partitions still catching up are then read as many at a time as
+    /// their backlogs fit in 1.5 times what the records left will take in the store (about 90
+    /// bytes a post), at most this, each record counted at what librdkafka holds for it (about
+    /// 350 bytes plus its payload); a backlog larger than that is read alone. A broker that
+    /// honours the limits is read on every partition at once.
     #[arg(
         long,
         env = "THUNDER_KAFKA_CATCH_UP_BUFFER_BYTES",

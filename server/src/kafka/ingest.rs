@@ -20,6 +20,7 @@ use super::metrics;
 use super::records::RecordBatch;
 use super::shared::{PartitionState, Shared};
 use super::throttle::{LOG_INTERVAL, LogThrottle, ThrottledContext};
+use super::window;
 
 /// Longest single poll, so the thread notices shutdown and flushes idle batches promptly.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -376,8 +377,8 @@ impl IngestThread {
                             if self.shared.window.note_limits_ignored() {
                                 tracing::warn!(
                                     topic = %self.topic,
-                                    catch_up_buffer_bytes = self.shared.window.budget_bytes(),
-                                    "the Kafka broker answers beyond the fetch limits: partitions still catching up are read as many at a time as their backlogs fit in --kafka-catch-up-buffer-bytes"
+                                    catch_up_buffer_bytes = self.shared.window.cap_bytes(),
+                                    "the Kafka broker answers beyond the fetch limits: partitions still catching up are read a few at a time, as many as their backlogs fit in the catch-up window (at most --kafka-catch-up-buffer-bytes)"
                                 );
                             }
                             // The refused answer brought nothing: the partitions not caught
@@ -516,6 +517,15 @@ impl IngestThread {
         };
         let mut all_reading = true;
         let mut admitted = TopicPartitionList::new();
+        // Against a broker that answers with whole backlogs, a consumer delivers its
+        // partitions one after another (each answer queues behind the last): a thread takes
+        // one at a time, and the window's room goes to the other threads.
+        let one_at_a_time = self.shared.window.limits_ignored();
+        let mut busy = one_at_a_time
+            && self.partitions.iter().any(|owned| {
+                self.state(owned)
+                    .is_some_and(|s| s.reading.load(Ordering::Relaxed) && window::catching_up(s))
+            });
         for (owned, at) in self.partitions.iter().zip(positions) {
             let Some(state) = all.get(owned.slot) else {
                 continue;
@@ -523,7 +533,7 @@ impl IngestThread {
             if state.reading.load(Ordering::Relaxed) {
                 continue;
             }
-            if !self.shared.window.admit(all, state) {
+            if busy || !self.shared.window.admit(all, state) {
                 // Admissions go in partition order: the rest wait for this one.
                 all_reading = false;
                 break;
@@ -535,6 +545,7 @@ impl IngestThread {
                 "reading Kafka partition"
             );
             admitted.add_partition_offset(&self.topic, owned.partition, at.offset(owned))?;
+            busy = one_at_a_time && window::catching_up(state);
         }
         if let Some(consumer) = consumer
             && admitted.count() > 0

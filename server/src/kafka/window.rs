@@ -13,10 +13,19 @@
 //! (`receive.message.max.bytes`, which librdkafka refuses before reading it). From then on a
 //! partition still catching up is assigned to its consumer only while the backlogs of the
 //! partitions being caught up, each record counted at what librdkafka holds for it, fit the
-//! budget (`--kafka-catch-up-buffer-bytes`) together with its own; or when no partition is
-//! being caught up, so a backlog larger than the budget is read alone. Caught-up partitions
-//! cost nothing and stay assigned. The window never holds back a broker that keeps to the
-//! limits: until one answers beyond them, every partition is read at once.
+//! window together with its own; or when no partition is being caught up, so a backlog larger
+//! than the window is read alone. A thread reads one such partition at a time (its consumer
+//! would deliver a second one only after the first anyway), so the room goes to other threads.
+//! Caught-up partitions cost nothing and stay assigned. The window never holds back a broker
+//! that keeps to the limits: until one answers beyond them, every partition is read at once.
+//!
+//! The window is 1.5 times what the records not applied yet will take in the store
+//! ([`STORE_BYTES_PER_POST`] each), at most `--kafka-catch-up-buffer-bytes`: widest at the
+//! start, when the store is empty, it narrows as the store fills. What the process holds is then
+//! the store so far (with its allocator's slack, about 1.2 times its own bytes) plus the window,
+//! which stays within 1.5 times the store the whole backlog builds at every point of the replay:
+//! 1.2 (N - R) + 1.5 R <= 1.5 N for the N posts of the backlog and the R not applied yet. Only a
+//! single backlog larger than the window, read alone, goes over.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -24,11 +33,9 @@ use std::sync::{Mutex, PoisonError};
 use super::gate::{partition_caught_up, partition_lag};
 use super::shared::PartitionState;
 
-/// Default `--kafka-catch-up-buffer-bytes` (64 MiB): about 170k records of 50-byte events in
-/// flight, so backlogs larger than that are read one at a time. A replay of 1M or 2M posts
-/// through the test broker stays within 1.5 times the store + 128 MiB with it, where 160 MiB
-/// went over at 1M (docs/performance-history.md, *A cold replay's memory*).
-pub(crate) const CATCH_UP_BUFFER_BYTES: u64 = 64 << 20;
+/// Default `--kafka-catch-up-buffer-bytes` (1 GiB): the most the window holds whatever the
+/// backlog, about two partitions of a 20M-post topic of eight.
+pub(crate) const CATCH_UP_BUFFER_BYTES: u64 = 1 << 30;
 
 /// What librdkafka holds for one fetched record besides its payload: the operation that
 /// carries it (`rd_kafka_op_t` of a fetched message, 304 bytes, a 320-byte allocation) and
@@ -36,13 +43,18 @@ pub(crate) const CATCH_UP_BUFFER_BYTES: u64 = 64 << 20;
 /// header counts).
 pub(crate) const RECORD_OVERHEAD_BYTES: u64 = 320 + 24;
 
+/// What one post takes in the store, for the window: the store's own bytes per post
+/// (`post_store_*_bytes` over `post_store_total_posts`) are 87-95 at 1M-20M posts.
+pub(crate) const STORE_BYTES_PER_POST: u64 = 90;
+
 /// Payload bytes assumed per record before any was read.
 const FIRST_PAYLOAD_GUESS_BYTES: u64 = 64;
 
 /// The process-wide catch-up window (see the module docs).
 #[derive(Debug)]
 pub(super) struct CatchUpWindow {
-    budget_bytes: u64,
+    /// `--kafka-catch-up-buffer-bytes`.
+    cap_bytes: u64,
     /// A consumer has seen an answer larger than it accepts.
     limits_ignored: AtomicBool,
     /// Payload bytes and records read so far: the average payload a record costs.
@@ -53,9 +65,9 @@ pub(super) struct CatchUpWindow {
 }
 
 impl CatchUpWindow {
-    pub(super) fn new(budget_bytes: u64) -> Self {
+    pub(super) fn new(cap_bytes: u64) -> Self {
         Self {
-            budget_bytes,
+            cap_bytes,
             limits_ignored: AtomicBool::new(false),
             payload_bytes: AtomicU64::new(0),
             payload_records: AtomicU64::new(0),
@@ -64,8 +76,8 @@ impl CatchUpWindow {
     }
 
     /// `--kafka-catch-up-buffer-bytes`.
-    pub(super) fn budget_bytes(&self) -> u64 {
-        self.budget_bytes
+    pub(super) fn cap_bytes(&self) -> u64 {
+        self.cap_bytes
     }
 
     /// Notes that a consumer saw an answer beyond the fetch limits; true the first time.
@@ -73,7 +85,7 @@ impl CatchUpWindow {
         !self.limits_ignored.swap(true, Ordering::Relaxed)
     }
 
-    /// Whether partitions catching up are read within the budget.
+    /// Whether partitions catching up are read within the window.
     pub(super) fn limits_ignored(&self) -> bool {
         self.limits_ignored.load(Ordering::Relaxed)
     }
@@ -107,7 +119,7 @@ impl CatchUpWindow {
         }
         let admitted = !self.limits_ignored()
             || fits(
-                self.budget_bytes,
+                self.window_bytes(partitions),
                 self.record_bytes(),
                 partitions
                     .iter()
@@ -121,6 +133,14 @@ impl CatchUpWindow {
         admitted
     }
 
+    /// The window now: 1.5 times what the records of every backlog not applied yet will take
+    /// in the store, at most the cap.
+    pub(super) fn window_bytes(&self, partitions: &[PartitionState]) -> u64 {
+        let remaining: u64 = partitions.iter().map(backlog).sum();
+        let ahead = remaining.saturating_mul(STORE_BYTES_PER_POST) / 2 * 3;
+        self.cap_bytes.min(ahead)
+    }
+
     /// The bytes the partitions being read may still bring, at [`record_bytes`](Self::record_bytes)
     /// a record (for the gauge).
     pub(super) fn in_flight_bytes(&self, partitions: &[PartitionState]) -> u64 {
@@ -131,6 +151,11 @@ impl CatchUpWindow {
             .sum();
         records.saturating_mul(self.record_bytes())
     }
+}
+
+/// True while `partition` has records of its catch-up backlog to apply.
+pub(super) fn catching_up(partition: &PartitionState) -> bool {
+    backlog(partition) > 0
 }
 
 /// Records of `partition`'s catch-up backlog not applied yet: 0 once it is caught up.
@@ -149,10 +174,10 @@ fn backlog(partition: &PartitionState) -> u64 {
     .unwrap_or(0)
 }
 
-/// Whether a partition with `candidate` records of backlog fits the window of `budget_bytes`
-/// at `record_bytes` a record, beside the backlogs of the partitions being read.
+/// Whether a partition with `candidate` records of backlog fits a window of `window_bytes` at
+/// `record_bytes` a record, beside the backlogs of the partitions being read.
 fn fits(
-    budget_bytes: u64,
+    window_bytes: u64,
     record_bytes: u64,
     reading: impl Iterator<Item = u64>,
     candidate: u64,
@@ -163,7 +188,7 @@ fn fits(
         || reading
             .saturating_add(candidate)
             .saturating_mul(record_bytes)
-            <= budget_bytes
+            <= window_bytes
 }
 
 #[cfg(test)]
@@ -184,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn backlogs_fit_the_budget_together() {
+    fn backlogs_fit_the_window_together() {
         // 100 records of 10 bytes fit 1000 bytes; 101 do not.
         assert!(fits(1000, 10, [40, 20].into_iter(), 40));
         assert!(!fits(1000, 10, [40, 20].into_iter(), 41));
@@ -199,11 +224,15 @@ mod tests {
 
     #[test]
     fn a_window_admits_everything_until_the_limits_are_ignored() {
-        let window = CatchUpWindow::new(100 * (RECORD_OVERHEAD_BYTES + 64));
+        let record = RECORD_OVERHEAD_BYTES + 64;
+        // Capped at 100 records: the fourth partition's million records to come would widen the
+        // window far beyond that.
+        let window = CatchUpWindow::new(100 * record);
         let partitions = [
             partition(0, 80, -1, false),
             partition(0, 80, -1, false),
             partition(0, 80, 80, false),
+            partition(0, 1_000_000, -1, false),
         ];
         assert!(window.admit(&partitions, &partitions[0]));
         assert!(window.admit(&partitions, &partitions[1]));
@@ -216,10 +245,7 @@ mod tests {
         assert!(window.admit(&partitions, &partitions[0]));
         assert!(!window.admit(&partitions, &partitions[1]));
         assert!(window.admit(&partitions, &partitions[2]));
-        assert_eq!(
-            window.in_flight_bytes(&partitions),
-            80 * (RECORD_OVERHEAD_BYTES + 64)
-        );
+        assert_eq!(window.in_flight_bytes(&partitions), 80 * record);
         // The first partition applies 30 records: 50 + 80 still do not fit...
         partitions[0].next.store(30, Ordering::Release);
         assert!(!window.admit(&partitions, &partitions[1]));
@@ -228,10 +254,32 @@ mod tests {
         assert!(window.admit(&partitions, &partitions[1]));
         // A partition at its end (its watermark counts transaction markers) costs nothing.
         partitions[0].at_end.store(true, Ordering::Relaxed);
+        assert!(!catching_up(&partitions[0]));
+        assert_eq!(window.in_flight_bytes(&partitions), 80 * record);
+    }
+
+    #[test]
+    fn the_window_narrows_as_the_backlogs_are_applied() {
+        let window = CatchUpWindow::new(1 << 30);
+        let partitions = [
+            partition(0, 10_000, -1, false),
+            partition(0, 10_000, 5_000, false),
+        ];
+        // 15000 records to apply: 1.5 times what they will take in the store.
         assert_eq!(
-            window.in_flight_bytes(&partitions),
-            80 * (RECORD_OVERHEAD_BYTES + 64)
+            window.window_bytes(&partitions),
+            15_000 * STORE_BYTES_PER_POST * 3 / 2
         );
+        partitions[0].next.store(9_999, Ordering::Release);
+        partitions[1].next.store(10_000, Ordering::Release);
+        assert_eq!(
+            window.window_bytes(&partitions),
+            STORE_BYTES_PER_POST * 3 / 2
+        );
+        // The cap binds whatever is left.
+        let capped = CatchUpWindow::new(1000);
+        partitions[0].next.store(0, Ordering::Release);
+        assert_eq!(capped.window_bytes(&partitions), 1000);
     }
 
     #[test]
