@@ -76,6 +76,10 @@ step "Benchmark smoke run (small scale; prints figures, asserts no timing)"
 cargo run --release --locked -p thunder-benches --bin compare -- --scale 1000 --queries 200 --settle-secs 0
 cargo run --release --locked -p thunder-benches --bin seen_filter -- --scale 1000 --rounds 20 --probes 20000
 
+step "Replay memory (a cold replay of 1M posts stays within 1.5x its store + 128 MiB, 1.25x once caught up)"
+# Through the test broker, which answers with whole backlogs: the worst case. About 30 s.
+scripts/replay-memory.sh --settle 3 --check 20
+
 if [ "${THUNDER_SOAK:-1}" != "0" ]; then
     step "Short soak (live feed, query load, fresh replica and snapshot restart compared)"
     python3 scripts/soak_verdict_test.py
