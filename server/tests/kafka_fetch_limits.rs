@@ -176,10 +176,10 @@ fn partitions_catching_up_from_a_broker_that_ignores_the_limits_are_read_within_
         "no sample saw a partition being read: the test proves nothing"
     );
     // A partition whose last batch is applied is caught up and frees the window before the
-    // next one is assigned: never two part of the way. (With a window that holds them all, the
-    // four threads read theirs at the same time and this sees three or four.)
+    // next one is assigned: never two part of the way. (With a window that holds them all, or
+    // none at all because no answer was seen beyond the limits, the four threads read theirs at
+    // the same time and this sees three or four.)
     assert_eq!(most_at_once, 1, "partitions read at once");
-    assert!(Metrics::global().kafka.oversized_fetch_responses.get() >= 1);
     wait_applied(&ingest, events.len() as u64);
     let config = thunder_workload::SynthConfig::feed_2d(scale, now);
     assert_same_answers(&store, &model, &viewers_for(&config, 10, &events));

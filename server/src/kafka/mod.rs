@@ -61,6 +61,13 @@
 //! counted (`kafka_oversized_fetch_responses_total`) and the thread reconnects its consumer
 //! with a limit that fits, up to `--kafka-max-response-bytes` (`fetch_limits.rs`).
 //!
+//! # Memory (`fetch_limits.rs`, `window.rs`, `heap.rs`)
+//! librdkafka holds every fetched record as a 320-byte operation until it is applied. Small
+//! fetch and queue limits keep that to a few megabytes per consumer against a broker that
+//! honours them; against one that answers with whole backlogs, partitions still catching up
+//! are read a few at a time, within a window that narrows as the store fills. The ingest
+//! threads hand librdkafka's freed heap back to the system as they apply batches.
+//!
 //! # Ordering
 //! Within one partition records are applied in offset order. Producers key creates by author
 //! id, so one author's posts keep their order; the store's rules make the result independent
