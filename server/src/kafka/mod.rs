@@ -61,6 +61,13 @@
 //! counted (`kafka_oversized_fetch_responses_total`) and the thread reconnects its consumer
 //! with a limit that fits, up to `--kafka-max-response-bytes` (`fetch_limits.rs`).
 //!
+//! # Memory (`fetch_limits.rs`, `window.rs`, `heap.rs`)
+//! librdkafka holds every fetched record as a 320-byte operation until it is applied. Small
+//! fetch and queue limits keep that to a few megabytes per consumer against a broker that
+//! honours them; against one that answers with whole backlogs, partitions still catching up
+//! are read a few at a time, within a window that narrows as the store fills. The ingest
+//! threads hand librdkafka's freed heap back to the system as they apply batches.
+//!
 //! # Ordering
 //! Within one partition records are applied in offset order. Producers key creates by author
 //! id, so one author's posts keep their order; the store's rules make the result independent
@@ -71,6 +78,7 @@ mod connection;
 mod error;
 mod fetch_limits;
 mod gate;
+mod heap;
 mod ingest;
 mod metrics;
 mod producer;
@@ -81,6 +89,7 @@ mod shared;
 mod stall;
 mod supervisor;
 mod throttle;
+mod window;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -232,6 +241,7 @@ pub fn start_with(
         caught_up: caught_up.clone(),
         stalled: stalled_tx,
         partitions: OnceLock::new(),
+        window: window::CatchUpWindow::new(args.kafka_catch_up_buffer_bytes),
     });
     let supervisor = Supervisor {
         args: args.clone(),

@@ -265,6 +265,7 @@ impl Supervisor {
                 next: AtomicI64::new(start_marker(*start)),
                 at_end: AtomicBool::new(false),
                 truncation: Mutex::default(),
+                reading: AtomicBool::new(false),
             })
             .collect();
         // Only the supervisor sets it, once, before any thread starts.
