@@ -3,17 +3,16 @@
 //! slot of an idle one (never-spoke first, then least recently active), and one peer address
 //! cannot take every slot. The server runs in the test process, on 127.0.0.1.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{PATIENCE, TestServer, original, request, store};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::admin::metrics::Metrics;
 use thunder_server::serve::listener::ConnLimits;
 use thunder_server::{FollowingSource, ServerOptions};
+use thunder_testbed::in_process::SlowFollowing;
+use thunder_testbed::{PATIENCE, TestServer, original, request, store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -153,13 +152,15 @@ async fn idle_sockets_and_a_slow_header_client_do_not_lock_new_clients_out() {
     }
     // The server has taken them all (each beyond the cap in the place of an older one).
     assert!(
-        common::eventually(|| async { evicted("max_connections") >= (SILENT + 1 - CAP) as u64 })
-            .await,
+        thunder_testbed::eventually(|| async {
+            evicted("max_connections") >= (SILENT + 1 - CAP) as u64
+        })
+        .await,
         "evicted {} of {SILENT} silent sockets",
         evicted("max_connections")
     );
     assert!(
-        common::eventually(|| async { gauge("grpc") <= CAP as i64 }).await,
+        thunder_testbed::eventually(|| async { gauge("grpc") <= CAP as i64 }).await,
         "open: {}",
         gauge("grpc")
     );
@@ -228,7 +229,7 @@ async fn at_the_cap_the_least_recently_active_idle_connection_makes_way() {
             .await
             .expect("served again");
     }
-    assert!(common::eventually(|| async { gauge("grpc") == 3 }).await);
+    assert!(thunder_testbed::eventually(|| async { gauge("grpc") == 3 }).await);
     assert_eq!(evicted("max_connections"), 1);
     drop(server);
 }
@@ -273,7 +274,7 @@ async fn the_handshake_timeout_closes_connections_without_a_first_request() {
         closed_within(&mut slow_header, wait).await,
         "half a header kept"
     );
-    assert!(common::eventually(|| async { gauge("grpc") == 0 }).await);
+    assert!(thunder_testbed::eventually(|| async { gauge("grpc") == 0 }).await);
 
     // A client that made its first request keeps its connection past the handshake timeout.
     let mut client = client_from(Ipv4Addr::LOCALHOST, &server).await;
@@ -293,20 +294,6 @@ async fn the_handshake_timeout_closes_connections_without_a_first_request() {
         .expect("served again");
     assert_eq!(gauge("grpc"), 1, "the second call needed a new connection");
     drop(server);
-}
-
-/// A follow-graph source that takes `delay` to answer (keeps a call, and its connection, busy).
-#[derive(Debug)]
-struct SlowFollowing {
-    delay: Duration,
-}
-
-#[tonic::async_trait]
-impl FollowingSource for SlowFollowing {
-    async fn fetch_following_list(&self, _user_id: i64, _limit: usize) -> Result<Vec<i64>, String> {
-        tokio::time::sleep(self.delay).await;
-        Ok(vec![1])
-    }
 }
 
 /// One address holds at most `max_connections_per_peer` connections: at its cap a new
@@ -339,7 +326,7 @@ async fn one_address_cannot_take_every_slot() {
     }
     // A's six oldest lost their slots to A's newer ones; B's three are untouched.
     assert!(
-        common::eventually(|| async { evicted("per_peer") == 6 }).await,
+        thunder_testbed::eventually(|| async { evicted("per_peer") == 6 }).await,
         "per-peer evictions: {}",
         evicted("per_peer")
     );
@@ -362,7 +349,7 @@ async fn one_address_cannot_take_every_slot() {
         }));
     }
     assert!(
-        common::eventually(|| async { evicted("per_peer") == 10 }).await,
+        thunder_testbed::eventually(|| async { evicted("per_peer") == 10 }).await,
         "A's silent sockets make way for its clients: {}",
         evicted("per_peer")
     );

@@ -2,12 +2,9 @@
 //! bounds and the gRPC status conventions. Every test starts its own server on free
 //! 127.0.0.1 ports and runs for a few seconds at most.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{NOW, TestServer, http_get, original, request, store};
 use prost::Message;
 use thunder_engine::LightPost;
 use thunder_proto::GetInNetworkPostsRequest;
@@ -16,6 +13,8 @@ use thunder_server::admin::metrics::Metrics;
 use thunder_server::serve::listener::ConnLimits;
 use thunder_server::serve::overload::OverloadConfig;
 use thunder_server::{FollowingSource, ServerOptions};
+use thunder_testbed::in_process::{OneWorkerServer, SlowFollowing};
+use thunder_testbed::{NOW, TestServer, http_get, one_worker_server, original, request, store};
 use tokio::io::AsyncReadExt;
 use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -234,37 +233,6 @@ impl std::ops::AddAssign for Outcomes {
     }
 }
 
-/// A ready server on a runtime of its own with one worker, and a client runtime with two.
-fn one_worker_server(
-    options: ServerOptions,
-) -> (
-    tokio::runtime::Runtime,
-    thunder_server::RunningServer,
-    String,
-    tokio::runtime::Runtime,
-) {
-    let server_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("one-worker-server")
-        .enable_all()
-        .build()
-        .expect("server runtime");
-    let server = server_rt.block_on(async {
-        let server = thunder_server::start(options, busy_store(), None)
-            .await
-            .expect("server starts");
-        server.readiness().set_ready().await;
-        server
-    });
-    let url = format!("http://{}", server.grpc_addr());
-    let client_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("client runtime");
-    (server_rt, server, url, client_rt)
-}
-
 /// With one runtime worker every query runs inline on it, and calls wait in the runtime's
 /// run queue before their handler runs. The stamp taken when a stream is accepted
 /// (`thunder_server::serve::arrival`) makes that wait visible: answers degrade, calls that waited
@@ -291,7 +259,12 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
         inline_queries: true,
         ..ServerOptions::default()
     };
-    let (server_rt, server, url, client_rt) = one_worker_server(options);
+    let OneWorkerServer {
+        server_rt,
+        server,
+        url,
+        client_rt,
+    } = one_worker_server(options, busy_store());
     let (totals, light_latencies, callers, service_time) = client_rt.block_on(async move {
         let connect = || async {
             tonic::transport::Channel::from_shared(url.clone())
@@ -409,14 +382,11 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
 
 /// Calls of `histogram` (in the Prometheus text of `metrics`) above its bucket bound `le`.
 fn observed_above(metrics: &str, histogram: &str, le: &str) -> u64 {
-    let value = |prefix: String| {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("{prefix} exported"))
+    let value = |name: String, labels: &[(&str, &str)]| {
+        thunder_testbed::metrics::in_text(metrics, &name, labels)
+            .unwrap_or_else(|| panic!("{name} {labels:?} exported")) as u64
     };
-    value(format!("{histogram}_count ")) - value(format!("{histogram}_bucket{{le=\"{le}\"}} "))
+    value(format!("{histogram}_count"), &[]) - value(format!("{histogram}_bucket"), &[("le", le)])
 }
 
 /// A strictly sequential client (one call in flight) is never degraded, also while CPU hogs
@@ -528,7 +498,12 @@ fn a_sequential_client_beside_cpu_hogs_is_never_degraded() {
 /// fails with h2's default.
 #[test]
 fn calls_abandoned_while_the_server_is_busy_do_not_close_their_connection() {
-    let (server_rt, server, url, client_rt) = one_worker_server(ServerOptions::default());
+    let OneWorkerServer {
+        server_rt,
+        server,
+        url,
+        client_rt,
+    } = one_worker_server(ServerOptions::default(), busy_store());
     let patient = client_rt.block_on(async {
         let channel = tonic::transport::Channel::from_shared(url)
             .expect("url")
@@ -582,20 +557,6 @@ fn calls_abandoned_while_the_server_is_busy_do_not_close_their_connection() {
     assert!(!answer.into_inner().posts.is_empty());
 }
 
-/// A follow-graph source that takes `delay` to answer.
-#[derive(Debug)]
-struct SlowFollowing {
-    delay: Duration,
-}
-
-#[tonic::async_trait]
-impl FollowingSource for SlowFollowing {
-    async fn fetch_following_list(&self, _user_id: i64, _limit: usize) -> Result<Vec<i64>, String> {
-        tokio::time::sleep(self.delay).await;
-        Ok(vec![1])
-    }
-}
-
 #[tokio::test]
 async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried() {
     let slow: Arc<dyn FollowingSource> = Arc::new(SlowFollowing {
@@ -612,8 +573,10 @@ async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried
         .expect_err("too slow");
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(
-        common::eventually(|| async { requests_with("deadline_exceeded") == exceeded_before + 1 })
-            .await
+        thunder_testbed::eventually(|| async {
+            requests_with("deadline_exceeded") == exceeded_before + 1
+        })
+        .await
     );
     assert_eq!(Metrics::global().store_queries.get(), queries_before);
     // Without a deadline the same call is answered.
