@@ -82,10 +82,10 @@ mod heap;
 mod ingest;
 mod metrics;
 mod producer;
+mod progress;
 mod records;
 mod resume;
 mod security;
-mod shared;
 mod stall;
 mod supervisor;
 mod throttle;
@@ -106,6 +106,7 @@ pub use connection::{
 pub use error::KafkaError;
 pub use gate::CatchUpState;
 pub use producer::{EventProducer, ProducerStats};
+pub use progress::IngestStats;
 pub use records::{
     BatchOutcome, DecodeError, RecordBatch, create_event, decode_event, delete_envelope,
     delete_event, light_post,
@@ -115,11 +116,10 @@ pub use security::{
     EXPIRY_WARNING_DAYS, Findings, SecurityProtocol, builtin_features, certificate_dates,
     read_certificates,
 };
-pub use shared::IngestStats;
 pub use supervisor::split_partitions;
 
 use gate::CatchUpGate;
-use shared::{Counters, LivePermits, Shared};
+use progress::{Counters, LivePermits, Shared};
 use supervisor::Supervisor;
 use throttle::ThrottledContext;
 
