@@ -46,6 +46,19 @@ fn requests_with(status: &str) -> u64 {
         .get()
 }
 
+/// These tests load the machine and read the process's metrics: under plain `cargo test` the
+/// tests of this file share one process, so they run one at a time (nextest runs each alone).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Answers degraded so far, over every level.
+fn degraded_total() -> u64 {
+    let levels = &Metrics::global().degrade_levels;
+    ["1", "2", "3"]
+        .iter()
+        .map(|l| levels.with_label_values(&[l]).get())
+        .sum()
+}
+
 fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
@@ -104,6 +117,9 @@ fn rss_kib() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_degrade() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let degraded_before = degraded_total();
+    let rejected_before = Metrics::global().rejected_requests.get();
     let options = ServerOptions {
         overload: OverloadConfig {
             executors: 1,
@@ -195,16 +211,11 @@ async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_deg
         peak_rss <= rss_before + 256 * 1024,
         "RSS {rss_before} -> {peak_rss} KiB"
     );
-    let levels = &Metrics::global().degrade_levels;
-    let degraded: u64 = ["1", "2", "3"]
-        .iter()
-        .map(|l| levels.with_label_values(&[l]).get())
-        .sum();
-    assert!(degraded > 0);
+    assert!(degraded_total() > degraded_before);
     // Refusals come only once degraded answers cannot keep up (here they can; the
     // controller's unit tests refuse on a long queue).
     assert_eq!(
-        Metrics::global().rejected_requests.get(),
+        Metrics::global().rejected_requests.get() - rejected_before,
         u64::from(totals.2)
     );
     drop(server);
@@ -243,6 +254,7 @@ impl std::ops::AddAssign for Outcomes {
 /// 41-263 ms, a mean queue wait of 7 us against 15-16 ms with it.)
 #[test]
 fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
+    let _turn = ONE_AT_A_TIME.blocking_lock();
     let options = ServerOptions {
         grpc_addr: "127.0.0.1:0".parse().expect("addr"),
         admin_addr: "127.0.0.1:0".parse().expect("addr"),
@@ -399,6 +411,7 @@ fn observed_above(metrics: &str, histogram: &str, le: &str) -> u64 {
 /// worker and one executor per core, queries inline.
 #[test]
 fn a_sequential_client_beside_cpu_hogs_is_never_degraded() {
+    let _turn = ONE_AT_A_TIME.blocking_lock();
     const CALLS: u32 = 300;
     let cores = thunder_server::serve::overload::one_per_core();
     let options = ServerOptions {
@@ -498,6 +511,7 @@ fn a_sequential_client_beside_cpu_hogs_is_never_degraded() {
 /// fails with h2's default.
 #[test]
 fn calls_abandoned_while_the_server_is_busy_do_not_close_their_connection() {
+    let _turn = ONE_AT_A_TIME.blocking_lock();
     let OneWorkerServer {
         server_rt,
         server,
@@ -559,6 +573,7 @@ fn calls_abandoned_while_the_server_is_busy_do_not_close_their_connection() {
 
 #[tokio::test]
 async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let slow: Arc<dyn FollowingSource> = Arc::new(SlowFollowing {
         delay: Duration::from_millis(400),
     });
@@ -589,6 +604,7 @@ async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried
 
 #[tokio::test]
 async fn the_stream_cap_serialises_calls_on_one_connection() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let delay = Duration::from_millis(300);
     let slow: Arc<dyn FollowingSource> = Arc::new(SlowFollowing { delay });
     let options = ServerOptions {
@@ -673,6 +689,7 @@ async fn raw_call(server: &TestServer, body: Vec<u8>) -> tonic::Status {
 
 #[tokio::test]
 async fn oversized_and_undecodable_messages_get_their_status_and_are_counted() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let options = ServerOptions {
         max_decoding_message_bytes: 1000,
         ..ServerOptions::default()
@@ -736,6 +753,14 @@ async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
 
 #[tokio::test]
 async fn connections_are_capped_idle_ones_time_out_and_do_not_hold_up_shutdown() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let evicted_at_the_cap = || {
+        Metrics::global()
+            .connections_evicted
+            .with_label_values(&["grpc", "max_connections"])
+            .get()
+    };
+    let evicted_before = evicted_at_the_cap();
     let options = ServerOptions {
         grpc_connections: short_limits(),
         admin_connections: short_limits(),
@@ -786,17 +811,14 @@ async fn connections_are_capped_idle_ones_time_out_and_do_not_hold_up_shutdown()
         "the oldest silent connection kept {took:?}"
     );
     assert!(server.admin_get("/healthz").await.status == 200);
-    let evicted = Metrics::global()
-        .connections_evicted
-        .with_label_values(&["grpc", "max_connections"])
-        .get();
-    assert!(evicted >= 1);
+    assert!(evicted_at_the_cap() > evicted_before);
 
     drop(server);
 }
 
 #[tokio::test]
 async fn idle_connections_do_not_hold_up_shutdown() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let options = ServerOptions {
         drain_timeout: Duration::from_secs(10),
         ..ServerOptions::default()
