@@ -17,8 +17,8 @@ use super::fetch_limits::{raised_receive_max_bytes, receive_max_bytes};
 use super::gate::partition_caught_up;
 use super::heap;
 use super::metrics;
+use super::progress::{PartitionState, Shared};
 use super::records::RecordBatch;
-use super::shared::{PartitionState, Shared};
 use super::throttle::{LOG_INTERVAL, LogThrottle, ThrottledContext};
 use super::window;
 

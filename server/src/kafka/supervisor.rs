@@ -15,8 +15,8 @@ use super::config::KafkaArgs;
 use super::gate::{CatchUpState, partition_lag};
 use super::ingest::{IngestThread, OwnedPartition};
 use super::metrics;
+use super::progress::{PartitionState, Shared};
 use super::resume::{Restore, TopicStart};
-use super::shared::{PartitionState, Shared};
 use super::stall::{PartitionCheck, StallTracker};
 use super::throttle::{LOG_INTERVAL, ThrottledContext};
 

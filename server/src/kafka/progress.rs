@@ -1,5 +1,6 @@
-//! State shared by the supervisor, the ingest threads and the `KafkaIngest` handle: progress
-//! counters, the live-batch permits and the per-partition offsets.
+//! Ingestion's progress, shared by the supervisor, the ingest threads and the `KafkaIngest`
+//! handle: the progress counters, the per-partition offsets, and the live-batch permits that
+//! pace the writes after catch-up.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
