@@ -161,10 +161,10 @@ impl ValidatedRequest {
         authors.truncate(MAX_INPUT_LIST_SIZE);
         // Most lists hold none: a pass with no branch per id looks before `retain` moves
         // anything.
-        if authors
-            .iter()
-            .fold(false, |found, id| found | BLACKLISTED_AUTHORS.contains(id))
-        {
+        let [a, b, c] = BLACKLISTED_AUTHORS;
+        if authors.iter().fold(false, |found, &id| {
+            found | (id == a) | (id == b) | (id == c)
+        }) {
             authors.retain(|id| !BLACKLISTED_AUTHORS.contains(id));
         }
         self.authors = authors;
