@@ -21,6 +21,7 @@ use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
+use crate::admin::count_histogram::Stage;
 use crate::admin::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 use crate::convert::post_to_proto;
 use crate::error::ServiceError;
@@ -311,7 +312,7 @@ impl Recorder {
         self.metrics.record_request(&summary);
         if let (Some(query), Some(posts)) = (&summary.query, answered) {
             self.metrics
-                .record_found_posts("scored", posts, query.now_secs);
+                .record_found_posts(Stage::Scored, posts, query.now_secs);
         }
     }
 }
