@@ -175,7 +175,9 @@ done
 ${pin[@]+"${pin[@]}"} "$target/$server_bin" --grpc-addr "127.0.0.1:$grpc_port" --admin-addr "127.0.0.1:$admin_port" \
     --demo-scale "$scale" --qps-limit 1000000 ${floor_flags[@]+"${floor_flags[@]}"} "${server_flags[@]}" >"$work/server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 600); do
+# The demo store loads before the server is ready: seconds at the default scale, about a
+# minute of a loaded machine at --scale 1 (20M posts). A server that dies is caught at once.
+for _ in $(seq 6000); do
     if curl -fs "http://127.0.0.1:$admin_port/readyz" >/dev/null 2>&1; then break; fi
     kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
     sleep 0.1

@@ -7,6 +7,8 @@
 //! - [`EventBatch`] and [`load`]: the synthetic stream cut into ingest batches and applied.
 //! - [`floor`]: the serving floor, thunder's gRPC path answering pre-built answers.
 //! - [`line_floor`]: the store query's floor, random reads of the lines a query must touch.
+//! - [`store_floor`]: the engine's 2000-follow query against that floor, and walks of its
+//!   merge side by side.
 //! - [`memory`]: resident-set measurement; [`cpu_time`]: CPU time of a thread or the process.
 #![deny(missing_docs)]
 
@@ -14,6 +16,7 @@ pub mod baseline;
 pub mod floor;
 pub mod line_floor;
 pub mod memory;
+pub mod store_floor;
 
 use std::time::{Duration, Instant};
 use thunder_engine::{EventBatch, PostEvent, Store};

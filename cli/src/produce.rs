@@ -60,6 +60,16 @@ pub struct ProduceArgs {
     /// Events per second (0: as fast as the producer takes them).
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
+
+    /// The brokers must answer a first metadata request within this long, in ms, or produce
+    /// stops with the reason (a connection, TLS handshake or SASL login refused).
+    #[arg(
+        long,
+        env = "THUNDER_KAFKA_REQUEST_TIMEOUT_MS",
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub kafka_request_timeout_ms: u64,
 }
 
 /// One JSON input line.
@@ -189,11 +199,15 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
 
 /// Runs `thunder-cli produce` on the calling thread.
 fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
+    let producer =
+        EventProducer::new(&args.kafka.to_kafka_args()).context("creating the Kafka producer")?;
+    // Fail now, with the reason, rather than after the records' delivery timeout.
+    producer
+        .check_connection(Duration::from_millis(args.kafka_request_timeout_ms))
+        .context("connecting to Kafka")?;
     if let Some(partitions) = args.create_topic {
         create_topic(&args.kafka, partitions)?;
     }
-    let producer =
-        EventProducer::new(&args.kafka.to_kafka_args()).context("creating the Kafka producer")?;
     let started = Instant::now();
     let mut pacer = Pacer::new(args.rate);
     let mut sent = Sent::default();

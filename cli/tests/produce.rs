@@ -122,3 +122,58 @@ fn synthetic_live_events_are_produced_at_a_rate() {
     assert_eq!(ingest.stats().failed, 0);
     ingest.shutdown_blocking();
 }
+
+/// A broker that is not there: produce gives up within its request timeout, non-zero, saying
+/// why, instead of waiting for the records' delivery timeout.
+#[test]
+fn an_unreachable_broker_fails_fast_with_the_reason() {
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+        .args([
+            "produce",
+            "--kafka-brokers",
+            "127.0.0.1:1",
+            "--synth",
+            "--live-events",
+            "1",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run thunder-cli produce");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit 0:\n{stderr}");
+    assert!(took < Duration::from_secs(15), "took {took:?}:\n{stderr}");
+    assert!(
+        stderr.contains("no Kafka broker answered within 10000 ms")
+            && stderr.contains("Connection refused"),
+        "{stderr}"
+    );
+}
+
+/// `--create-topic N` still creates N partitions now that produce first asks the brokers for
+/// metadata (a request for the missing topic itself would auto-create it with one).
+#[test]
+fn create_topic_makes_the_partitions_asked_for() {
+    let broker = Broker::start();
+    let topic = "innetwork_post_created";
+    produce(
+        &broker,
+        topic,
+        &["--create-topic", "3", "--synth", "--live-events", "5"],
+        "",
+    );
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .expect("client");
+    let metadata = client
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .expect("metadata");
+    let partitions = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map_or(0, |t| t.partitions().len());
+    assert_eq!(partitions, 3);
+}

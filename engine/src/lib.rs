@@ -102,10 +102,13 @@ pub use store::{
 };
 
 /// The post index on its own, for `benches/src/bin/index_compare.rs`, which measures it
-/// against general concurrent maps. Not part of the store's interface.
+/// against general concurrent maps; and the query's walk switch, for `compare --walks`, which
+/// measures the merge's walks side by side, and the model test, which checks they agree. Not
+/// part of the store's interface.
 #[doc(hidden)]
 pub mod bench_internals {
     pub use crate::index::{Hashed, TagIndex};
     pub use crate::prefetch::prefetch;
+    pub use crate::query::{Walk, set_walk};
     pub use crossbeam_epoch::{Guard, pin};
 }

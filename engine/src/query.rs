@@ -17,10 +17,13 @@
 //! Memory: ranking needs no timeline buffer. Each timeline keeps, next to its buffer pointer,
 //! the entry count and newest `created_at` its writer last published; streams are ranked by
 //! those, and a ring's view is taken only when the merge actually reaches that stream (most of
-//! a 2000-author request's streams never are). When one is reached, the buffers and newest
-//! cells of the streams queued next are prefetched, and a stream prefetches the record of its
-//! next entry as soon as it advances. Timeline entries carry the record's slot, so no hash
-//! lookup happens per entry; only a reply's parent is looked up.
+//! a 2000-author request's streams never are). The streams the merge reaches next are staged
+//! sixteen at a time, each stage for the whole group before the next (their buffers, then
+//! their newest cells, then their first entries, whose records are prefetched), so that the
+//! misses of sixteen streams overlap instead of following one another stream by stream; and a
+//! stream prefetches the record of its next entry as soon as it advances. Timeline entries
+//! carry the record's slot, so no hash lookup happens per entry; only a reply's parent is
+//! looked up.
 //!
 //! Scratch (sets, streams, heap) lives in a per-thread bumpalo arena that is reset, not freed,
 //! between queries.
@@ -39,6 +42,7 @@ use crate::store::{Author, Kind, PostStore};
 use crate::timeline::{RingView, Timeline, TinyPost};
 use bumpalo::Bump;
 use bumpalo::collections::Vec as BumpVec;
+use crossbeam_epoch::Guard;
 use std::cell::RefCell;
 use std::time::Instant;
 
@@ -106,6 +110,37 @@ thread_local! {
 /// How often (in authors or popped entries) the deadline is looked at.
 const DEADLINE_STRIDE: usize = 64;
 
+/// How the merge works ahead of its top, so that the misses of the streams it reaches next
+/// overlap. The serving path always uses [`Walk::SERVING`]; the other walks exist so that
+/// `compare --walks` can measure them beside it in one process.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walk {
+    /// One ranked stream per step of the merge, each stage a fixed number of places behind
+    /// the top (materialized 2, its cell 4, its buffer 8, its record line 12 places ahead).
+    Distance,
+    /// The ranked streams staged `n` at a time, each stage for the whole group before the
+    /// next (group prefetching): their buffers, then their newest cells, then their first
+    /// entries, kept at least `n` places ahead of the top.
+    Groups(usize),
+}
+
+impl Walk {
+    /// The walk every query takes unless a benchmark chose another on its thread.
+    pub const SERVING: Walk = Walk::Groups(16);
+}
+
+thread_local! {
+    /// The walk of this thread's queries ([`set_walk`]).
+    static WALK: std::cell::Cell<Walk> = const { std::cell::Cell::new(Walk::SERVING) };
+}
+
+/// Makes this thread's queries take `walk` (a benchmark's switch; see [`Walk`]).
+#[doc(hidden)]
+pub fn set_walk(walk: Walk) {
+    WALK.with(|w| w.set(walk));
+}
+
 /// How far behind the merge's top a ranked stream is materialized.
 const MATERIALIZE_AHEAD: usize = 2;
 
@@ -164,7 +199,7 @@ impl Reader<'_> {
     /// Takes a view of the stream's timeline and moves to its newest readable entry no later in
     /// key order than the rank it was given (entries that arrived since are left for the
     /// next query, which keeps the answer in order). False when nothing is left.
-    fn materialize<'g>(&self, s: &mut Stream<'g>, guard: &'g crossbeam_epoch::Guard) -> bool {
+    fn materialize<'g>(&self, s: &mut Stream<'g>, guard: &'g Guard) -> bool {
         let Some(view) = s.timeline.view(guard) else {
             return false;
         };
@@ -182,11 +217,34 @@ impl Reader<'_> {
     /// Materializes `s` the first time it is reached (at the top or working ahead); false when
     /// it has nothing readable at or below its rank.
     #[inline]
-    fn reach<'g>(&self, s: &mut Stream<'g>, guard: &'g crossbeam_epoch::Guard) -> bool {
+    fn reach<'g>(&self, s: &mut Stream<'g>, guard: &'g Guard) -> bool {
         if s.view.is_none() && !s.done {
             s.done = !self.materialize(s, guard);
         }
         !s.done
+    }
+
+    /// Materializes the streams of `keys` a stage at a time, so that the misses of each stage
+    /// overlap across the group instead of following one another stream by stream: every
+    /// stream's buffer header, then (the headers having arrived) every newest cell, then each
+    /// stream moves to its first readable entry, which prefetches that entry's record.
+    fn stage<'g>(&self, streams: &mut [Stream<'g>], keys: &[u128], guard: &'g Guard) {
+        let unread = |s: &Stream<'_>| s.view.is_none() && !s.done;
+        for &key in keys {
+            let stream = &streams[stream_of(key)];
+            if unread(stream) {
+                prefetch(stream.timeline.buffer_ptr(guard));
+            }
+        }
+        for &key in keys {
+            let stream = &streams[stream_of(key)];
+            if unread(stream) {
+                prefetch(stream.timeline.newest_cell_ptr(guard));
+            }
+        }
+        for &key in keys {
+            self.reach(&mut streams[stream_of(key)], guard);
+        }
     }
 
     /// Moves to the next older entry that is neither excluded nor expired; false when none.
@@ -300,7 +358,7 @@ struct Merge<'b> {
     reserve_best: Option<u128>,
     /// Whether the last `top` came from the heap.
     top_in_heap: bool,
-    /// `ranked` positions below this were handed out by `next_ahead`.
+    /// `ranked` positions below this were handed out by `next_ahead` or `group_ahead`.
     ahead: usize,
     /// How many keys the next ranking keeps sorted: the answer's size at first, doubled at
     /// each bring-in of the reserve.
@@ -369,6 +427,20 @@ impl<'b> Merge<'b> {
         let key = self.ranked.get(self.ahead).copied()?;
         self.ahead += 1;
         Some(key)
+    }
+
+    /// The next `group` keys of `ranked` not handed out yet, when fewer than `group` keys
+    /// behind the top have been: the streams to stage next, so that what was staged before
+    /// has `group` steps of the merge to arrive.
+    #[inline]
+    fn group_ahead(&mut self, group: usize) -> Option<&[u128]> {
+        self.ahead = self.ahead.max(self.next + 1);
+        if self.ahead >= self.next + 1 + group || self.ahead >= self.ranked.len() {
+            return None;
+        }
+        let from = self.ahead;
+        self.ahead = (from + group).min(self.ranked.len());
+        Some(&self.ranked[from..self.ahead])
     }
 
     /// The key of `ranked` `depth` places behind the top, if any.
@@ -523,6 +595,38 @@ fn rank_by_second<'b>(keys: &[u128], keep: usize, bump: &'b Bump) -> Option<Rank
     let best = reserve.first().copied();
     out.truncate(keep);
     Some((out, reserve, best))
+}
+
+/// [`Walk::Distance`]'s step: a stream `MATERIALIZE_AHEAD` places behind the top is
+/// materialized (which reads its newest cell and prefetches the entry's record), one
+/// `CELL_AHEAD` places further has that cell prefetched (reading the header), one
+/// `PREFETCH_AHEAD` places further has its buffer's header prefetched, and one `RECORD_AHEAD`
+/// places further still has its timeline (the line of its author's record that holds the
+/// buffer's address) prefetched.
+fn work_ahead<'g>(
+    reader: &Reader<'_>,
+    queue: &mut Merge<'_>,
+    streams: &mut [Stream<'g>],
+    guard: &'g Guard,
+) {
+    while let Some(key) = queue.next_ahead(MATERIALIZE_AHEAD) {
+        reader.reach(&mut streams[stream_of(key)], guard);
+    }
+    let unread = |depth: usize| {
+        queue
+            .ranked_behind(depth)
+            .map(|key| &streams[stream_of(key)])
+            .filter(|stream| stream.view.is_none())
+    };
+    if let Some(stream) = unread(MATERIALIZE_AHEAD + CELL_AHEAD) {
+        prefetch(stream.timeline.newest_cell_ptr(guard));
+    }
+    if let Some(stream) = unread(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD) {
+        prefetch(stream.timeline.buffer_ptr(guard));
+    }
+    if let Some(stream) = unread(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD + RECORD_AHEAD) {
+        prefetch((stream.timeline as *const Timeline).cast());
+    }
 }
 
 fn timed_out(deadline: Option<Instant>) -> bool {
@@ -699,6 +803,7 @@ impl PostStore {
             }
         }
         let mut queue = Merge::new(keys, query.max_results, bump);
+        let walk = WALK.with(std::cell::Cell::get);
 
         // Merge in the answer order. Every timeline is in key order (`created_at`, then
         // `post_id`) and every stream is ranked by its newest entry's key before it is read,
@@ -719,37 +824,16 @@ impl PostStore {
             let index = stream_of(top);
             // Work ahead on the ranked streams that leave the queue next, so that the misses
             // of a stream's first steps (its buffer's header, its newest entry's cell, then
-            // that entry's record) overlap with the merge instead of following one another: a
-            // stream `MATERIALIZE_AHEAD` places behind the top is materialized (which reads
-            // its newest cell and prefetches the entry's record), one `CELL_AHEAD` places
-            // further has that cell prefetched (reading the header), one `PREFETCH_AHEAD`
-            // places further has its buffer's header prefetched, and one `RECORD_AHEAD`
-            // places further still has its timeline (the line of its author's record that
-            // holds the buffer's address) prefetched. Without the cell step, a cold query spent
-            // three quarters of `materialize` waiting on that cell.
-            while let Some(key) = queue.next_ahead(MATERIALIZE_AHEAD) {
-                reader.reach(&mut streams[stream_of(key)], &g.epoch);
-            }
-            if let Some(key) = queue.ranked_behind(MATERIALIZE_AHEAD + CELL_AHEAD) {
-                let stream = &streams[stream_of(key)];
-                if stream.view.is_none() {
-                    prefetch(stream.timeline.newest_cell_ptr(&g.epoch));
+            // that entry's record) overlap with the merge and with one another instead of
+            // following one another. Without the cell step, a cold query spent three quarters
+            // of `materialize` waiting on that cell.
+            match walk {
+                Walk::Groups(group) => {
+                    if let Some(keys) = queue.group_ahead(group) {
+                        reader.stage(&mut streams, keys, &g.epoch);
+                    }
                 }
-            }
-            if let Some(key) = queue.ranked_behind(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD)
-            {
-                let stream = &streams[stream_of(key)];
-                if stream.view.is_none() {
-                    prefetch(stream.timeline.buffer_ptr(&g.epoch));
-                }
-            }
-            if let Some(key) =
-                queue.ranked_behind(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD + RECORD_AHEAD)
-            {
-                let stream = &streams[stream_of(key)];
-                if stream.view.is_none() {
-                    prefetch((stream.timeline as *const Timeline).cast());
-                }
+                Walk::Distance => work_ahead(&reader, &mut queue, &mut streams, &g.epoch),
             }
             let stream = &mut streams[index];
             if !reader.reach(stream, &g.epoch) {
@@ -972,6 +1056,46 @@ mod tests {
             }
         }
         assert!(popped > near.len(), "the replaced keys came out too");
+    }
+
+    #[test]
+    fn groups_ahead_hand_out_every_ranked_key_behind_the_top_once_and_stay_a_group_ahead() {
+        let newest = 1_750_000_000;
+        let keys: Vec<u128> = (0..100)
+            .map(|i| key(newest, (i as u32 * 37) % 90, i as i64, i))
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        for group in [1, 3, 16, 200] {
+            let bump = Bump::new();
+            let mut queue = Merge::new(
+                BumpVec::from_iter_in(keys.iter().copied(), &bump),
+                100,
+                &bump,
+            );
+            let mut handed: Vec<u128> = Vec::new();
+            let mut position = 0;
+            while let Some(top) = queue.top() {
+                assert_eq!(top, sorted[position]);
+                while let Some(keys) = queue.group_ahead(group) {
+                    assert!(!keys.is_empty() && keys.len() <= group);
+                    handed.extend_from_slice(keys);
+                }
+                // Everything up to `group` places behind the top is staged, and no more than
+                // twice that (positions 1 to `staged_to` have been handed out).
+                let staged_to = handed.len();
+                assert!(
+                    staged_to >= (position + group).min(sorted.len() - 1),
+                    "group {group}"
+                );
+                assert!(staged_to <= position + 2 * group, "group {group}");
+                queue.pop();
+                position += 1;
+            }
+            // The first key is the top before any group is staged; every other key is handed
+            // out once, in the merge's order.
+            assert_eq!(handed, sorted[1..], "group {group}");
+        }
     }
 
     #[test]

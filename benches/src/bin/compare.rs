@@ -19,11 +19,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thunder_benches::baseline::TimelineKind;
-use thunder_benches::line_floor::{LineFloor, LinesTouched};
+use thunder_benches::line_floor::LineFloor;
 use thunder_benches::memory::{self, peak_rss_bytes, release_free_memory, rss_bytes};
+use thunder_benches::store_floor::{
+    self, StoreFloor, WalkRounds, floor_viewers, median, parse_walk, walk_name, walks_side_by_side,
+};
 use thunder_benches::{
     BaselineStore, DEFAULT_BATCH_EVENTS, batches, cpu_time, load, load_shares, partition,
 };
+use thunder_engine::bench_internals::Walk;
 use thunder_engine::config::{
     DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
 };
@@ -92,6 +96,20 @@ struct Args {
     /// the other phases run on.
     #[arg(long, default_value_t = 1)]
     ingest_rounds: usize,
+    /// Walks of the engine's merge to measure side by side on the store floor's viewers:
+    /// `distance` (a stream per step, each stage a fixed distance ahead) or a group size
+    /// (streams staged that many at a time), comma-separated. Each gets a row; the idle
+    /// phases keep the serving walk.
+    #[arg(long, value_delimiter = ',', value_parser = parse_walk)]
+    walks: Vec<Walk>,
+    /// Rounds of `--walks` over the store floor's viewers, the walks taking turns query by
+    /// query (a multiple of the walks' count gives each viewer every walk equally often).
+    #[arg(long, default_value_t = 5)]
+    walk_rounds: usize,
+    /// After the one-writer load, measure only the store floor (and `--walks`): no idle,
+    /// video or under-ingest phases, no two-writer load.
+    #[arg(long)]
+    floor_only: bool,
 }
 
 /// See `Args::live_events_to`.
@@ -215,6 +233,8 @@ struct StoreRun {
     achieved_ingest_rate: f64,
     /// The engine's 2000-follow queries against random reads of the lines they must touch.
     line_floor: Option<StoreFloor>,
+    /// `--walks`, side by side on the same viewers.
+    walks: Vec<WalkRounds>,
     normal_answers: Vec<Answer>,
     video_answers: Vec<Answer>,
 }
@@ -255,95 +275,8 @@ impl StoreRun {
             "query_under_ingest": self.under_ingest.json(),
             "under_ingest_events_per_sec": self.achieved_ingest_rate,
             "store_floor_2000_follows": self.line_floor.as_ref().map(StoreFloor::json),
+            "store_floor_walks": self.walks.iter().map(WalkRounds::json).collect::<Vec<_>>(),
         })
-    }
-}
-
-/// The engine's 2000-follow queries in thread CPU per post returned, each followed by random
-/// reads of as many lines as it had to touch ([`LinesTouched`]) in an array as large as the
-/// arena: medians over the viewers.
-#[derive(Clone, Debug, Default)]
-struct StoreFloor {
-    viewers: usize,
-    arena_bytes: usize,
-    authors: f64,
-    posts: f64,
-    lines: f64,
-    query_us: f64,
-    query_ns_per_post: f64,
-    independent_ns_per_post: f64,
-    dependent_ns_per_post: f64,
-}
-
-impl StoreFloor {
-    /// How many times the floor the query costs.
-    fn ratio(&self) -> f64 {
-        ratio_or_zero(self.query_ns_per_post, self.independent_ns_per_post)
-    }
-
-    fn json(&self) -> Value {
-        json!({"viewers": self.viewers, "arena_bytes": self.arena_bytes,
-               "authors_p50": self.authors, "posts_p50": self.posts, "lines_p50": self.lines, "query_cpu_p50_us": self.query_us,
-               "query_ns_per_post_p50": self.query_ns_per_post,
-               "independent_reads_ns_per_post_p50": self.independent_ns_per_post,
-               "dependent_reads_ns_per_post_p50": self.dependent_ns_per_post,
-               "query_over_independent_reads": self.ratio()})
-    }
-}
-
-/// Viewers the store floor is measured on, at most.
-const FLOOR_VIEWERS: usize = 2000;
-
-/// Measures [`StoreFloor`] on `engine` for the 2000-follow viewers of `w` (at most
-/// `FLOOR_VIEWERS`), the query and the reads alternating viewer by viewer.
-fn store_floor(engine: &PostStore, w: &Workload) -> StoreFloor {
-    let arena_bytes = engine.stats().arena_bytes_reserved;
-    let floor = LineFloor::new(arena_bytes);
-    let thread_cpu = || cpu_time(libc::CLOCK_THREAD_CPUTIME_ID);
-    let (mut authors, mut posts) = (Vec::new(), Vec::new());
-    let (mut lines, mut query_us) = (Vec::new(), Vec::new());
-    let (mut query, mut independent, mut dependent) = (Vec::new(), Vec::new(), Vec::new());
-    let viewers = w
-        .viewers
-        .iter()
-        .zip(&w.excludes)
-        .filter(|(v, _)| v.following.len() <= 2000)
-        .take(FLOOR_VIEWERS);
-    for (n, (viewer, exclude)) in viewers.enumerate() {
-        let start = thread_cpu();
-        let answer = engine
-            .get_all_posts_by_users(&query_for(viewer, exclude, MAX_POSTS_TO_RETURN))
-            .posts;
-        let took = thread_cpu().saturating_sub(start);
-        if answer.is_empty() {
-            continue;
-        }
-        let touched = LinesTouched::of(viewer.following.len(), &answer).total();
-        let per_post = |d: Duration| d.as_nanos() as f64 / answer.len() as f64;
-        let start = thread_cpu();
-        std::hint::black_box(floor.independent(touched, 2 * n as u64));
-        let independent_took = thread_cpu().saturating_sub(start);
-        let start = thread_cpu();
-        std::hint::black_box(floor.dependent(touched, 2 * n as u64 + 1));
-        let dependent_took = thread_cpu().saturating_sub(start);
-        authors.push(viewer.following.len() as f64);
-        posts.push(answer.len() as f64);
-        lines.push(touched as f64);
-        query_us.push(took.as_secs_f64() * 1e6);
-        query.push(per_post(took));
-        independent.push(per_post(independent_took));
-        dependent.push(per_post(dependent_took));
-    }
-    StoreFloor {
-        viewers: posts.len(),
-        arena_bytes: floor.bytes(),
-        authors: median(&authors),
-        posts: median(&posts),
-        lines: median(&lines),
-        query_us: median(&query_us),
-        query_ns_per_post: median(&query),
-        independent_ns_per_post: median(&independent),
-        dependent_ns_per_post: median(&dependent),
     }
 }
 
@@ -492,8 +425,15 @@ fn run_store(
             (histogram(), histogram(), histogram(), histogram());
         let mut same_viewers = histogram();
         let under_ingest_viewers = under_ingest_queries(args);
+        let idle_viewers = if args.floor_only { 0 } else { w.viewers.len() };
         let started = Instant::now();
-        for (n, (viewer, exclude)) in w.viewers.iter().zip(&w.excludes).enumerate() {
+        for (n, (viewer, exclude)) in w
+            .viewers
+            .iter()
+            .zip(&w.excludes)
+            .enumerate()
+            .take(idle_viewers)
+        {
             if budget.is_some_and(|b| started.elapsed() > b) {
                 break;
             }
@@ -516,7 +456,7 @@ fn run_store(
                 .push(Answer::of(&answer, MAX_POSTS_TO_RETURN));
         }
         let started = Instant::now();
-        for (viewer, exclude) in w.viewers.iter().zip(&w.excludes) {
+        for (viewer, exclude) in w.viewers.iter().zip(&w.excludes).take(idle_viewers) {
             if budget.is_some_and(|b| started.elapsed() > b) {
                 break;
             }
@@ -543,11 +483,15 @@ fn run_store(
         );
 
         if let Built::Engine(engine) = &built {
-            let floor = store_floor(engine, w);
+            let viewers = floor_viewers(&w.viewers, &w.excludes);
+            let lines = LineFloor::new(engine.stats().arena_bytes_reserved);
+            let floor = store_floor::measure(engine, &lines, &viewers);
+            drop(lines);
             eprintln!(
                 "[{name}] store floor, 2000 follows ({} viewers): query {:.1} ns per post \
                  (CPU p50 {:.1} us, {} posts, {} lines); independent reads of the same lines \
-                 {:.1} ns per post ({:.2}x), dependent reads {:.1} ns per post",
+                 {:.1} ns per post ({:.2}x), dependent reads {:.1} ns per post; the same query \
+                 again at once (every line cached) {:.1} ns per post",
                 floor.viewers,
                 floor.query_ns_per_post,
                 floor.query_us,
@@ -556,8 +500,37 @@ fn run_store(
                 floor.independent_ns_per_post,
                 floor.ratio(),
                 floor.dependent_ns_per_post,
+                floor.hot_ns_per_post,
             );
             run.line_floor = Some(floor);
+            if !args.walks.is_empty() {
+                run.walks = walks_side_by_side(engine, &viewers, &args.walks, args.walk_rounds);
+                for walk in &run.walks {
+                    eprintln!(
+                        "[{name}] walk {}: query {:.1} ns per post (hot {:.1}), {:.2}x its floor \
+                         (medians of {} rounds; per round {}), CPU p50 {:.1} us, wall p50 / p99 \
+                         {:.1} / {:.1} us",
+                        walk_name(walk.walk),
+                        walk.median_of(|r| r.query_ns_per_post),
+                        walk.median_of(|r| r.hot_ns_per_post),
+                        walk.median_of(StoreFloor::ratio),
+                        walk.rounds.len(),
+                        walk.rounds
+                            .iter()
+                            .map(|r| format!("{:.1}", r.query_ns_per_post))
+                            .collect::<Vec<_>>()
+                            .join(" / "),
+                        walk.median_of(|r| r.query_us),
+                        walk.wall_us(0.5),
+                        walk.wall_us(0.99),
+                    );
+                }
+            }
+        }
+        if args.floor_only {
+            drop(built);
+            release_free_memory();
+            return (run, None);
         }
 
         agreements = match (&built, engine_run) {
@@ -660,17 +633,6 @@ fn more_ingest_rounds(w: &Workload, args: &Args, runs: &mut [(Kind, &mut StoreRu
     for (_, run) in runs.iter_mut() {
         run.ingest_1w_secs = median(&run.ingest_1w_rounds);
         run.ingest_2w_secs = median(&run.ingest_2w_rounds);
-    }
-}
-
-/// The median of `values` (the mean of the middle two for an even count; 0 for none).
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
 }
 
@@ -1150,13 +1112,34 @@ fn report(
         println!(
             "  (the baseline column: independent random reads of the {} lines the query must \
              touch, in {} MiB: {} authors + ring + {} posts, p50 of {} viewers; dependent reads \
-             {:.1} ns per post; the last column is query / floor, not an advantage)",
+             {:.1} ns per post; the same query again with every line cached {:.1} ns per post; \
+             the last column is query / floor, not an advantage)",
             floor.lines,
             floor.arena_bytes >> 20,
             floor.authors,
             floor.posts,
             floor.viewers,
-            floor.dependent_ns_per_post
+            floor.dependent_ns_per_post,
+            floor.hot_ns_per_post
+        );
+    }
+    for walk in &e.walks {
+        println!(
+            "{:<44} {:>14} {:>14} {:>8.2}x",
+            format!("  walk {} (medians of rounds)", walk_name(walk.walk)),
+            format!("{:.1}", walk.median_of(|r| r.query_ns_per_post)),
+            format!("{:.1}", walk.median_of(|r| r.independent_ns_per_post)),
+            walk.median_of(StoreFloor::ratio)
+        );
+        println!(
+            "{:<44} {:>14}",
+            "    hot (ns per post), wall p50 / p99 (us)",
+            format!(
+                "{:.1}, {:.0} / {:.0}",
+                walk.median_of(|r| r.hot_ns_per_post),
+                walk.wall_us(0.5),
+                walk.wall_us(0.99)
+            )
         );
     }
     println!(

@@ -5,7 +5,8 @@
 //! so two builds can be run alternately and compared without the gRPC stack around them.
 //!
 //! `cargo run --release -p thunder-benches --bin full_query -- [--scale 100] [--rounds 15]
-//! [--evict-mib 16] [--max-results 0]` (0: the author step alone, no post merged)
+//! [--evict-mib 16] [--max-results 0] [--exclude-previous]` (0: the author step alone, no post
+//! merged)
 
 use clap::Parser;
 use std::time::Duration;
@@ -37,6 +38,10 @@ struct Args {
     /// Posts asked for (the full request's 1200); 0 times the author resolution alone.
     #[arg(long, default_value_t = thunder_engine::config::MAX_POSTS_TO_RETURN)]
     max_results: usize,
+    /// Exclude 500 posts of the viewer's previous answer, as `compare`'s queries do (a feed
+    /// client excludes what it has shown).
+    #[arg(long)]
+    exclude_previous: bool,
 }
 
 fn thread_cpu() -> Duration {
@@ -70,8 +75,15 @@ fn main() -> anyhow::Result<()> {
         .find(|v| v.following.len() >= args.follows)
         .ok_or_else(|| anyhow::anyhow!("no viewer follows {} authors", args.follows))?;
     let authors = &viewer.following[..args.follows];
+    let exclude = if args.exclude_previous {
+        let previous = store.get_all_posts_by_users(&FeedQuery::new(viewer.user_id, authors));
+        thunder_workload::exclude_from_answer(&viewer, previous.posts.iter().map(|p| p.post_id))
+    } else {
+        Vec::new()
+    };
     let query = FeedQuery {
         max_results: args.max_results,
+        exclude: &exclude,
         ..FeedQuery::new(viewer.user_id, authors)
     };
     let run = || {

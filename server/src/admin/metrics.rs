@@ -168,6 +168,9 @@ pub struct KafkaMetrics {
     /// `kafka_partition_lag` was last refreshed from the broker (the lag sample is removed
     /// while the refresh fails).
     pub partition_lag_refresh_age: GaugeVec,
+    /// `kafka_connection_errors_total{reason}`: broker connection failures librdkafka
+    /// reported, by reason (`tls`, `authentication`, `resolve`, `transport`); exported at zero.
+    pub connection_errors: IntCounterVec,
 }
 
 /// The `kafka_events_dropped_total` reason of events rejected at decode (an id the contract
@@ -592,9 +595,17 @@ impl KafkaMetrics {
                 "Seconds since kafka_partition_lag was last refreshed from the broker (the lag sample is removed while refreshing fails)",
                 &["topic", "partition"],
             ),
+            connection_errors: r.counter_vec(
+                "kafka_connection_errors_total",
+                "Kafka broker connection failures, by reason (tls: handshake refused, authentication: SASL refused, resolve: unknown host, transport: refused, reset or timed out); librdkafka reports a repeated failure once per 30 s per broker",
+                &["reason"],
+            ),
         };
         for reason in drop_reasons() {
             metrics.events_dropped.with_label_values(&[reason]);
+        }
+        for reason in crate::kafka::CONNECTION_ERROR_REASONS {
+            metrics.connection_errors.with_label_values(&[reason]);
         }
         metrics
     }

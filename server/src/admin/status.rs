@@ -33,6 +33,9 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 pub const WINDOW: Duration = Duration::from_secs(60);
 /// The window of the answers per second.
 pub const RATE_WINDOW: Duration = Duration::from_secs(10);
+/// A Kafka connection error this recent is given as a reason when the server is not ready
+/// (librdkafka repeats an unchanged error every 30 s).
+const CONNECTION_ERROR_RECENT_SECS: f64 = 90.0;
 
 /// The request counters at one instant.
 #[derive(Clone, Debug)]
@@ -319,6 +322,18 @@ impl Page {
         } else {
             ("bad", "NOT READY")
         };
+        let connection = self.kafka_connection();
+        let mut reason = readiness.reason();
+        if let Some((age_secs, error)) = &connection
+            && !ready
+            && *age_secs < CONNECTION_ERROR_RECENT_SECS
+        {
+            let _ = write!(
+                reason,
+                "; Kafka brokers refuse the connection ({}): {}",
+                error.reason, error.message
+            );
+        }
         let _ = write!(
             html,
             "<h2>Readiness</h2>\n<table>\
@@ -326,9 +341,8 @@ impl Page {
              <tr><th>why</th><td id=\"ready-reason\">{}</td></tr>\
              <tr><th>event source</th><td id=\"source\">{}</td></tr>\
              <tr><th>up for</th><td id=\"uptime\">{}</td></tr>\
-             <tr><th>start-up to ready</th><td id=\"init-duration\">{}</td></tr>\
-             </table>\n",
-            escape(&readiness.reason()),
+             <tr><th>start-up to ready</th><td id=\"init-duration\">{}</td></tr>",
+            escape(&reason),
             escape(&readiness.source()),
             duration(readiness.uptime_secs()),
             if ready {
@@ -338,6 +352,18 @@ impl Page {
                 "not yet".to_owned()
             },
         );
+        if let Some((age_secs, error)) = &connection {
+            let _ = write!(
+                html,
+                "<tr><th>last Kafka connection error</th><td id=\"kafka-connection\">{} ago, \
+                 {} ({} so far): {}</td></tr>",
+                duration(*age_secs),
+                escape(error.reason),
+                self.connection_error_counts(),
+                escape(&error.message),
+            );
+        }
+        html.push_str("</table>\n");
         self.process(&mut html, admin_mode);
         self.partitions(&mut html);
         self.store(&mut html);
@@ -380,6 +406,36 @@ impl Page {
             rss,
             escape(admin_mode),
         );
+    }
+
+    /// The latest Kafka connection failure and its age in seconds, if any.
+    fn kafka_connection(&self) -> Option<(f64, crate::kafka::ConnectionError)> {
+        let error = crate::kafka::last_connection_error()?;
+        let age = SystemTime::now()
+            .duration_since(error.at)
+            .unwrap_or_default()
+            .as_secs_f64();
+        Some((age, error))
+    }
+
+    /// `kafka_connection_errors_total` by reason, the non-zero ones: `tls 3, transport 1`.
+    fn connection_error_counts(&self) -> String {
+        let counts: Vec<String> = self
+            .values
+            .get("kafka_connection_errors_total")
+            .into_iter()
+            .flatten()
+            .filter(|v| v.value > 0.0)
+            .map(|v| {
+                let reason = v.labels.iter().find(|(k, _)| k == "reason");
+                format!(
+                    "{} {}",
+                    reason.map_or("", |(_, r)| r.as_str()),
+                    number(v.value)
+                )
+            })
+            .collect();
+        escape(&counts.join(", "))
     }
 
     /// Every `kafka_partition_*` metric, one row per topic and partition.

@@ -106,7 +106,7 @@ pub struct Args {
     /// the call's wait in it (docs/architecture.md, "Overload design").
     #[arg(long, env = "THUNDER_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
-    /// Concurrent HTTP/2 streams per gRPC connection.
+    /// Concurrent HTTP/2 streams per gRPC connection (at least 1).
     #[arg(long, env = "THUNDER_MAX_CONCURRENT_STREAMS", default_value_t = crate::lifecycle::DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
     /// Streams a client may open and reset before the server has taken them, waiting at once
@@ -118,7 +118,7 @@ pub struct Args {
         default_value_t = 0
     )]
     pub http2_max_pending_reset_streams: usize,
-    /// Open gRPC connections at most. At the cap a new connection takes the slot of an idle
+    /// Open gRPC connections at most (at least 1). At the cap a new connection takes the slot of an idle
     /// one (never sent a byte first, else least recently active); it is closed at accept only
     /// when every connection has a call running.
     #[arg(long, env = "THUNDER_MAX_CONNECTIONS", default_value_t = crate::lifecycle::DEFAULT_GRPC_CONNECTIONS.max_connections)]
@@ -128,14 +128,14 @@ pub struct Args {
     #[arg(long, env = "THUNDER_MAX_CONNECTIONS_PER_PEER", default_value_t = 0)]
     pub max_connections_per_peer: usize,
     /// A new gRPC connection must send the HTTP/2 preface and a first request within this
-    /// long, in ms, or it is closed.
+    /// long, in ms (at least 1), or it is closed.
     #[arg(
         long,
         env = "THUNDER_GRPC_HANDSHAKE_TIMEOUT_MS",
         default_value_t = 5000
     )]
     pub grpc_handshake_timeout_ms: u64,
-    /// A gRPC connection without a call for this long is closed, in seconds.
+    /// A gRPC connection without a call for this long is closed, in seconds (at least 1).
     #[arg(long, env = "THUNDER_GRPC_IDLE_TIMEOUT_SECS", default_value_t = 120)]
     pub grpc_idle_timeout_secs: u64,
     /// Author shard `I/N`: keep only the posts of the authors the shard hash maps to `I`
@@ -151,10 +151,13 @@ pub struct Args {
     /// same one. Unset: a built-in secret (cursors are still checked, but forgeable).
     #[arg(long, env = "THUNDER_CURSOR_SECRET", hide_env_values = true)]
     pub cursor_secret: Option<String>,
-    /// Check the configuration and exit without serving: TLS files readable and the key
-    /// matching the certificate, the snapshot directory writable, the Kafka properties
-    /// accepted by librdkafka. Prints the effective configuration (secrets masked); exits 0
-    /// when it is valid, 2 with the reasons when not.
+    /// Check the configuration and exit without serving: flag values in range, the gRPC and
+    /// Kafka TLS files (readable, parseable, the key matching the certificate, certificates
+    /// valid now; expiring within 30 days is a warning), the Kafka security settings (a
+    /// mechanism for `sasl_*`, supported by this build; a password on the command line is a
+    /// warning), the snapshot directory writable, the Kafka properties accepted by
+    /// librdkafka. Prints the effective configuration (secrets masked) and every problem and
+    /// warning; exits 0 when it is valid, 2 when not.
     #[arg(long, env = "THUNDER_CHECK_CONFIG")]
     pub check_config: bool,
     /// Bearer token of the privileged admin requests (CPU profiles, POST /admin/snapshot): they
@@ -190,22 +193,64 @@ impl Args {
         }
     }
 
-    /// The server options these flags describe.
+    /// Every server flag value the server refuses, all at once: the ranges their help states
+    /// (values out of range are refused, never clamped) and flags that only work together.
+    /// The Kafka flags are checked by [`crate::kafka::KafkaArgs::validate`].
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut refuse = |bad: bool, problem: &str| {
+            if bad {
+                problems.push(problem.to_owned());
+            }
+        };
+        refuse(self.qps_limit == 0, "--qps-limit must be greater than 0");
+        refuse(
+            self.post_retention_seconds <= 0,
+            "--post-retention-seconds must be greater than 0",
+        );
+        refuse(
+            self.admin_token.as_deref().is_some_and(str::is_empty),
+            "--admin-token must not be empty",
+        );
+        refuse(
+            self.max_degrade_level > crate::serve::overload::MAX_DEGRADE_LEVEL,
+            &format!(
+                "--max-degrade-level {} is out of range: at most {}",
+                self.max_degrade_level,
+                crate::serve::overload::MAX_DEGRADE_LEVEL
+            ),
+        );
+        refuse(
+            self.max_concurrent_streams == 0,
+            "--max-concurrent-streams must be at least 1",
+        );
+        refuse(
+            self.max_connections == 0,
+            "--max-connections must be at least 1",
+        );
+        refuse(
+            self.grpc_handshake_timeout_ms == 0,
+            "--grpc-handshake-timeout-ms must be at least 1",
+        );
+        refuse(
+            self.grpc_idle_timeout_secs == 0,
+            "--grpc-idle-timeout-secs must be at least 1",
+        );
+        if let Err(e) = TlsFiles::from_parts(
+            self.tls_cert.clone(),
+            self.tls_key.clone(),
+            self.tls_client_ca.clone(),
+        ) {
+            problems.push(config_message(e));
+        }
+        problems
+    }
+
+    /// The server options these flags describe; fails with every [`Args::problems`].
     pub fn server_options(&self) -> Result<ServerOptions, StartupError> {
-        if self.qps_limit == 0 {
-            return Err(StartupError::Config(
-                "--qps-limit must be greater than 0".into(),
-            ));
-        }
-        if self.post_retention_seconds <= 0 {
-            return Err(StartupError::Config(
-                "--post-retention-seconds must be greater than 0".into(),
-            ));
-        }
-        if self.admin_token.as_deref().is_some_and(str::is_empty) {
-            return Err(StartupError::Config(
-                "--admin-token must not be empty".into(),
-            ));
+        let problems = self.problems();
+        if !problems.is_empty() {
+            return Err(StartupError::Config(problems.join("; ")));
         }
         Ok(ServerOptions {
             grpc_addr: self.grpc_addr,
@@ -237,9 +282,7 @@ impl Args {
         let defaults = ServerOptions::default();
         let mut overload = crate::serve::overload::OverloadConfig {
             max_queue_wait: Duration::from_millis(self.max_queue_wait_ms),
-            max_level: self
-                .max_degrade_level
-                .min(crate::serve::overload::MAX_DEGRADE_LEVEL),
+            max_level: self.max_degrade_level,
             ..defaults.overload.clone()
         };
         overload.executors = if self.max_queries_in_flight > 0 {
@@ -250,21 +293,29 @@ impl Args {
         ServerOptions {
             overload,
             inline_queries: !self.blocking_queries,
-            max_concurrent_streams: self.max_concurrent_streams.max(1),
+            max_concurrent_streams: self.max_concurrent_streams,
             http2_max_pending_reset_streams: self.http2_max_pending_reset_streams,
             grpc_connections: crate::serve::listener::ConnLimits {
-                max_connections: self.max_connections.max(1),
+                max_connections: self.max_connections,
                 max_connections_per_peer: if self.max_connections_per_peer > 0 {
                     self.max_connections_per_peer
                 } else {
                     (self.max_connections / 2).max(1)
                 },
-                idle_timeout: Duration::from_secs(self.grpc_idle_timeout_secs.max(1)),
-                handshake_timeout: Duration::from_millis(self.grpc_handshake_timeout_ms.max(1)),
+                idle_timeout: Duration::from_secs(self.grpc_idle_timeout_secs),
+                handshake_timeout: Duration::from_millis(self.grpc_handshake_timeout_ms),
                 ..defaults.grpc_connections
             },
             ..defaults
         }
+    }
+}
+
+/// The message of a configuration error, without the `invalid configuration: ` prefix.
+fn config_message(error: StartupError) -> String {
+    match error {
+        StartupError::Config(message) => message,
+        other => other.to_string(),
     }
 }
 

@@ -1,9 +1,7 @@
 //! gRPC TLS: with a certificate, its key and a client CA the server speaks TLS and requires a
 //! client certificate signed by that CA (mTLS); without them it serves plaintext h2c.
 
-use std::path::{Path, PathBuf};
-
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use std::path::PathBuf;
 
 use crate::error::StartupError;
 
@@ -38,20 +36,4 @@ impl TlsFiles {
             )),
         }
     }
-
-    /// The tonic server TLS configuration, requiring client certificates.
-    pub fn server_config(&self) -> Result<ServerTlsConfig, StartupError> {
-        let cert = read(&self.cert)?;
-        let key = read(&self.key)?;
-        let client_ca = read(&self.client_ca)?;
-        Ok(ServerTlsConfig::new()
-            .identity(Identity::from_pem(cert, key))
-            .client_ca_root(Certificate::from_pem(client_ca))
-            .client_auth_optional(false))
-    }
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, StartupError> {
-    std::fs::read(path)
-        .map_err(|e| StartupError::Tls(format!("cannot read {}: {e}", path.display())))
 }

@@ -3,6 +3,8 @@
 
 use rdkafka::ClientConfig;
 
+use super::security::Findings;
+
 /// Default topic of the in-network post events (the reference's `IN_NETWORK_EVENTS_TOPIC`).
 pub const IN_NETWORK_EVENTS_TOPIC: &str = "innetwork_post";
 
@@ -23,21 +25,22 @@ pub struct KafkaArgs {
     #[arg(long, env = "THUNDER_KAFKA_GROUP_ID", default_value = "thunder")]
     pub kafka_group_id: String,
 
-    /// Ingest threads; the topic's partitions are split into fixed, contiguous slices over them.
-    /// Threads beyond the partition count are not started.
+    /// Ingest threads (at least 1); the topic's partitions are split into fixed, contiguous
+    /// slices over them. Threads beyond the partition count are not started.
     #[arg(long, env = "THUNDER_KAFKA_NUM_THREADS", default_value_t = 4)]
     pub kafka_num_threads: usize,
 
-    /// Records per batch applied to the store.
+    /// Records per batch applied to the store (at least 1).
     #[arg(long, env = "THUNDER_KAFKA_BATCH_SIZE", default_value_t = 1000)]
     pub kafka_batch_size: usize,
 
-    /// Longest time a partially filled batch waits for more records before it is applied.
-    /// A batch is also applied as soon as the consumer has nothing more to hand out.
+    /// Longest time a partially filled batch waits for more records before it is applied
+    /// (at least 1). A batch is also applied as soon as the consumer has nothing more to hand
+    /// out.
     #[arg(long, env = "THUNDER_KAFKA_FETCH_TIMEOUT_MS", default_value_t = 1000)]
     pub kafka_fetch_timeout_ms: u64,
 
-    /// Timeout of broker requests (metadata, watermarks, offsets for times).
+    /// Timeout of broker requests (metadata, watermarks, offsets for times), at least 1.
     #[arg(
         long,
         env = "THUNDER_KAFKA_REQUEST_TIMEOUT_MS",
@@ -59,7 +62,7 @@ pub struct KafkaArgs {
     #[arg(long, env = "THUNDER_KAFKA_START_FROM_TIME")]
     pub start_from_time: bool,
 
-    /// How often the `kafka_partition_lag` gauge is refreshed.
+    /// How often the `kafka_partition_lag` gauge is refreshed (at least 1).
     #[arg(
         long,
         env = "THUNDER_KAFKA_LAG_MONITOR_INTERVAL_SECS",
@@ -79,17 +82,31 @@ pub struct KafkaArgs {
     pub kafka_live_batch_permits: usize,
 
     /// Largest fetch response a consumer accepts, in bytes. Consumers start with
-    /// `receive.message.max.bytes` 32 MiB (`fetch.max.bytes` 16 MiB plus room for one record
-    /// batch; `-X` overrides both); a broker that answers with more (some ignore the fetch
-    /// limits) gets the consumer reconnected with a limit that fits the answer, up to this
-    /// ceiling (at most 2147483647, librdkafka's limit). A larger answer stops start-up (after
-    /// catch-up its partition stalls instead).
+    /// `receive.message.max.bytes` 2 MiB + 64 KiB (`fetch.max.bytes` 1 MiB plus room for one
+    /// record batch; `-X` overrides both); a broker that answers with more (some ignore the
+    /// fetch limits) gets the consumer reconnected with a limit that fits the answer, up to
+    /// this ceiling (at most 2147483647, librdkafka's limit). A larger answer stops start-up
+    /// (after catch-up its partition stalls instead).
     #[arg(
         long,
         env = "THUNDER_KAFKA_MAX_RESPONSE_BYTES",
         default_value_t = super::fetch_limits::MAX_RESPONSE_BYTES
     )]
     pub kafka_max_response_bytes: u64,
+
+    /// The most memory the records fetched but not yet applied may take during catch-up, in
+    /// bytes, once the broker has answered beyond the fetch limits (some send a partition's
+    /// whole backlog at once): partitions still catching up are then read as many at a time as
+    /// their backlogs fit in 1.5 times what the records left will take in the store (about 90
+    /// bytes a post), at most this, each record counted at what librdkafka holds for it (about
+    /// 350 bytes plus its payload); a backlog larger than that is read alone. A broker that
+    /// honours the limits is read on every partition at once.
+    #[arg(
+        long,
+        env = "THUNDER_KAFKA_CATCH_UP_BUFFER_BYTES",
+        default_value_t = super::window::CATCH_UP_BUFFER_BYTES
+    )]
+    pub kafka_catch_up_buffer_bytes: u64,
 }
 
 /// The Kafka connection flags alone (brokers, topic, security, `-X`): what a producer needs.
@@ -105,7 +122,8 @@ pub struct KafkaClientArgs {
     #[arg(long, env = "THUNDER_KAFKA_TOPIC", default_value = IN_NETWORK_EVENTS_TOPIC)]
     pub kafka_topic: String,
 
-    /// librdkafka `security.protocol`: `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl`.
+    /// librdkafka `security.protocol`: `plaintext`, `ssl` (TLS), `sasl_plaintext` or
+    /// `sasl_ssl` (SASL over TLS). The `sasl_*` ones need --kafka-sasl-mechanism.
     #[arg(
         long,
         env = "THUNDER_KAFKA_SECURITY_PROTOCOL",
@@ -113,21 +131,40 @@ pub struct KafkaClientArgs {
     )]
     pub kafka_security_protocol: String,
 
-    /// librdkafka `sasl.mechanism`, e.g. `SCRAM-SHA-512`.
+    /// librdkafka `sasl.mechanism`: `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER`
+    /// or `GSSAPI` (the last with the `gssapi` build feature). Required by the `sasl_*`
+    /// protocols.
     #[arg(long, env = "THUNDER_KAFKA_SASL_MECHANISM")]
     pub kafka_sasl_mechanism: Option<String>,
 
-    /// librdkafka `sasl.username`.
+    /// librdkafka `sasl.username` (PLAIN and SCRAM).
     #[arg(long, env = "THUNDER_KAFKA_SASL_USERNAME")]
     pub kafka_sasl_username: Option<String>,
 
-    /// librdkafka `sasl.password` (prefer the environment variable over the flag).
+    /// librdkafka `sasl.password` (PLAIN and SCRAM). Give it in the environment variable: on
+    /// the command line any local user can read it.
     #[arg(long, env = "THUNDER_KAFKA_SASL_PASSWORD", hide_env_values = true)]
     pub kafka_sasl_password: Option<String>,
 
-    /// librdkafka `ssl.ca.location`: CA bundle to verify the brokers with.
+    /// librdkafka `ssl.ca.location`: CA bundle (PEM file or directory) to verify the brokers'
+    /// certificates with; unset: the system's CAs. The broker's host name is verified against
+    /// its certificate (`-X ssl.endpoint.identification.algorithm=none` turns that off).
     #[arg(long, env = "THUNDER_KAFKA_SSL_CA_LOCATION")]
     pub kafka_ssl_ca_location: Option<String>,
+
+    /// librdkafka `ssl.certificate.location`: client certificate (PEM) for brokers that
+    /// require one; with --kafka-ssl-key-location.
+    #[arg(long, env = "THUNDER_KAFKA_SSL_CERTIFICATE_LOCATION")]
+    pub kafka_ssl_certificate_location: Option<String>,
+
+    /// librdkafka `ssl.key.location`: the client certificate's private key (PEM).
+    #[arg(long, env = "THUNDER_KAFKA_SSL_KEY_LOCATION")]
+    pub kafka_ssl_key_location: Option<String>,
+
+    /// librdkafka `ssl.key.password`: passphrase of an encrypted private key. Give it in the
+    /// environment variable, not on the command line.
+    #[arg(long, env = "THUNDER_KAFKA_SSL_KEY_PASSWORD", hide_env_values = true)]
+    pub kafka_ssl_key_password: Option<String>,
 
     /// Extra librdkafka property `KEY=VALUE`, repeatable; applied last, so it overrides
     /// everything above. In the environment variable, separate pairs with `;`.
@@ -153,28 +190,41 @@ impl KafkaClientArgs {
     }
 
     /// Connection settings shared by consumers, producers and admin clients: brokers,
-    /// security and the `-X` properties. Fails when no brokers are configured.
+    /// security and the `-X` properties. Fails when no brokers are configured or the security
+    /// settings are inconsistent ([`KafkaClientArgs::security_settings`]: e.g. a `sasl_*`
+    /// protocol without a mechanism).
     pub fn client_config(&self) -> Result<ClientConfig, super::error::KafkaError> {
         let brokers = self
             .kafka_brokers
             .as_deref()
             .filter(|b| !b.trim().is_empty())
             .ok_or(super::error::KafkaError::NoBrokers)?;
+        let problems = self.security_settings().problems;
+        if !problems.is_empty() {
+            return Err(super::error::KafkaError::InvalidConfig(problems.join("; ")));
+        }
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", brokers)
             .set("security.protocol", &self.kafka_security_protocol);
-        if let Some(mechanism) = &self.kafka_sasl_mechanism {
-            config.set("sasl.mechanism", mechanism);
-        }
-        if let Some(username) = &self.kafka_sasl_username {
-            config.set("sasl.username", username);
-        }
-        if let Some(password) = &self.kafka_sasl_password {
-            config.set("sasl.password", password);
-        }
-        if let Some(ca) = &self.kafka_ssl_ca_location {
-            config.set("ssl.ca.location", ca);
+        // librdkafka's default too, said here so no build or version can turn it off unseen.
+        config.set("ssl.endpoint.identification.algorithm", "https");
+        let flags = [
+            ("sasl.mechanism", &self.kafka_sasl_mechanism),
+            ("sasl.username", &self.kafka_sasl_username),
+            ("sasl.password", &self.kafka_sasl_password),
+            ("ssl.ca.location", &self.kafka_ssl_ca_location),
+            (
+                "ssl.certificate.location",
+                &self.kafka_ssl_certificate_location,
+            ),
+            ("ssl.key.location", &self.kafka_ssl_key_location),
+            ("ssl.key.password", &self.kafka_ssl_key_password),
+        ];
+        for (key, value) in flags {
+            if let Some(value) = value {
+                config.set(key, value);
+            }
         }
         for (key, value) in &self.kafka_properties {
             config.set(key, value);
@@ -193,6 +243,9 @@ impl Default for KafkaClientArgs {
             kafka_sasl_username: None,
             kafka_sasl_password: None,
             kafka_ssl_ca_location: None,
+            kafka_ssl_certificate_location: None,
+            kafka_ssl_key_location: None,
+            kafka_ssl_key_password: None,
             kafka_properties: Vec::new(),
         }
     }
@@ -243,6 +296,10 @@ impl std::fmt::Debug for KafkaArgs {
             .field("kafka_live_batch_permits", &self.kafka_live_batch_permits)
             .field("kafka_max_response_bytes", &self.kafka_max_response_bytes)
             .field(
+                "kafka_catch_up_buffer_bytes",
+                &self.kafka_catch_up_buffer_bytes,
+            )
+            .field(
                 "kafka_security_protocol",
                 &self.client.kafka_security_protocol,
             )
@@ -257,6 +314,22 @@ impl std::fmt::Debug for KafkaArgs {
                     .map(|_| "<redacted>"),
             )
             .field("kafka_ssl_ca_location", &self.client.kafka_ssl_ca_location)
+            .field(
+                "kafka_ssl_certificate_location",
+                &self.client.kafka_ssl_certificate_location,
+            )
+            .field(
+                "kafka_ssl_key_location",
+                &self.client.kafka_ssl_key_location,
+            )
+            .field(
+                "kafka_ssl_key_password",
+                &self
+                    .client
+                    .kafka_ssl_key_password
+                    .as_ref()
+                    .map(|_| "<redacted>"),
+            )
             .field("kafka_properties", &properties)
             .finish()
     }
@@ -277,11 +350,53 @@ impl Default for KafkaArgs {
             kafka_stall_timeout_secs: 30,
             kafka_live_batch_permits: 1,
             kafka_max_response_bytes: super::fetch_limits::MAX_RESPONSE_BYTES,
+            kafka_catch_up_buffer_bytes: super::window::CATCH_UP_BUFFER_BYTES,
         }
     }
 }
 
 impl KafkaArgs {
+    /// Every value ingestion refuses: the ranges the flags' help states and the security
+    /// settings ([`KafkaClientArgs::security_settings`]), all of them at once.
+    pub fn validate(&self) -> Findings {
+        let mut found = self.client.security_settings();
+        let mut refuse = |bad: bool, problem: &str| {
+            if bad {
+                found.problems.push(problem.to_owned());
+            }
+        };
+        refuse(
+            self.client.kafka_topic.is_empty(),
+            "--kafka-topic must not be empty",
+        );
+        refuse(
+            self.kafka_num_threads == 0,
+            "--kafka-num-threads must be at least 1",
+        );
+        refuse(
+            self.kafka_batch_size == 0,
+            "--kafka-batch-size must be at least 1",
+        );
+        refuse(
+            self.kafka_fetch_timeout_ms == 0,
+            "--kafka-fetch-timeout-ms must be at least 1",
+        );
+        refuse(
+            self.kafka_request_timeout_ms == 0,
+            "--kafka-request-timeout-ms must be at least 1",
+        );
+        refuse(
+            self.lag_monitor_interval_secs == 0,
+            "--lag-monitor-interval-secs must be at least 1",
+        );
+        refuse(
+            !(1..=super::fetch_limits::LIBRDKAFKA_MAX_RESPONSE_BYTES)
+                .contains(&self.kafka_max_response_bytes),
+            "--kafka-max-response-bytes must be between 1 and 2147483647 (librdkafka's limit)",
+        );
+        found
+    }
+
     /// Connection settings shared by consumers, producers and admin clients: brokers,
     /// security and the `-X` properties. Fails when no brokers are configured.
     pub fn client_config(&self) -> Result<ClientConfig, super::error::KafkaError> {
@@ -364,6 +479,10 @@ mod tests {
             cli.kafka.kafka_max_response_bytes,
             d.kafka_max_response_bytes
         );
+        assert_eq!(
+            cli.kafka.kafka_catch_up_buffer_bytes,
+            d.kafka_catch_up_buffer_bytes
+        );
     }
 
     #[test]
@@ -382,8 +501,8 @@ mod tests {
         assert_eq!(config.get("fetch.wait.max.ms"), Some("50"));
         assert_eq!(config.get("security.protocol"), Some("ssl"));
         assert_eq!(config.get("group.id"), Some("g"));
-        assert_eq!(config.get("fetch.max.bytes"), Some("16777216"));
-        assert_eq!(config.get("receive.message.max.bytes"), Some("33554432"));
+        assert_eq!(config.get("fetch.max.bytes"), Some("1048576"));
+        assert_eq!(config.get("receive.message.max.bytes"), Some("2162688"));
         assert!(Cli::try_parse_from(["thunder", "-X", "novalue"]).is_err());
     }
 
@@ -439,7 +558,7 @@ mod tests {
             assert_eq!(text, twin_text);
             shared += 1;
         }
-        assert_eq!(shared, 8);
+        assert_eq!(shared, 11);
         for consumer_only in [
             "kafka_stall_timeout_secs",
             "kafka_live_batch_permits",

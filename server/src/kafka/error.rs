@@ -12,6 +12,15 @@ pub enum KafkaError {
     /// librdkafka refused the configuration or a request.
     #[error("Kafka client error: {0}")]
     Client(#[from] rdkafka::error::KafkaError),
+    /// No broker answered within the timeout; `cause` is librdkafka's latest connection
+    /// failure (a TLS handshake or SASL login refused, a connection refused) or its error.
+    #[error("no Kafka broker answered within {timeout_ms} ms: {cause}")]
+    Unreachable {
+        /// How long it waited.
+        timeout_ms: u64,
+        /// Why, as librdkafka reported it.
+        cause: String,
+    },
     /// An ingest thread could not be started.
     #[error("could not start a Kafka thread: {0}")]
     Thread(#[from] std::io::Error),

@@ -61,24 +61,35 @@
 //! counted (`kafka_oversized_fetch_responses_total`) and the thread reconnects its consumer
 //! with a limit that fits, up to `--kafka-max-response-bytes` (`fetch_limits.rs`).
 //!
+//! # Memory (`fetch_limits.rs`, `window.rs`, `heap.rs`)
+//! librdkafka holds every fetched record as a 320-byte operation until it is applied. Small
+//! fetch and queue limits keep that to a few megabytes per consumer against a broker that
+//! honours them; against one that answers with whole backlogs, partitions still catching up
+//! are read a few at a time, within a window that narrows as the store fills. The ingest
+//! threads hand librdkafka's freed heap back to the system as they apply batches.
+//!
 //! # Ordering
 //! Within one partition records are applied in offset order. Producers key creates by author
 //! id, so one author's posts keep their order; the store's rules make the result independent
 //! of the order across partitions (a delete that arrives before its create still wins).
 
 mod config;
+mod connection;
 mod error;
 mod fetch_limits;
 mod gate;
+mod heap;
 mod ingest;
 mod metrics;
 mod producer;
 mod records;
 mod resume;
+mod security;
 mod shared;
 mod stall;
 mod supervisor;
 mod throttle;
+mod window;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -89,6 +100,9 @@ use thunder_engine::PostStore;
 use tokio::sync::watch;
 
 pub use config::{IN_NETWORK_EVENTS_TOPIC, KafkaArgs, KafkaClientArgs};
+pub use connection::{
+    ConnectionError, REASONS as CONNECTION_ERROR_REASONS, last_error as last_connection_error,
+};
 pub use error::KafkaError;
 pub use gate::CatchUpState;
 pub use producer::{EventProducer, ProducerStats};
@@ -97,6 +111,10 @@ pub use records::{
     delete_event, light_post,
 };
 pub use resume::{AppliedOffsets, PartitionWatermarks, Restore, TopicStart};
+pub use security::{
+    EXPIRY_WARNING_DAYS, Findings, SecurityProtocol, builtin_features, certificate_dates,
+    read_certificates,
+};
 pub use shared::IngestStats;
 pub use supervisor::split_partitions;
 
@@ -179,20 +197,24 @@ pub fn start_with(
     store: Arc<PostStore>,
     restore: Option<Restore>,
 ) -> Result<KafkaIngest, KafkaError> {
-    if args.kafka_num_threads == 0 {
-        return Err(KafkaError::InvalidConfig(
-            "--kafka-num-threads must be at least 1".into(),
-        ));
+    let found = args.validate();
+    if !found.problems.is_empty() {
+        return Err(KafkaError::InvalidConfig(found.problems.join("; ")));
     }
-    if args.kafka_batch_size == 0 {
-        return Err(KafkaError::InvalidConfig(
-            "--kafka-batch-size must be at least 1".into(),
-        ));
-    }
-    if args.client.kafka_topic.is_empty() {
-        return Err(KafkaError::InvalidConfig(
-            "--kafka-topic must not be empty".into(),
-        ));
+    // What --check-config refuses in the TLS files (an expired certificate, say) is only
+    // warned about here: the broker has the last word, and a refused connection is reported
+    // as it happens (`kafka_connection_errors_total`).
+    let now_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let files = args.client.security_files(now_secs);
+    for warning in found
+        .warnings
+        .iter()
+        .chain(&files.warnings)
+        .chain(&files.problems)
+    {
+        tracing::warn!("Kafka security settings: {warning}");
     }
     metrics::init();
     let group_id = format!("{}-{}", args.kafka_group_id, uuid::Uuid::new_v4());
@@ -219,6 +241,7 @@ pub fn start_with(
         caught_up: caught_up.clone(),
         stalled: stalled_tx,
         partitions: OnceLock::new(),
+        window: window::CatchUpWindow::new(args.kafka_catch_up_buffer_bytes),
     });
     let supervisor = Supervisor {
         args: args.clone(),

@@ -6,11 +6,12 @@
 //! the caller knows it, else by the post id. Order across partitions does not matter to the
 //! store: a delete that arrives before its create still wins.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use prost::Message;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Message as _};
@@ -33,13 +34,27 @@ pub struct ProducerStats {
 struct DeliveryCounts {
     delivered: AtomicU64,
     failed: AtomicU64,
+    /// librdkafka's latest broker connection failure (its `FAIL` log line).
+    connection_failure: Mutex<Option<String>>,
 }
 
-/// Counts delivery reports.
+/// Counts delivery reports and keeps the latest broker connection failure.
 #[derive(Clone, Debug, Default)]
 struct CountingContext(Arc<DeliveryCounts>);
 
-impl ClientContext for CountingContext {}
+impl ClientContext for CountingContext {
+    fn log(&self, _: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if fac == "FAIL" {
+            // An `Option` replaced whole: consistent after any panic.
+            *self
+                .0
+                .connection_failure
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(log_message.to_owned());
+        }
+        tracing::debug!(target: "librdkafka", fac, "{log_message}");
+    }
+}
 
 impl ProducerContext for CountingContext {
     type DeliveryOpaque = ();
@@ -95,6 +110,28 @@ impl EventProducer {
     /// Topic the records go to.
     pub fn topic(&self) -> &str {
         &self.topic
+    }
+
+    /// Asks the brokers for metadata, waiting at most `timeout`: fails, with the broker's
+    /// refusal when librdkafka reported one (a TLS handshake or SASL login refused, a
+    /// connection refused), when no broker answers in time. (The cluster's metadata, not the
+    /// topic's: asking for a missing topic would have the broker auto-create it with one
+    /// partition.)
+    pub fn check_connection(&self, timeout: Duration) -> Result<(), KafkaError> {
+        let answer = self.producer.client().fetch_metadata(None, timeout);
+        let failure = self
+            .counts
+            .connection_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match (answer, failure) {
+            (Ok(_), _) => Ok(()),
+            (Err(error), failure) => Err(KafkaError::Unreachable {
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                cause: failure.unwrap_or_else(|| error.to_string()),
+            }),
+        }
     }
 
     /// Queues a create event, keyed by its author id.

@@ -162,6 +162,7 @@ pub struct RecordBatch {
     /// (partition, offset) of each create, for the drop log.
     create_origins: Vec<(i32, i64)>,
     records: usize,
+    payload_bytes: usize,
     failed: usize,
     rejected: usize,
 }
@@ -171,6 +172,8 @@ pub struct RecordBatch {
 pub struct BatchOutcome {
     /// Records in the batch, decodable or not.
     pub records: usize,
+    /// Payload bytes of those records.
+    pub payload_bytes: usize,
     /// Create events handed to `insert_posts`.
     pub creates: usize,
     /// Delete events handed to `mark_as_deleted`.
@@ -191,6 +194,7 @@ impl RecordBatch {
             events: EventBatch::with_capacity(capacity),
             create_origins: Vec::with_capacity(capacity),
             records: 0,
+            payload_bytes: 0,
             failed: 0,
             rejected: 0,
         }
@@ -217,6 +221,7 @@ impl RecordBatch {
         payload: Option<&[u8]>,
     ) -> Result<(), DecodeError> {
         self.records += 1;
+        self.payload_bytes += payload.map_or(0, <[u8]>::len);
         match decode_event(payload) {
             Ok(PostEvent::Create(post)) => {
                 self.events.creates.push(post);
@@ -288,6 +293,7 @@ impl RecordBatch {
         timer.observe_duration();
         let outcome = BatchOutcome {
             records: self.records,
+            payload_bytes: self.payload_bytes,
             creates: self.events.creates.len(),
             deletes: self.events.deletes.len(),
             failed: self.failed,
@@ -298,6 +304,7 @@ impl RecordBatch {
         self.create_origins.clear();
         self.rejected = 0;
         self.records = 0;
+        self.payload_bytes = 0;
         self.failed = 0;
         outcome
     }

@@ -23,6 +23,9 @@ use super::throttle::{LOG_INTERVAL, ThrottledContext};
 /// Longest wait between two attempts to read the topic's metadata or start offsets.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(10);
 
+/// How long one poll of the metadata client's events waits.
+const EVENT_POLL: Duration = Duration::from_millis(200);
+
 /// Splits `partitions` into at most `threads` contiguous slices whose sizes differ by at most
 /// one. Never returns an empty slice, so no thread is started without work.
 pub fn split_partitions(partitions: &[i32], threads: usize) -> Vec<&[i32]> {
@@ -180,10 +183,28 @@ impl Supervisor {
 
     pub(super) fn run(mut self) {
         let restore = self.restore.take();
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.supervise(restore)));
-        if outcome.is_err() {
-            self.shared.gate.failed("Kafka supervisor panicked".into());
-        }
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            // librdkafka hands a client's log lines (and so its broker connection failures,
+            // `connection.rs`) to its event queue: serve the metadata client's while the
+            // supervisor blocks in its requests, so a refused connection is reported at once.
+            let poller = std::thread::Builder::new()
+                .name("kafka-events".into())
+                .spawn_scoped(scope, || {
+                    // Relaxed: a stop flag, read again every poll.
+                    while !done.load(Ordering::Relaxed) && !self.shared.stopping() {
+                        let _ = self.metadata_client.poll(EVENT_POLL);
+                    }
+                });
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.supervise(restore)));
+            done.store(true, Ordering::Relaxed);
+            if outcome.is_err() {
+                self.shared.gate.failed("Kafka supervisor panicked".into());
+            }
+            if let Ok(poller) = poller {
+                let _ = poller.join();
+            }
+        });
     }
 
     fn supervise(&self, restore: Option<Restore>) {
@@ -244,6 +265,7 @@ impl Supervisor {
                 next: AtomicI64::new(start_marker(*start)),
                 at_end: AtomicBool::new(false),
                 truncation: Mutex::default(),
+                reading: AtomicBool::new(false),
             })
             .collect();
         // Only the supervisor sets it, once, before any thread starts.

@@ -81,7 +81,15 @@ impl ClientContext for ThrottledContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         // Before the throttle: a refused response must be noted even when its line is not shown.
         self.oversized_responses.observe_log(log_message);
-        let Some(suppressed) = self.throttle.admit(fac) else {
+        // A broker connection failure is counted and kept for the status page, whether or not
+        // its line is shown; each reason has its own line budget.
+        let key = if fac == "FAIL" {
+            let reason = super::connection::record(log_message);
+            std::borrow::Cow::Owned(format!("FAIL:{reason}"))
+        } else {
+            std::borrow::Cow::Borrowed(fac)
+        };
+        let Some(suppressed) = self.throttle.admit(&key) else {
             return;
         };
         match level {
@@ -118,11 +126,21 @@ impl ClientContext for ThrottledContext {
 
 impl ConsumerContext for ThrottledContext {}
 
-/// Events librdkafka passes to the error callback that are part of normal operation: the end
+/// Events librdkafka passes to the error callback that need no line of their own: the end
 /// of a partition (`enable.partition.eof` is on for the catch-up rule, and ingestion handles it
-/// on the message stream) is not an error for an operator to act on.
+/// on the message stream) is not an error for an operator to act on, and a broker connection
+/// failure was already logged (and counted) from librdkafka's `FAIL` log line.
 fn is_routine(code: Option<RDKafkaErrorCode>) -> bool {
-    matches!(code, Some(RDKafkaErrorCode::PartitionEOF))
+    matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::PartitionEOF
+                | RDKafkaErrorCode::SSL
+                | RDKafkaErrorCode::Authentication
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve
+        )
+    )
 }
 
 #[cfg(test)]
@@ -132,7 +150,7 @@ mod tests {
     #[test]
     fn the_end_of_a_partition_is_routine_and_real_errors_are_not() {
         assert!(is_routine(Some(RDKafkaErrorCode::PartitionEOF)));
-        assert!(!is_routine(Some(RDKafkaErrorCode::BrokerTransportFailure)));
+        assert!(is_routine(Some(RDKafkaErrorCode::SSL)));
         assert!(!is_routine(Some(RDKafkaErrorCode::AllBrokersDown)));
         assert!(!is_routine(None));
     }
