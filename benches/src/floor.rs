@@ -19,7 +19,7 @@ use prost::Message;
 use thunder_engine::PostStore;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_server::ServiceError;
-use thunder_server::serve::codec::PostsAnswer;
+use thunder_server::serve::codec::{DecodedRequest, PostsAnswer};
 use thunder_server::serve::grpc::AnswerPosts;
 use thunder_server::serve::request::ValidatedRequest;
 use thunder_server::serve::service::Answer;
@@ -95,9 +95,9 @@ impl AnswerPosts for Floor {
     /// A copy of the pre-built answer (the codec takes its answer by value and encodes it).
     fn answer(
         &self,
-        request: tonic::Request<GetInNetworkPostsRequest>,
+        request: tonic::Request<DecodedRequest>,
     ) -> impl Future<Output = Result<Answer, ServiceError>> + Send {
-        let answer = self.answer_to(request.get_ref()).clone();
+        let answer = self.answer_to(&request.get_ref().message).clone();
         std::future::ready(Ok(Answer {
             posts: answer,
             level: 0,

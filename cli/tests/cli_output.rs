@@ -2,13 +2,9 @@
 //! the version and the git commit, and a reader that goes away early (`| head -1`) ends the
 //! command quietly instead of a panic with exit status 101.
 
-// The server-in-a-test helpers of the server's tests, shared rather than copied.
-#[path = "../../server/tests/common/mod.rs"]
-mod common;
-
 use std::process::Command;
 
-use common::{TestServer, original, store};
+use thunder_testbed::{TestServer, original, store};
 
 #[test]
 fn version_names_the_version_and_the_git_commit() {

@@ -200,3 +200,154 @@ fn metrics_doc_matches_the_registry() {
     assert!(rendered.contains("| `kafka_partition_lag` | gauge | `topic`, `partition` |"));
     check_or_write("metrics.md", &rendered);
 }
+
+/// The repository's root.
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The crates of the repository in the workspace's order (`members` of the root Cargo.toml),
+/// then the fuzz crate (a workspace of its own).
+fn crate_dirs() -> Vec<String> {
+    let manifest =
+        std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("the root Cargo.toml");
+    let members = manifest
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("members = ["))
+        .expect("a one-line `members = [...]` in the root Cargo.toml");
+    let mut dirs: Vec<String> = members
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    dirs.push("fuzz".to_owned());
+    dirs
+}
+
+/// The value of the first `key = "..."` line of a Cargo.toml.
+fn manifest_field(dir: &str, key: &str) -> String {
+    let path = repo_root().join(dir).join("Cargo.toml");
+    let manifest = std::fs::read_to_string(&path).expect("a crate's Cargo.toml");
+    manifest
+        .lines()
+        .find_map(|line| {
+            let value = line.strip_prefix(key)?.trim_start().strip_prefix('=')?;
+            Some(value.trim().trim_matches('"').to_owned())
+        })
+        .unwrap_or_else(|| panic!("{} has no {key}", path.display()))
+}
+
+/// The `.rs` files below `dir`, sorted, as paths relative to the repository root.
+fn rust_files(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries.map(|e| e.expect("dir entry").path()).collect();
+    paths.sort();
+    for path in paths {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The first sentence of a file's module docs (`//!`), intra-doc link brackets removed.
+fn module_summary(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).expect("a source file");
+    let paragraph: Vec<&str> = text
+        .lines()
+        .skip_while(|line| !line.starts_with("//!"))
+        .map_while(|line| line.strip_prefix("//!"))
+        .map(str::trim)
+        .take_while(|line| !line.is_empty())
+        .collect();
+    assert!(
+        !paragraph.is_empty(),
+        "{} has no module docs (`//!`): its first sentence is its line in docs/architecture.md",
+        path.display()
+    );
+    let paragraph = paragraph.join(" ");
+    let end = paragraph
+        .match_indices(". ")
+        .map(|(i, _)| i + 1)
+        .find(|&i| {
+            let before = &paragraph[..i];
+            !before.ends_with("e.g.") && !before.ends_with("i.e.") && !before.ends_with("..")
+        })
+        .unwrap_or(paragraph.len());
+    // Intra-doc links keep their text: `[`name`](path)` and `[`name`]` become `name`.
+    let mut sentence = paragraph[..end].to_owned();
+    while let Some(start) = sentence.find("`](") {
+        let Some(close) = sentence[start..].find(')') else {
+            break;
+        };
+        sentence.replace_range(start + 1..start + close + 1, "");
+    }
+    // A first paragraph that leads into a list ends the row's sentence there.
+    if let Some(lead) = sentence.strip_suffix(':') {
+        sentence = format!("{lead}.");
+    }
+    cell(&sentence.replace("[`", "`").replace("`]", "`"))
+}
+
+const LAYOUT_BEGIN: &str = "<!-- layout:begin";
+const LAYOUT_END: &str = "<!-- layout:end -->";
+
+/// The file map of docs/architecture.md: per crate its description (Cargo.toml), then a row a
+/// source file with the first sentence of the file's own module docs.
+fn render_layout() -> String {
+    let mut out = String::from(
+        "<!-- layout:begin: generated from each crate's Cargo.toml description and each file's\n     \
+         first module-doc sentence by cli/tests/generated_docs.rs; do not edit. Regenerate:\n     \
+         THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs -->\n",
+    );
+    for dir in crate_dirs() {
+        let name = manifest_field(&dir, "name");
+        let description = manifest_field(&dir, "description");
+        write!(
+            out,
+            "\n### `{dir}/`: {name}\n\n{description}\n\n| File | What it holds |\n|---|---|\n"
+        )
+        .expect("write to a String");
+        let mut files = Vec::new();
+        for sub in ["src", "fuzz_targets"] {
+            rust_files(&repo_root().join(&dir).join(sub), &mut files);
+        }
+        for file in files {
+            let relative = file
+                .strip_prefix(repo_root().join(&dir))
+                .expect("below the crate")
+                .display()
+                .to_string();
+            writeln!(
+                out,
+                "| [{relative}](../{dir}/{relative}) | {} |",
+                module_summary(&file)
+            )
+            .expect("write to a String");
+        }
+    }
+    out.push('\n');
+    out.push_str(LAYOUT_END);
+    out
+}
+
+#[test]
+fn architecture_layout_matches_the_module_docs() {
+    let path = docs_dir().join("architecture.md");
+    let committed = std::fs::read_to_string(&path).expect("docs/architecture.md");
+    let begin = committed
+        .find(LAYOUT_BEGIN)
+        .expect("docs/architecture.md has a layout:begin marker");
+    let end = committed[begin..]
+        .find(LAYOUT_END)
+        .map(|i| begin + i + LAYOUT_END.len())
+        .expect("docs/architecture.md has a layout:end marker");
+    let rendered = render_layout();
+    assert!(rendered.contains("| [src/store.rs](../engine/src/store.rs) |"));
+    let whole = format!("{}{rendered}{}", &committed[..begin], &committed[end..]);
+    check_or_write("architecture.md", &whole);
+}

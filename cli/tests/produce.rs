@@ -1,20 +1,16 @@
 //! `thunder-cli produce` against a real broker: JSON lines and the synthetic source reach the
 //! topic, keyed by author, and ingestion applies them.
 
-// The Kafka helpers of the server's tests (the broker, topics, waits), shared rather than copied.
-#[path = "../../server/tests/kafka_support/mod.rs"]
-mod kafka_support;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use kafka_support::*;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use thunder_engine::FeedQuery;
 use thunder_server::kafka;
+use thunder_testbed::kafka::*;
 
 fn produce(broker: &Broker, topic: &str, extra: &[&str], stdin: &str) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))

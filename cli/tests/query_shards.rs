@@ -1,16 +1,12 @@
 //! `thunder-cli query --shards` against real thunder servers on loopback: a query over two
 //! author shards, and the answer of the shard left when the other is gone.
 
-// The server-in-a-test helpers of the server's tests, shared rather than copied.
-#[path = "../../server/tests/common/mod.rs"]
-mod common;
-
 use std::process::Command;
 use std::sync::Arc;
 
-use common::{NOW, TestServer, original};
 use thunder_engine::{ManualClock, PostStore};
 use thunder_proto::shard::{ShardSpec, shard_of};
+use thunder_testbed::{NOW, TestServer, original};
 
 fn shard_store(spec: ShardSpec) -> Arc<PostStore> {
     Arc::new(

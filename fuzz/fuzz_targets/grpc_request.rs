@@ -1,4 +1,5 @@
-//! Arbitrary `GetInNetworkPostsRequest` bytes through prost decoding, then request validation
+//! Arbitrary `GetInNetworkPostsRequest` bytes through the server's decoder (which must give
+//! prost's answer: the same request, or an error where prost errs), then request validation
 //! and the store query against a small pre-filled store, without a network: either
 //! `handle_request` or the tonic service method itself (admission, `grpc-timeout`, follow-graph
 //! fallback, blocking query task).
@@ -29,6 +30,7 @@ use thunder_engine::{LightPost, ManualClock, PagePosition, PostStore, SeenFilter
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_server::InNetworkPostsService;
 use thunder_server::serve::admission::Admission;
+use thunder_server::serve::codec::decode_request;
 use thunder_server::convert::post_from_proto;
 use thunder_server::serve::cursor::{Cursor, CursorKey};
 use thunder_server::serve::following::{FollowingSource, StaticFollowing};
@@ -189,10 +191,14 @@ fuzz_target!(|data: &[u8]| {
     let header_len = usize::from(header_len % 16).min(rest.len());
     let (header, body) = rest.split_at(header_len);
     let situation = Situation::from_byte(*control);
-    // tonic answers an undecodable body itself (INTERNAL, before the service runs).
+    // The server's codec decodes as prost does: the same request, or an error where prost
+    // errs (tonic then answers INTERNAL itself, before the service runs).
+    let decoded = decode_request(body);
     let Ok(mut req) = GetInNetworkPostsRequest::decode(body) else {
+        assert!(decoded.is_err(), "prost refuses what the codec took: {decoded:?}");
         return;
     };
+    assert_eq!(decoded.as_ref(), Ok(&req), "the codec decoded otherwise than prost");
     if control & 0x40 != 0 {
         let at = |x: u64| NOW_SECS - (x % 5000) as i64;
         req.cursor = CursorKey::global().seal(&Cursor {

@@ -51,7 +51,7 @@ fuzz_target!(|payload: &[u8]| {
     assert!(batch.is_empty(), "apply empties the batch");
 
     match decoded {
-        Err(error) if error.drop_reason().is_some() => {
+        Err(error) if error.is_out_of_contract() => {
             // Well-formed but outside the contract (a negative id, a post or author id of 0):
             // rejected and counted as a drop, not as a parse failure.
             assert_eq!(

@@ -24,10 +24,10 @@
 //! - [`snapshot`]: the server's snapshots: when they are written, the admin trigger, and the
 //!   restore at start-up (the file format is `thunder_engine::snapshot`'s).
 //! - [`config`]: the command-line flags, `--check-config` and the TLS files.
-//! - Top level: [`lifecycle`] (boot and graceful stop of both listeners), `tasks` (the
-//!   store's background maintenance), [`demo`] (the synthetic event source), [`shard`] (the
-//!   author shard of this process), [`convert`] (wire types to engine records), [`version`]
-//!   (what the binary is: version, git commit, compiler) and [`error`].
+//! - Top level: [`lifecycle`] (boot and graceful stop of both listeners), `maintenance` (the
+//!   store's background trim and statistics gauges), [`demo`] (the synthetic event source),
+//!   [`shard`] (the author shard of this process), [`convert`] (wire types to engine records),
+//!   [`version`] (what the binary is: version, git commit, compiler) and [`error`].
 #![deny(missing_docs)]
 
 pub mod admin;
@@ -37,10 +37,10 @@ pub mod demo;
 pub mod error;
 pub mod kafka;
 pub mod lifecycle;
+pub(crate) mod maintenance;
 pub mod serve;
 pub mod shard;
 pub mod snapshot;
-pub(crate) mod tasks;
 pub mod version;
 
 pub use config::Args;

@@ -17,6 +17,7 @@ use crate::admin::routes::{self, AdminAccess};
 use crate::admin::status::StatusSampler;
 use crate::config::tls::TlsFiles;
 use crate::error::StartupError;
+use crate::maintenance;
 use crate::serve::admission::Admission;
 use crate::serve::arrival::ArrivalLayer;
 use crate::serve::following::FollowingSource;
@@ -24,7 +25,6 @@ use crate::serve::grpc::{AnswerPosts, PostsServer};
 use crate::serve::listener::{BoundedListener, ConnKind, ConnLimits};
 use crate::serve::overload::{Overload, OverloadConfig};
 use crate::serve::service::ThunderService;
-use crate::tasks;
 
 /// Default largest accepted (decoded) request message: 4 MiB, far above the ~200 KB of two
 /// full 10000-id lists.
@@ -110,8 +110,8 @@ impl Default for ServerOptions {
             max_decoding_message_bytes: DEFAULT_MAX_DECODING_MESSAGE_BYTES,
             tls: None,
             drain_timeout: Duration::from_secs(10),
-            trim_interval: tasks::TRIM_INTERVAL,
-            stats_interval: tasks::STATS_INTERVAL,
+            trim_interval: maintenance::TRIM_INTERVAL,
+            stats_interval: maintenance::STATS_INTERVAL,
             overload: OverloadConfig::default(),
             inline_queries: true,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
@@ -345,12 +345,12 @@ pub async fn start_with<H: AnswerPosts>(
     );
     let mut background = vec![tokio::spawn(status.run(shutdown_rx.clone()))];
     if let Some(store) = store {
-        background.push(tokio::spawn(tasks::run_trim(
+        background.push(tokio::spawn(maintenance::run_trim(
             Arc::clone(&store),
             options.trim_interval,
             shutdown_rx.clone(),
         )));
-        background.push(tokio::spawn(tasks::run_stats(
+        background.push(tokio::spawn(maintenance::run_stats(
             store,
             options.stats_interval,
             shutdown_rx,

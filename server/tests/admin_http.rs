@@ -1,16 +1,14 @@
 //! Admin HTTP: Prometheus metrics after a request, and both CPU profile endpoints.
 
-mod common;
-
 use std::io::Read;
 use std::time::Duration;
 
-use common::{
-    HttpResponse, TestServer, admin_post, eventually, http_request_with, original, request, store,
-};
 use pprof::protos::Message;
 use thunder_server::ServerOptions;
 use thunder_server::admin::routes::AdminAccess;
+use thunder_testbed::{
+    HttpResponse, TestServer, admin_post, eventually, http_request_with, original, request, store,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_carry_the_counters_after_a_request() {
@@ -36,11 +34,7 @@ async fn metrics_carry_the_counters_after_a_request() {
             .is_some_and(|v| v.starts_with("text/plain"))
     );
     let text = response.text();
-    let value = |name: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse().ok())
-    };
+    let value = |name: &str| thunder_testbed::metrics::in_text(&text, name, &[]);
     for name in [
         "get_in_network_posts_duration_seconds_count",
         "get_in_network_posts_duration_without_strato_seconds_count",
@@ -120,8 +114,9 @@ async fn profiles_are_served_one_at_a_time() {
 
     // While a profile runs, a second one is refused with 409.
     let addr = server.running().admin_addr();
-    let long =
-        tokio::spawn(async move { common::http_get(addr, "/debug/pprof/profile?seconds=4").await });
+    let long = tokio::spawn(async move {
+        thunder_testbed::http_get(addr, "/debug/pprof/profile?seconds=4").await
+    });
     let mut conflict = false;
     while !long.is_finished() {
         let probe = server.admin_get("/debug/pprof/flamegraph?seconds=1").await;
@@ -297,8 +292,8 @@ async fn an_admin_listener_on_every_address_without_a_token_is_read_only() {
         let response = http_request_with(addr, "GET", path, "10.1.2.3:8080", &[]).await;
         assert_eq!(response.status, 200, "{path}");
     }
-    assert_eq!(common::http_get(addr, "/readyz").await.status, 503);
-    let page = common::http_get(addr, "/").await;
+    assert_eq!(thunder_testbed::http_get(addr, "/readyz").await.status, 503);
+    let page = thunder_testbed::http_get(addr, "/").await;
     assert_eq!(page.status, 200);
     assert!(page.text().contains("read-only"), "{}", page.text());
     server.shutdown().await;
@@ -318,7 +313,7 @@ async fn an_admin_listener_on_every_address_with_a_token_takes_the_token() {
     )
     .await;
     assert!(reached_the_handler(&accepted), "{accepted:?}");
-    let page = common::http_get(addr, "/").await.text();
+    let page = thunder_testbed::http_get(addr, "/").await.text();
     assert!(page.contains("bearer token"), "{page}");
     server.shutdown().await;
 }

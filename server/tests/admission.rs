@@ -1,9 +1,7 @@
 //! The global QPS limit: RESOURCE_EXHAUSTED once the quota is spent.
 
-mod common;
-
-use common::{TestServer, request, store};
 use thunder_server::ServerOptions;
+use thunder_testbed::{TestServer, request, store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_beyond_the_quota_are_rejected() {
@@ -30,10 +28,8 @@ async fn calls_beyond_the_quota_are_rejected() {
     assert_eq!(status.message(), "QPS rate limit exceeded, please retry");
 
     let metrics = server.admin_get("/metrics").await.text();
-    let rejected_total = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("rejected_requests_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .expect("rejected_requests_total exported");
+    let rejected_total =
+        thunder_testbed::metrics::in_text(&metrics, "rejected_requests_total", &[])
+            .expect("rejected_requests_total exported");
     assert!(rejected_total >= 1.0);
 }

@@ -1,19 +1,17 @@
 //! `thunder-client` against real thunder servers on loopback: a replica killed under the
 //! client. (`thunder-cli query --shards` over two author shards is cli/tests/query_shards.rs.)
 
-mod common;
-
 use std::time::Duration;
 
-use common::{TestServer, original, request};
 use thunder_client::{ClientConfig, ThunderClient};
 use thunder_engine::LightPost;
+use thunder_testbed::{TestServer, original, request};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replica_costs_no_answer() {
     let posts: Vec<LightPost> = (0..50).map(|i| original(100 + i, 1 + i % 5, i)).collect();
-    let a = TestServer::ready(common::store()).await;
-    let b = TestServer::ready(common::store()).await;
+    let a = TestServer::ready(thunder_testbed::store()).await;
+    let b = TestServer::ready(thunder_testbed::store()).await;
     a.store.insert_posts(&posts);
     b.store.insert_posts(&posts);
     let config = ClientConfig {

@@ -4,45 +4,17 @@
 //! `thunder-server --check-config` accepts the StatefulSet's arguments and refuses bad values
 //! with exit code 2, and the Dockerfile's build script is sound.
 
-mod common;
-mod pki;
-mod server_process;
-
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use server_process::ServerProcess;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// YAML documents as JSON, through Python's yaml module (the YAML must parse).
-fn yaml_as_json(path: &Path) -> Vec<Value> {
-    let output = Command::new("python3")
-        .args([
-            "-c",
-            "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)",
-        ])
-        .arg(path)
-        .output()
-        .expect("python3 runs (with its yaml module: Debian python3-yaml or pip PyYAML)");
-    assert!(
-        output.status.success(),
-        "{} does not parse as YAML: {}",
-        path.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let docs: Value = serde_json::from_slice(&output.stdout).expect("python printed JSON");
-    docs.as_array().expect("a list of documents").clone()
-}
+use thunder_testbed::repo::{root, yaml_documents};
+use thunder_testbed::server_process::ServerProcess;
 
 /// Every manifest in deploy/k8s, by kind.
 fn manifests() -> Vec<Value> {
     let mut docs = Vec::new();
-    let mut paths: Vec<_> = std::fs::read_dir(repo().join("deploy/k8s"))
+    let mut paths: Vec<_> = std::fs::read_dir(root().join("deploy/k8s"))
         .expect("deploy/k8s")
         .map(|e| e.expect("entry").path())
         .collect();
@@ -54,7 +26,7 @@ fn manifests() -> Vec<Value> {
             "{}",
             path.display()
         );
-        docs.extend(yaml_as_json(&path));
+        docs.extend(yaml_documents(&path));
     }
     docs
 }
@@ -254,11 +226,11 @@ fn manifests_cover_shutdown_version_logs_admin_token_policy_and_spread() {
 async fn the_manifest_probes_pass_with_mtls_on_and_a_client_without_a_certificate_is_counted() {
     let docs = manifests();
     let probes = http_probes(&docs);
-    let pki = pki::new_pki();
+    let pki = thunder_testbed::pki::new_pki();
     let dir = tempfile::tempdir().expect("tempdir");
-    let cert = pki::write(dir.path(), "server.pem", &pki.server.0);
-    let key = pki::write(dir.path(), "server.key", &pki.server.1);
-    let ca = pki::write(dir.path(), "ca.pem", &pki.ca_pem);
+    let cert = thunder_testbed::pki::write(dir.path(), "server.pem", &pki.server.0);
+    let key = thunder_testbed::pki::write(dir.path(), "server.key", &pki.server.1);
+    let ca = thunder_testbed::pki::write(dir.path(), "ca.pem", &pki.ca_pem);
     let log = dir.path().join("server.log");
     let (cert, key, ca) = (
         cert.display().to_string(),
@@ -278,14 +250,14 @@ async fn the_manifest_probes_pass_with_mtls_on_and_a_client_without_a_certificat
             "--tls-client-ca",
             &ca,
         ],
-        common::PATIENCE,
+        thunder_testbed::PATIENCE,
         &log,
     );
     // Each probe as the kubelet sends it: GET path on the admin port, 200 wanted.
     for (which, path) in &probes {
-        let until = Instant::now() + common::PATIENCE;
+        let until = Instant::now() + thunder_testbed::PATIENCE;
         loop {
-            let response = common::http_get(server.admin, path).await;
+            let response = thunder_testbed::http_get(server.admin, path).await;
             if response.status == 200 {
                 break;
             }
@@ -312,34 +284,39 @@ async fn the_manifest_probes_pass_with_mtls_on_and_a_client_without_a_certificat
                 channel,
             );
         client
-            .get_in_network_posts(common::request(&[1]))
+            .get_in_network_posts(thunder_testbed::request(&[1]))
             .await
             .is_err()
     };
     let tls = tonic::transport::Endpoint::from_shared(url)
         .expect("url")
-        .timeout(common::PATIENCE)
+        .timeout(thunder_testbed::PATIENCE)
         .tls_config(without_cert)
         .expect("TLS config");
     assert!(refused(tls).await, "served without a client certificate");
     let plain = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
         .expect("url")
-        .timeout(common::PATIENCE);
+        .timeout(thunder_testbed::PATIENCE);
     assert!(refused(plain).await, "served over plaintext");
 
-    let failures = |text: &str, reason: &str| -> u64 {
-        let series = format!("grpc_tls_handshake_failures_total{{reason=\"{reason}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&series))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
+    let failures = |text: &str, reason: &str| {
+        thunder_testbed::metrics::in_text(
+            text,
+            "grpc_tls_handshake_failures_total",
+            &[("reason", reason)],
+        )
+        .unwrap_or(0.0)
     };
-    let counted = common::eventually(|| async {
-        let text = common::http_get(server.admin, "/metrics").await.text();
-        failures(&text, "no_client_certificate") >= 1 && failures(&text, "not_tls") >= 1
+    let counted = thunder_testbed::eventually(|| async {
+        let text = thunder_testbed::http_get(server.admin, "/metrics")
+            .await
+            .text();
+        failures(&text, "no_client_certificate") >= 1.0 && failures(&text, "not_tls") >= 1.0
     })
     .await;
-    let scrape = common::http_get(server.admin, "/metrics").await.text();
+    let scrape = thunder_testbed::http_get(server.admin, "/metrics")
+        .await
+        .text();
     assert!(
         counted,
         "{}",
@@ -349,7 +326,7 @@ async fn the_manifest_probes_pass_with_mtls_on_and_a_client_without_a_certificat
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let logged = common::eventually(|| async {
+    let logged = thunder_testbed::eventually(|| async {
         std::fs::read_to_string(&log).is_ok_and(|text| {
             text.contains("TLS handshake failed on the gRPC port")
                 && text.contains("no_client_certificate")
@@ -447,7 +424,7 @@ fn check_config_refuses_bad_values_with_exit_code_2() {
 #[test]
 fn dockerfile_builds_with_the_release_script_of_existing_binaries() {
     let dockerfile =
-        std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("deploy/Dockerfile");
+        std::fs::read_to_string(root().join("deploy/Dockerfile")).expect("deploy/Dockerfile");
     assert!(dockerfile.contains("RUN deploy/build-release.sh "));
     assert!(dockerfile.contains("\nUSER 10001"), "non-root");
     // .git is not in the build context: the commit comes in as a build argument.
@@ -459,7 +436,7 @@ fn dockerfile_builds_with_the_release_script_of_existing_binaries() {
         dockerfile.matches("\nFROM ").count() + usize::from(dockerfile.starts_with("FROM ")) >= 2
     );
 
-    let script = repo().join("deploy/build-release.sh");
+    let script = root().join("deploy/build-release.sh");
     let syntax = Command::new("bash")
         .arg("-n")
         .arg(&script)
@@ -488,7 +465,7 @@ fn dockerfile_builds_with_the_release_script_of_existing_binaries() {
             "1",
             "--offline",
         ])
-        .current_dir(repo())
+        .current_dir(root())
         .output()
         .expect("cargo metadata");
     assert!(metadata.status.success());
@@ -553,7 +530,7 @@ fn the_pod_monitor_and_the_scrape_job_find_the_admin_ports_as_job_thunder() {
     };
 
     // The operator's PodMonitor.
-    let monitor = &yaml_as_json(&repo().join("deploy/prometheus-operator/podmonitor.yaml"))[0];
+    let monitor = &yaml_documents(&root().join("deploy/prometheus-operator/podmonitor.yaml"))[0];
     assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(monitor["kind"], "PodMonitor");
     let spec = &monitor["spec"];
@@ -573,7 +550,7 @@ fn the_pod_monitor_and_the_scrape_job_find_the_admin_ports_as_job_thunder() {
 
     // The scrape job for a Prometheus configured by hand: pod discovery, kept to the same pods
     // and port, job from the same label.
-    let scrape = &yaml_as_json(&repo().join("deploy/prometheus/scrape.yml"))[0];
+    let scrape = &yaml_documents(&root().join("deploy/prometheus/scrape.yml"))[0];
     let job = &scrape["scrape_configs"][0];
     assert_eq!(job["kubernetes_sd_configs"][0]["role"], "pod");
     let relabels = job["relabel_configs"].as_array().expect("relabel_configs");

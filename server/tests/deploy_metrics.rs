@@ -9,17 +9,15 @@
 //! checked against the registry's catalogue ([`Metrics::catalogue`], the source of
 //! docs/metrics.md) instead, label names included; anything else missing fails.
 
-mod common;
-mod server_process;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use server_process::ServerProcess;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::admin::metrics::Metrics;
+use thunder_testbed::repo::{root, yaml_documents};
+use thunder_testbed::server_process::ServerProcess;
 
 /// Families the demo scrape cannot show, checked against the catalogue instead.
 const DECLARED_ONLY: &[(&str, &str)] = &[
@@ -54,10 +52,6 @@ const PROMETHEUS_SERIES: &[&str] = &["up"];
 
 /// Labels Prometheus adds to every scraped series (target labels), and a histogram's `le`.
 const TARGET_LABELS: &[&str] = &["job", "instance"];
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// Family name -> label names seen in its samples, from a Prometheus text scrape.
 fn scraped_families(text: &str) -> BTreeMap<String, BTreeSet<String>> {
@@ -270,25 +264,6 @@ fn promql_names(expr: &str) -> Named {
     named
 }
 
-/// YAML documents as JSON, through Python's yaml module (the YAML must parse).
-fn yaml_as_json(path: &std::path::Path) -> serde_json::Value {
-    let output = Command::new("python3")
-        .args([
-            "-c",
-            "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)",
-        ])
-        .arg(path)
-        .output()
-        .expect("python3 runs (with its yaml module: Debian python3-yaml or pip PyYAML)");
-    assert!(
-        output.status.success(),
-        "{} does not parse as YAML: {}",
-        path.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("python printed JSON")
-}
-
 /// Every alert's name and expression.
 fn alert_exprs() -> Vec<(String, String)> {
     alert_rules()
@@ -304,7 +279,7 @@ fn alert_exprs() -> Vec<(String, String)> {
 
 /// Every rule of the alert file.
 fn alert_rules() -> Vec<serde_json::Value> {
-    let rules = yaml_as_json(&repo().join("deploy/prometheus/thunder-alerts.yml"));
+    let rules = yaml_documents(&root().join("deploy/prometheus/thunder-alerts.yml"));
     rules[0]["groups"]
         .as_array()
         .expect("groups")
@@ -315,7 +290,7 @@ fn alert_rules() -> Vec<serde_json::Value> {
 
 /// deploy/grafana/thunder.json.
 fn dashboard() -> serde_json::Value {
-    let text = std::fs::read_to_string(repo().join("deploy/grafana/thunder.json"))
+    let text = std::fs::read_to_string(root().join("deploy/grafana/thunder.json"))
         .expect("read the dashboard");
     serde_json::from_str(&text).expect("dashboard is JSON")
 }
@@ -351,8 +326,8 @@ fn dashboard_exprs() -> Vec<(String, String)> {
 
 #[test]
 fn every_alert_links_its_runbook_entry_absolutely_and_has_a_promtool_test() {
-    let runbook = std::fs::read_to_string(repo().join("docs/operating.md")).expect("runbook");
-    let tests = yaml_as_json(&repo().join("deploy/prometheus/thunder-alerts.test.yml"));
+    let runbook = std::fs::read_to_string(root().join("docs/operating.md")).expect("runbook");
+    let tests = yaml_documents(&root().join("deploy/prometheus/thunder-alerts.test.yml"));
     // Per alert: whether some promtool test expects it firing, and some expects it silent.
     let mut fired = BTreeSet::new();
     let mut silent = BTreeSet::new();
@@ -440,14 +415,14 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
         .await
         .expect("connect");
     client
-        .get_in_network_posts(common::request(&[1, 2, 3]))
+        .get_in_network_posts(thunder_testbed::request(&[1, 2, 3]))
         .await
         .expect("a call");
     // The store statistics are published every few seconds.
     let mut live = BTreeMap::new();
-    let until = Instant::now() + common::PATIENCE;
+    let until = Instant::now() + thunder_testbed::PATIENCE;
     while Instant::now() < until {
-        let scrape = common::http_get(server.admin, "/metrics").await;
+        let scrape = thunder_testbed::http_get(server.admin, "/metrics").await;
         assert_eq!(scrape.status, 200);
         live = scraped_families(&scrape.text());
         if live
@@ -464,7 +439,7 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
         "server_ready exported"
     );
     assert!(
-        common::http_get(server.admin, "/metrics")
+        thunder_testbed::http_get(server.admin, "/metrics")
             .await
             .text()
             .contains("\nserver_ready 1\n")
@@ -624,7 +599,7 @@ impl Drop for PrometheusProcess {
 impl PrometheusProcess {
     async fn start(config: &std::path::Path, data: &std::path::Path) -> Self {
         for _ in 0..5 {
-            let addr = thunder_testkit::process::free_addr();
+            let addr = thunder_testbed::process::free_addr();
             let mut child = Command::new("prometheus")
                 .arg(format!("--config.file={}", config.display()))
                 .arg(format!("--storage.tsdb.path={}", data.display()))
@@ -633,13 +608,13 @@ impl PrometheusProcess {
                 .stdin(std::process::Stdio::null())
                 .spawn()
                 .expect("start prometheus");
-            let until = Instant::now() + common::PATIENCE;
+            let until = Instant::now() + thunder_testbed::PATIENCE;
             while Instant::now() < until {
                 if child.try_wait().expect("prometheus status").is_some() {
                     break; // the port was taken: again on another
                 }
                 if tokio::net::TcpStream::connect(addr).await.is_ok()
-                    && common::http_get(addr, "/-/ready").await.status == 200
+                    && thunder_testbed::http_get(addr, "/-/ready").await.status == 200
                 {
                     return Self { child, addr };
                 }
@@ -652,7 +627,7 @@ impl PrometheusProcess {
     }
 
     async fn api(&self, path: &str) -> serde_json::Value {
-        let response = common::http_get(self.addr, path).await;
+        let response = thunder_testbed::http_get(self.addr, path).await;
         assert_eq!(response.status, 200, "{path}: {}", response.text());
         let body: serde_json::Value = serde_json::from_slice(&response.body).expect("JSON");
         body["data"].clone()
@@ -671,7 +646,7 @@ async fn the_scrape_config_feeds_the_rules_in_a_real_prometheus() {
     }
     // A limit far below what the process uses: ThunderMemoryNearLimit's condition holds.
     let server = small_demo("1048576").await;
-    let nobody = thunder_testkit::process::free_addr();
+    let nobody = thunder_testbed::process::free_addr();
     let dir = tempfile::tempdir().expect("tempdir");
     let targets = dir.path().join("pods.json");
     let pods = serde_json::json!([
@@ -686,7 +661,7 @@ async fn the_scrape_config_feeds_the_rules_in_a_real_prometheus() {
     std::fs::write(&targets, pods.to_string()).expect("write targets");
 
     // The shipped scrape job with discovery from the file instead of the Kubernetes API.
-    let mut config = yaml_as_json(&repo().join("deploy/prometheus/scrape.yml"))[0].clone();
+    let mut config = yaml_documents(&root().join("deploy/prometheus/scrape.yml"))[0].clone();
     let jobs = config["scrape_configs"]
         .as_array_mut()
         .expect("scrape_configs");
@@ -705,7 +680,7 @@ async fn the_scrape_config_feeds_the_rules_in_a_real_prometheus() {
         "evaluation_interval": "1s",
         "external_labels": {"runbook_base": "https://runbooks.example.com/operating.md"},
     });
-    config["rule_files"] = serde_json::json!([repo().join("deploy/prometheus/thunder-alerts.yml")]);
+    config["rule_files"] = serde_json::json!([root().join("deploy/prometheus/thunder-alerts.yml")]);
     let config_path = dir.path().join("prometheus.yml");
     // JSON is YAML.
     std::fs::write(&config_path, config.to_string()).expect("write config");
@@ -724,7 +699,7 @@ async fn the_scrape_config_feeds_the_rules_in_a_real_prometheus() {
     let prometheus = PrometheusProcess::start(&config_path, &dir.path().join("data")).await;
     // The targets: thunder-0's and thunder-1's admin ports, nothing else.
     let mut health = BTreeMap::new();
-    let until = Instant::now() + common::PATIENCE;
+    let until = Instant::now() + thunder_testbed::PATIENCE;
     while Instant::now() < until {
         let data = prometheus.api("/api/v1/targets?state=active").await;
         health = data["activeTargets"]
@@ -761,7 +736,7 @@ async fn the_scrape_config_feeds_the_rules_in_a_real_prometheus() {
     // The rules evaluate on what was scraped: both conditions hold (the alerts are pending
     // for their `for:` duration, which a test does not wait out).
     let mut seen = BTreeMap::new();
-    let until = Instant::now() + common::PATIENCE;
+    let until = Instant::now() + thunder_testbed::PATIENCE;
     let expected = ["ThunderTargetDown", "ThunderMemoryNearLimit"];
     while Instant::now() < until && !expected.iter().all(|name| seen.contains_key(*name)) {
         // The alerts of the latest evaluation (the first ones, before any scrape, see no
@@ -939,7 +914,7 @@ async fn memory_limit_bytes_is_the_cgroups_limit_without_the_flag() {
     };
     let procs = cgroup.dir.join("cgroup.procs");
     // The shell moves itself into the cgroup, then becomes the server.
-    let started = thunder_testkit::process::spawn_listening(
+    let started = thunder_testbed::process::spawn_listening(
         |grpc, admin| {
             let mut command = Command::new("sh");
             command
@@ -953,7 +928,7 @@ async fn memory_limit_bytes_is_the_cgroups_limit_without_the_flag() {
                 .stdin(std::process::Stdio::null());
             command
         },
-        common::PATIENCE,
+        thunder_testbed::PATIENCE,
     );
     let server = ServerProcess {
         child: started.child,
@@ -966,15 +941,17 @@ async fn memory_limit_bytes_is_the_cgroups_limit_without_the_flag() {
     assert!(membership.contains(&*name), "{membership}");
     let expected = format!("\nmemory_limit_bytes {limit}\n");
     assert!(
-        common::eventually(|| async {
-            common::http_get(server.admin, "/metrics")
+        thunder_testbed::eventually(|| async {
+            thunder_testbed::http_get(server.admin, "/metrics")
                 .await
                 .text()
                 .contains(&expected)
         })
         .await,
         "{}",
-        common::http_get(server.admin, "/metrics").await.text()
+        thunder_testbed::http_get(server.admin, "/metrics")
+            .await
+            .text()
     );
     drop(server);
 }
@@ -985,7 +962,7 @@ async fn memory_limit_bytes_is_the_cgroups_limit_without_the_flag() {
 async fn the_snapshot_volume_is_exported_with_a_snapshot_dir() {
     let dir = tempfile::tempdir().expect("tempdir");
     let snapshots = dir.path().join("snapshots");
-    let nobody = thunder_testkit::process::free_addr().to_string();
+    let nobody = thunder_testbed::process::free_addr().to_string();
     let server = ServerProcess::start(
         &[
             "--kafka-brokers",
@@ -993,14 +970,13 @@ async fn the_snapshot_volume_is_exported_with_a_snapshot_dir() {
             "--snapshot-dir",
             snapshots.to_str().expect("UTF-8 path"),
         ],
-        common::PATIENCE,
+        thunder_testbed::PATIENCE,
     );
-    let scrape = common::http_get(server.admin, "/metrics").await.text();
+    let scrape = thunder_testbed::http_get(server.admin, "/metrics")
+        .await
+        .text();
     let value = |name: &str| {
-        scrape
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.parse::<f64>().ok())
+        thunder_testbed::metrics::in_text(&scrape, name, &[])
             .unwrap_or_else(|| panic!("{name} not in\n{scrape}"))
     };
     let stat = Command::new("stat")

@@ -1,18 +1,16 @@
 //! The RPC contract over real gRPC: field round trip, defaults and clamps, input rules,
 //! INVALID_ARGUMENT paths, compression, the follow-graph fallback and deadlines.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{NOW, TestServer, original, request, store};
 use thunder_engine::LightPost;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_proto::{GetInNetworkPostsRequest, PerAuthorLimits};
 use thunder_server::serve::following::{FollowingSource, StaticFollowing};
 use thunder_server::serve::request::{BLACKLISTED_AUTHORS, MAX_RESULTS_LIMIT};
 use thunder_server::{ServerOptions, convert};
+use thunder_testbed::{NOW, TestServer, original, request, store};
 use tonic::codec::CompressionEncoding;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

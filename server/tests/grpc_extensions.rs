@@ -1,16 +1,14 @@
 //! The contract extensions over real gRPC: cursor paging, time bounds, the seen filter and
 //! their INVALID_ARGUMENT paths.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{NOW, TestServer, original, request, store};
 use thunder_engine::{LightPost, ManualClock, PostStore, SeenFilter};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_proto::{
     GetInNetworkPostsRequest, PerAuthorLimits, SeenFilter as WireSeenFilter, SeenFilterFormat,
 };
+use thunder_testbed::{NOW, TestServer, original, request, store};
 use tonic::transport::Channel;
 
 /// 40 authors with 0..60 posts each, many sharing a `created_at` (ties across authors and

@@ -1,10 +1,8 @@
 //! Readiness (gRPC health and /readyz), liveness (/healthz) and reflection.
 
-mod common;
-
-use common::{TestServer, store};
 use thunder_server::ServerOptions;
 use thunder_server::admin::readiness::LIVENESS_SERVICE;
+use thunder_testbed::{TestServer, store};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;

@@ -1,12 +1,11 @@
 //! The broker goes away mid-stream and comes back (same port, same data directory): ingestion
 //! keeps running, resumes, and every event is applied exactly as the model says.
 
-mod kafka_support;
-
 use std::time::Duration;
 
-use kafka_support::*;
 use thunder_server::kafka::{self, CatchUpState};
+use thunder_testbed::kafka::*;
+use thunder_testbed::metrics::in_registry;
 
 #[test]
 fn ingestion_survives_a_broker_restart() {
@@ -57,19 +56,10 @@ fn ingestion_survives_a_broker_restart() {
 
     // The broker came back with its whole log: no truncation is counted.
     for partition in ["0", "1"] {
-        let truncations = prometheus::gather()
-            .iter()
-            .filter(|f| f.name() == "kafka_log_truncations_total")
-            .flat_map(|f| f.get_metric().iter())
-            .find(|m| {
-                m.get_label()
-                    .iter()
-                    .any(|l| l.name() == "topic" && l.value() == topic)
-                    && m.get_label()
-                        .iter()
-                        .any(|l| l.name() == "partition" && l.value() == partition)
-            })
-            .map(|m| m.get_counter().get_value());
+        let truncations = in_registry(
+            "kafka_log_truncations_total",
+            &[("topic", topic), ("partition", partition)],
+        );
         assert_eq!(truncations, Some(0.0), "partition {partition}");
     }
 

@@ -3,13 +3,11 @@
 //! threads, empty topics and a topic
 //! created late still become ready; bad configuration fails at start.
 
-mod kafka_support;
-
 use std::time::{Duration, Instant};
 
-use kafka_support::*;
 use thunder_engine::LightPost;
 use thunder_server::kafka::{self, CatchUpState};
+use thunder_testbed::kafka::*;
 
 #[test]
 fn caught_up_only_once_the_backlog_is_read() {

@@ -3,14 +3,13 @@
 //! 4-partition topic; ingest it; the store must answer exactly as the model store fed the same
 //! events does.
 
-mod kafka_support;
-
 use prost::Message;
 
-use kafka_support::*;
 use thunder_engine::PostEvent;
 use thunder_engine::{DeleteEvent, LightPost};
 use thunder_server::kafka::{self, DecodeError};
+use thunder_testbed::kafka::*;
+use thunder_testbed::metrics::in_registry;
 
 /// Records that must be counted as parse failures, with the error each must give.
 fn bad_payloads() -> Vec<(Option<Vec<u8>>, &'static str)> {
@@ -45,25 +44,6 @@ fn bad_payloads() -> Vec<(Option<Vec<u8>>, &'static str)> {
             "zero id",
         ),
     ]
-}
-
-fn metric_value(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    prometheus::gather()
-        .iter()
-        .filter(|f| f.name() == name)
-        .find_map(|family| {
-            family.get_metric().iter().find_map(|m| {
-                let matches = labels.iter().all(|(k, v)| {
-                    m.get_label()
-                        .iter()
-                        .any(|l| l.name() == *k && l.value() == *v)
-                });
-                matches.then(|| match family.get_field_type() {
-                    prometheus::proto::MetricType::COUNTER => m.get_counter().get_value(),
-                    _ => m.get_gauge().get_value(),
-                })
-            })
-        })
 }
 
 #[test]
@@ -181,7 +161,7 @@ fn ingested_store_matches_the_model() {
     let before_start = (split + bad.len()) as u64;
     flush(&producer, before_start);
 
-    let failed_before = metric_value("kafka_messages_failed_parse_total", &[]).unwrap_or(0.0);
+    let failed_before = in_registry("kafka_messages_failed_parse_total", &[]).unwrap_or(0.0);
     let (store, mut model) = store_and_model(now);
     let mut args = kafka_args(&broker.bootstrap(), topic);
     args.kafka_num_threads = 3;
@@ -213,19 +193,19 @@ fn ingested_store_matches_the_model() {
     assert!(stats.dropped >= 4 + 15, "{stats:?}");
     for reason in ["invalid_time", "in_future", "duplicate", "tombstoned"] {
         assert!(
-            metric_value("kafka_events_dropped_total", &[("reason", reason)]).unwrap_or(0.0) >= 1.0,
+            in_registry("kafka_events_dropped_total", &[("reason", reason)]).unwrap_or(0.0) >= 1.0,
             "no drop counted as {reason}"
         );
     }
     assert!(
-        metric_value(
+        in_registry(
             "kafka_events_dropped_total",
             &[("reason", "out_of_contract_id")]
         )
         .unwrap_or(0.0)
             >= rejected as f64
     );
-    let failed_after = metric_value("kafka_messages_failed_parse_total", &[]).unwrap_or(0.0);
+    let failed_after = in_registry("kafka_messages_failed_parse_total", &[]).unwrap_or(0.0);
     assert!(
         failed_after - failed_before >= (bad.len() as u64 - rejected) as f64,
         "parse failures not counted"
@@ -241,7 +221,7 @@ fn ingested_store_matches_the_model() {
         "kafka_partition_lag to reach 0",
         || {
             (0..4).all(|p| {
-                metric_value(
+                in_registry(
                     "kafka_partition_lag",
                     &[("topic", topic), ("partition", &p.to_string())],
                 ) == Some(0.0)

@@ -4,15 +4,11 @@
 //! NOT_SERVING and `/readyz` 503, while liveness (gRPC health `liveness`, `/healthz`) stays
 //! healthy and the status page says why and shows the stalled partition.
 
-mod common;
-mod kafka_support;
-mod server_process;
-
 use std::time::{Duration, Instant};
 
-use kafka_support::*;
-use server_process::{ask, health, health_of, start_server, wait_serving};
 use std::sync::Arc;
+use thunder_testbed::kafka::*;
+use thunder_testbed::server_process::{ask, health, health_of, start_server, wait_serving};
 
 use thunder_engine::{Clock, FeedQuery, ManualClock, StoreConfig};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
@@ -80,7 +76,7 @@ fn a_small_backlog_is_entirely_visible_when_health_turns_serving_and_a_stall_tur
             }
         }
         assert!(compared >= 20, "only {compared} non-empty answers compared");
-        let ready = common::http_get(admin, "/readyz").await;
+        let ready = thunder_testbed::http_get(admin, "/readyz").await;
         assert_eq!(ready.status, 200);
     });
 
@@ -97,7 +93,7 @@ fn a_small_backlog_is_entirely_visible_when_health_turns_serving_and_a_stall_tur
         let deadline = Instant::now() + TIMEOUT;
         loop {
             let status = health(grpc).await;
-            let ready = common::http_get(admin, "/readyz").await;
+            let ready = thunder_testbed::http_get(admin, "/readyz").await;
             if status == Some(ServingStatus::NotServing as i32) && ready.status == 503 {
                 break;
             }
@@ -107,7 +103,7 @@ fn a_small_backlog_is_entirely_visible_when_health_turns_serving_and_a_stall_tur
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let metrics = common::http_get(admin, "/metrics").await.text();
+        let metrics = thunder_testbed::http_get(admin, "/metrics").await.text();
         assert!(
             metrics.contains(&format!(
                 "kafka_partition_stalled{{partition=\"0\",topic=\"{topic}\"}} 1"
@@ -119,8 +115,11 @@ fn a_small_backlog_is_entirely_visible_when_health_turns_serving_and_a_stall_tur
             health_of(grpc, thunder_server::admin::readiness::LIVENESS_SERVICE).await,
             Some(ServingStatus::Serving as i32)
         );
-        assert_eq!(common::http_get(admin, "/healthz").await.status, 200);
-        let page = common::http_get(admin, "/").await.text();
+        assert_eq!(
+            thunder_testbed::http_get(admin, "/healthz").await.status,
+            200
+        );
+        let page = thunder_testbed::http_get(admin, "/").await.text();
         assert!(
             page.contains("id=\"ready\" class=\"bad\">NOT READY<"),
             "{page}"

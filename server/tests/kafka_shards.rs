@@ -4,18 +4,14 @@
 //! reposts whose parents and sources live on the other shard). With one shard killed, the
 //! client returns the other shard's posts within the deadline, marked incomplete.
 
-mod common;
-mod kafka_support;
-mod server_process;
-
 use std::time::{Duration, Instant};
 
-use kafka_support::*;
-use server_process::{ServerProcess, start_server, wait_serving};
 use thunder_client::{ClientConfig, FeedAnswer, ThunderClient};
 use thunder_engine::LightPost;
 use thunder_proto::shard::shard_of;
 use thunder_proto::{GetInNetworkPostsRequest, PerAuthorLimits};
+use thunder_testbed::kafka::*;
+use thunder_testbed::server_process::{ServerProcess, start_server, wait_serving};
 use thunder_testkit::model::answers_agree;
 use thunder_workload::SynthConfig;
 

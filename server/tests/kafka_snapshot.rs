@@ -5,19 +5,17 @@
 //! like a server that replayed the topic from scratch, video requests included. Also: the
 //! on-demand endpoint, `thunder-cli snapshot inspect`, and the snapshot at graceful shutdown.
 
-mod common;
-mod kafka_support;
-mod server_process;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kafka_support::*;
-use server_process::{ServerProcess, ask, start_server, wait_serving};
 use thunder_engine::PostEvent;
 use thunder_engine::config::{MAX_POSTS_TO_RETURN, MAX_VIDEOS_TO_RETURN};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
+use thunder_testbed::kafka::*;
+use thunder_testbed::metrics::in_text;
+use thunder_testbed::process::binary;
+use thunder_testbed::server_process::{ServerProcess, ask, start_server, wait_serving};
 use thunder_testkit::model::answers_agree;
 
 /// Longer than the backlog's two days, so no post sits at the retention edge while the two
@@ -30,33 +28,11 @@ fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
 
 /// The value of an unlabelled metric in Prometheus text.
 fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|line| {
-            line.strip_prefix(name)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-}
-
-/// `thunder-cli`, a binary of the thunder-cli crate: found next to this test's `thunder-server`
-/// in the target directory, where `cargo nextest run --workspace` (or `cargo build -p
-/// thunder-cli`) puts it. Cargo gives a test only its own crate's binaries.
-fn cli_binary() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_thunder-server"))
-        .with_file_name(format!("thunder-cli{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first with `cargo build -p thunder-cli`",
-        path.display()
-    );
-    path
+    in_text(text, name, &[]).unwrap_or_else(|| panic!("metric {name} missing"))
 }
 
 fn inspect(file: &Path) -> (bool, String) {
-    let out = Command::new(cli_binary())
+    let out = Command::new(binary("thunder-cli"))
         .args(["snapshot", "inspect"])
         .arg(file)
         .output()
@@ -72,7 +48,9 @@ fn inspect(file: &Path) -> (bool, String) {
 }
 
 async fn metrics_of(server: &ServerProcess) -> String {
-    common::http_get(server.admin, "/metrics").await.text()
+    thunder_testbed::http_get(server.admin, "/metrics")
+        .await
+        .text()
 }
 
 #[test]
@@ -101,7 +79,7 @@ fn restart_from_a_snapshot_after_kill_9_answers_like_a_full_replay() {
     let mut first = start_server(&broker.bootstrap(), topic, RETENTION_SECS, &snapshot_flags);
     runtime.block_on(async {
         wait_serving(first.grpc).await;
-        let taken = common::admin_post(first.admin, "/admin/snapshot").await;
+        let taken = thunder_testbed::admin_post(first.admin, "/admin/snapshot").await;
         assert_eq!(taken.status, 200, "{}", taken.text());
         assert!(taken.text().contains("\"posts\""), "{}", taken.text());
     });
@@ -281,7 +259,7 @@ fn a_shard_restarts_from_its_own_snapshot_and_answers_like_before() {
     let first = start_server(&broker.bootstrap(), topic, RETENTION_SECS, &flags("0/2"));
     let before = runtime.block_on(async {
         wait_serving(first.grpc).await;
-        let taken = common::admin_post(first.admin, "/admin/snapshot").await;
+        let taken = thunder_testbed::admin_post(first.admin, "/admin/snapshot").await;
         assert_eq!(taken.status, 200, "{}", taken.text());
         answers_of(&first, &viewers).await
     });

@@ -1,5 +1,5 @@
 //! Kafka over TLS and SASL, end to end: a CA, broker and client certificates made here, and a
-//! TLS (and SASL) endpoint in front of the test broker (`kafka_support/proxy.rs`) whose
+//! TLS (and SASL) endpoint in front of the test broker (`thunder_testbed::kafka::proxy`) whose
 //! Metadata answers lead back through it. Against it:
 //! - replicas reading over `ssl` (the CA verified), and over `ssl` with a client certificate
 //!   the endpoint requires, become ready with the same answers as a plaintext replica of the
@@ -13,27 +13,20 @@
 //! - `thunder-cli produce` against an endpoint that refuses it exits non-zero with the reason.
 //!
 //! The test broker lists SaslHandshake and SaslAuthenticate but accepts any credentials, so
-//! the endpoint is the SASL server (see `proxy.rs`).
+//! the endpoint is the SASL server (see `thunder_testbed::kafka::proxy`).
 
-mod common;
-mod kafka_support;
-#[path = "kafka_support/proxy.rs"]
-mod proxy;
-mod server_process;
-
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::http_get;
-use kafka_support::{Broker, create_topic, now_secs};
-use proxy::{Endpoint, KafkaProxy};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use server_process::{ServerProcess, ask, health};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
+use thunder_testbed::http_get;
+use thunder_testbed::kafka::proxy::{Endpoint, KafkaProxy};
+use thunder_testbed::kafka::{Broker, create_topic, now_secs};
+use thunder_testbed::metrics::in_text;
+use thunder_testbed::pki::{Ca, server_config};
+use thunder_testbed::process::binary;
+use thunder_testbed::server_process::{ServerProcess, ask, health};
 use tonic_health::pb::health_check_response::ServingStatus;
 
 /// How long a replica may take to become ready, or to report a refused connection.
@@ -52,35 +45,12 @@ struct Pki {
 
 impl Pki {
     fn new() -> Self {
-        let ca = |name: &str| {
-            let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params
-                .distinguished_name
-                .push(rcgen::DnType::CommonName, name);
-            CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("CA")
-        };
-        let ca_right = ca("thunder test CA");
-        let ca_other = ca("another CA");
-        let leaf = |names: &[&str], expired: bool| {
-            let key = KeyPair::generate().expect("key");
-            let mut params =
-                CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-                    .expect("params");
-            params
-                .distinguished_name
-                .push(rcgen::DnType::CommonName, names[0]);
-            if expired {
-                params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-                params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-            }
-            let cert = params.signed_by(&key, &ca_right).expect("signed");
-            (cert.pem(), key.serialize_pem())
-        };
-        let broker = leaf(&["localhost", "127.0.0.1"], false);
-        let wrong_host = leaf(&["broker.invalid"], false);
-        let client = leaf(&["thunder-client"], false);
-        let expired = leaf(&["thunder-client"], true);
+        let ca_right = Ca::new("thunder test CA");
+        let ca_other = Ca::new("another CA");
+        let broker = ca_right.leaf(&["localhost", "127.0.0.1"], false);
+        let wrong_host = ca_right.leaf(&["broker.invalid"], false);
+        let client = ca_right.leaf(&["thunder-client"], false);
+        let expired = ca_right.leaf(&["thunder-client"], true);
         let dir = tempfile::tempdir().expect("tempdir");
         let pem = [
             ("ca.pem", ca_right.pem()),
@@ -109,55 +79,18 @@ impl Pki {
     /// The endpoint's TLS: certificate `name` (`broker` or `wrong-host`), requiring a client
     /// certificate signed by the CA when `client_auth`.
     fn tls(&self, name: &str, client_auth: bool) -> Arc<rustls::ServerConfig> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let certs = CertificateDer::pem_slice_iter(self.pem[&*format!("{name}.pem")].as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .expect("certificate");
-        let key = PrivateKeyDer::from_pem_slice(self.pem[&*format!("{name}.key")].as_bytes())
-            .expect("key");
-        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .expect("versions");
-        let builder = if client_auth {
-            let mut roots = rustls::RootCertStore::empty();
-            for ca in CertificateDer::pem_slice_iter(self.pem["ca.pem"].as_bytes()) {
-                roots.add(ca.expect("CA")).expect("root");
-            }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .build()
-                    .expect("verifier");
-            builder.with_client_cert_verifier(verifier)
-        } else {
-            builder.with_no_client_auth()
-        };
-        Arc::new(builder.with_single_cert(certs, key).expect("server config"))
+        server_config(
+            &self.pem[&*format!("{name}.pem")],
+            &self.pem[&*format!("{name}.key")],
+            client_auth.then(|| self.pem["ca.pem"].as_str()),
+        )
     }
-}
-
-impl std::ops::Index<&str> for Pki {
-    type Output = str;
-    fn index(&self, name: &str) -> &str {
-        &self.pem[name]
-    }
-}
-
-/// `thunder-cli` from the same target directory (see kafka_snapshot.rs).
-fn cli_binary() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_thunder-server"))
-        .with_file_name(format!("thunder-cli{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first with `cargo build -p thunder-cli`",
-        path.display()
-    );
-    path
 }
 
 /// Runs `thunder-cli produce ARGS` and returns (success, stderr, seconds taken).
 fn cli_produce(args: &[&str], env: &[(&str, &str)]) -> (bool, String, f64) {
     let started = Instant::now();
-    let out = Command::new(cli_binary())
+    let out = Command::new(binary("thunder-cli"))
         .arg("produce")
         .args(args)
         .envs(env.iter().copied())
@@ -186,46 +119,30 @@ struct Replica {
 impl Replica {
     fn start(bootstrap: &str, topic: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let log = tempfile::NamedTempFile::new().expect("log file");
-        let started = thunder_testkit::process::spawn_listening(
-            |grpc, admin| {
-                let out = log.reopen().expect("log");
-                let err = out.try_clone().expect("log");
-                let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
-                command
-                    .args(["--grpc-addr", &grpc.to_string()])
-                    .args(["--admin-addr", &admin.to_string()])
-                    .args(["--kafka-brokers", bootstrap, "--kafka-topic", topic])
-                    .args(["--kafka-num-threads", "2", "--max-degrade-level", "0"])
-                    .args(extra)
-                    .envs(env.iter().copied())
-                    .env("RUST_LOG", "warn")
-                    .stdin(Stdio::null())
-                    .stdout(out)
-                    .stderr(err);
-                command
-            },
-            TIMEOUT,
-        );
-        Self {
-            server: ServerProcess {
-                child: started.child,
-                grpc: started.grpc,
-                admin: started.admin,
-            },
-            log,
-        }
+        let mut args = vec!["--kafka-brokers", bootstrap, "--kafka-topic", topic];
+        args.extend(["--kafka-num-threads", "2", "--max-degrade-level", "0"]);
+        args.extend(extra);
+        let server = ServerProcess::start_with(&args, TIMEOUT, |command| {
+            let out = log.reopen().expect("log");
+            let err = out.try_clone().expect("log");
+            command.envs(env.iter().copied()).stdout(out).stderr(err);
+        });
+        Self { server, log }
     }
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
-    async fn metric(&self, name_and_labels: &str) -> f64 {
-        let body = http_get(self.server.admin, "/metrics").await.body;
-        String::from_utf8_lossy(&body)
-            .lines()
-            .find_map(|line| line.strip_prefix(name_and_labels)?.trim().parse().ok())
-            .unwrap_or(0.0)
+    /// The count of Kafka connection errors of `reason`.
+    async fn connection_errors(&self, reason: &str) -> f64 {
+        let scrape = http_get(self.server.admin, "/metrics").await.text();
+        in_text(
+            &scrape,
+            "kafka_connection_errors_total",
+            &[("reason", reason)],
+        )
+        .unwrap_or(0.0)
     }
 
     async fn wait_serving(&self) {
@@ -243,9 +160,8 @@ impl Replica {
     /// Waits until the replica counts a connection error of `reason`, then checks that it is
     /// not serving and says why (`expected`: words of the cause) in its log and status page.
     async fn assert_refused(&self, reason: &str, expected: &str) {
-        let counter = format!("kafka_connection_errors_total{{reason=\"{reason}\"}}");
         let deadline = Instant::now() + TIMEOUT;
-        while self.metric(&counter).await < 1.0 {
+        while self.connection_errors(reason).await < 1.0 {
             assert!(
                 Instant::now() < deadline,
                 "no {reason} connection error counted; log:\n{}",
@@ -391,9 +307,7 @@ fn replicas_over_tls_answer_like_a_plaintext_one() {
                 answers(replica, &viewers).await == want,
                 "a TLS replica answers differently"
             );
-            let refused = replica
-                .metric("kafka_connection_errors_total{reason=\"tls\"}")
-                .await;
+            let refused = replica.connection_errors("tls").await;
             assert_eq!(refused, 0.0, "log:\n{}", replica.log());
         }
     });
@@ -477,12 +391,12 @@ fn sasl_logins_succeed_and_a_wrong_password_is_refused() {
     let broker = Broker::start();
     let topic = "sasl";
     create_topic(&broker.bootstrap(), topic, 1);
-    let producer = kafka_support::producer(&broker.bootstrap(), topic);
-    let (_, events) = kafka_support::order_free_backlog(20_000, now_secs());
+    let producer = thunder_testbed::kafka::producer(&broker.bootstrap(), topic);
+    let (_, events) = thunder_testbed::kafka::order_free_backlog(20_000, now_secs());
     for event in &events {
-        kafka_support::send(&producer, event);
+        thunder_testbed::kafka::send(&producer, event);
     }
-    kafka_support::flush(&producer, events.len() as u64);
+    thunder_testbed::kafka::flush(&producer, events.len() as u64);
     let users = Some(vec![(USER.to_owned(), PASSWORD.to_owned())]);
     // As docs/kafka.md's example: SASL over TLS with a client certificate.
     let sasl_ssl = KafkaProxy::start(

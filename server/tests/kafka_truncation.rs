@@ -3,40 +3,20 @@
 //! election): the running replica detects it, counts and logs it, and skips no new record. It
 //! then holds every post a fresh replica (reading the topic from the start) holds.
 
-mod kafka_support;
-
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use kafka_support::*;
 use thunder_engine::{FeedQuery, LightPost, PostEvent, PostStore};
 use thunder_server::kafka;
+use thunder_testbed::kafka::*;
+use thunder_testbed::metrics::in_registry;
 
 const PARTITIONS: i32 = 2;
 const AUTHORS: i64 = 40;
 
-fn metric_value(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    prometheus::gather()
-        .iter()
-        .filter(|f| f.name() == name)
-        .find_map(|family| {
-            family.get_metric().iter().find_map(|m| {
-                let matches = labels.iter().all(|(k, v)| {
-                    m.get_label()
-                        .iter()
-                        .any(|l| l.name() == *k && l.value() == *v)
-                });
-                matches.then(|| match family.get_field_type() {
-                    prometheus::proto::MetricType::COUNTER => m.get_counter().get_value(),
-                    _ => m.get_gauge().get_value(),
-                })
-            })
-        })
-}
-
 fn partition_metric(topic: &str, name: &str, partition: i32) -> Option<f64> {
-    metric_value(
+    in_registry(
         name,
         &[("topic", topic), ("partition", &partition.to_string())],
     )

@@ -3,13 +3,11 @@
 //! decode fails start-up with its topic, partition, offset and cause; after catch-up such a
 //! batch marks its partition stalled while the other partitions go on.
 
-mod kafka_support;
-
 use std::time::{Duration, Instant};
 
-use kafka_support::*;
 use thunder_engine::{FeedQuery, LightPost};
 use thunder_server::kafka::{self, EventProducer};
+use thunder_testbed::kafka::*;
 
 const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
 

@@ -3,17 +3,16 @@
 //! slot of an idle one (never-spoke first, then least recently active), and one peer address
 //! cannot take every slot. The server runs in the test process, on 127.0.0.1.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{PATIENCE, TestServer, original, request, store};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::admin::metrics::Metrics;
 use thunder_server::serve::listener::ConnLimits;
 use thunder_server::{FollowingSource, ServerOptions};
+use thunder_testbed::in_process::SlowFollowing;
+use thunder_testbed::{PATIENCE, TestServer, original, request, store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -68,6 +67,51 @@ async fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
     }
 }
 
+/// The connection metrics these tests read are the process's: under plain `cargo test` the
+/// tests of this file share one process, so they run one at a time and count from where the
+/// one before left the counters.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The connection counters when a test began, held with its turn.
+struct Counters {
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+    evicted: [(&'static str, &'static str, u64); 3],
+    refused: u64,
+}
+
+impl Counters {
+    /// Waits for this test's turn, then notes the counters.
+    async fn at_start() -> Self {
+        let turn = ONE_AT_A_TIME.lock().await;
+        let evicted = [
+            ("grpc", "max_connections"),
+            ("grpc", "per_peer"),
+            ("admin", "per_peer"),
+        ]
+        .map(|(port, reason)| (port, reason, evicted_on(port, reason)));
+        Self {
+            _turn: turn,
+            evicted,
+            refused: refused_total(),
+        }
+    }
+
+    /// Connections of `port` evicted for `reason` since the test began.
+    fn evicted(&self, port: &str, reason: &str) -> u64 {
+        let (_, _, start) = self
+            .evicted
+            .iter()
+            .find(|(p, r, _)| *p == port && *r == reason)
+            .expect("a counter noted at the start");
+        evicted_on(port, reason) - start
+    }
+
+    /// gRPC connections refused since the test began.
+    fn refused(&self) -> u64 {
+        refused_total() - self.refused
+    }
+}
+
 fn gauge(name: &str) -> i64 {
     Metrics::global()
         .connections
@@ -75,14 +119,14 @@ fn gauge(name: &str) -> i64 {
         .get()
 }
 
-fn evicted(reason: &str) -> u64 {
+fn evicted_on(port: &str, reason: &str) -> u64 {
     Metrics::global()
         .connections_evicted
-        .with_label_values(&["grpc", reason])
+        .with_label_values(&[port, reason])
         .get()
 }
 
-fn refused() -> u64 {
+fn refused_total() -> u64 {
     Metrics::global()
         .connections_refused
         .with_label_values(&["grpc"])
@@ -126,6 +170,7 @@ fn limits(max_connections: usize, per_peer: usize, handshake: Duration) -> ConnL
 /// a silent one and the new clients are answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sockets_and_a_slow_header_client_do_not_lock_new_clients_out() {
+    let counters = Counters::at_start().await;
     const CAP: usize = 200;
     const SILENT: usize = 1500;
     const NEW_CLIENTS: usize = 20;
@@ -153,13 +198,15 @@ async fn idle_sockets_and_a_slow_header_client_do_not_lock_new_clients_out() {
     }
     // The server has taken them all (each beyond the cap in the place of an older one).
     assert!(
-        common::eventually(|| async { evicted("max_connections") >= (SILENT + 1 - CAP) as u64 })
-            .await,
+        thunder_testbed::eventually(|| async {
+            counters.evicted("grpc", "max_connections") >= (SILENT + 1 - CAP) as u64
+        })
+        .await,
         "evicted {} of {SILENT} silent sockets",
-        evicted("max_connections")
+        counters.evicted("grpc", "max_connections")
     );
     assert!(
-        common::eventually(|| async { gauge("grpc") <= CAP as i64 }).await,
+        thunder_testbed::eventually(|| async { gauge("grpc") <= CAP as i64 }).await,
         "open: {}",
         gauge("grpc")
     );
@@ -178,7 +225,7 @@ async fn idle_sockets_and_a_slow_header_client_do_not_lock_new_clients_out() {
         "{NEW_CLIENTS} new clients answered in {:?} behind {SILENT} silent sockets",
         started.elapsed()
     );
-    assert_eq!(refused(), 0);
+    assert_eq!(counters.refused(), 0);
     drop(slow_header);
     drop(server);
 }
@@ -188,6 +235,7 @@ async fn idle_sockets_and_a_slow_header_client_do_not_lock_new_clients_out() {
 /// connections whose calls ended later keep theirs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_cap_the_least_recently_active_idle_connection_makes_way() {
+    let counters = Counters::at_start().await;
     let options = ServerOptions {
         grpc_connections: limits(3, 30, Duration::from_secs(600)),
         ..ServerOptions::default()
@@ -219,8 +267,8 @@ async fn at_the_cap_the_least_recently_active_idle_connection_makes_way() {
         closed_within(&mut slow_header, PATIENCE).await,
         "the slow-header client kept its slot"
     );
-    assert_eq!(evicted("max_connections"), 1);
-    assert_eq!(refused(), 0);
+    assert_eq!(counters.evicted("grpc", "max_connections"), 1);
+    assert_eq!(counters.refused(), 0);
     // The two earlier clients still have their connections.
     for client in [&mut first, &mut second] {
         client
@@ -228,8 +276,8 @@ async fn at_the_cap_the_least_recently_active_idle_connection_makes_way() {
             .await
             .expect("served again");
     }
-    assert!(common::eventually(|| async { gauge("grpc") == 3 }).await);
-    assert_eq!(evicted("max_connections"), 1);
+    assert!(thunder_testbed::eventually(|| async { gauge("grpc") == 3 }).await);
+    assert_eq!(counters.evicted("grpc", "max_connections"), 1);
     drop(server);
 }
 
@@ -238,6 +286,7 @@ async fn at_the_cap_the_least_recently_active_idle_connection_makes_way() {
 /// the idle timeout (120 s by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handshake_timeout_closes_connections_without_a_first_request() {
+    let _turn = Counters::at_start().await;
     let handshake = Duration::from_millis(500);
     let options = ServerOptions {
         grpc_connections: ConnLimits {
@@ -273,7 +322,7 @@ async fn the_handshake_timeout_closes_connections_without_a_first_request() {
         closed_within(&mut slow_header, wait).await,
         "half a header kept"
     );
-    assert!(common::eventually(|| async { gauge("grpc") == 0 }).await);
+    assert!(thunder_testbed::eventually(|| async { gauge("grpc") == 0 }).await);
 
     // A client that made its first request keeps its connection past the handshake timeout.
     let mut client = client_from(Ipv4Addr::LOCALHOST, &server).await;
@@ -295,26 +344,13 @@ async fn the_handshake_timeout_closes_connections_without_a_first_request() {
     drop(server);
 }
 
-/// A follow-graph source that takes `delay` to answer (keeps a call, and its connection, busy).
-#[derive(Debug)]
-struct SlowFollowing {
-    delay: Duration,
-}
-
-#[tonic::async_trait]
-impl FollowingSource for SlowFollowing {
-    async fn fetch_following_list(&self, _user_id: i64, _limit: usize) -> Result<Vec<i64>, String> {
-        tokio::time::sleep(self.delay).await;
-        Ok(vec![1])
-    }
-}
-
 /// One address holds at most `max_connections_per_peer` connections: at its cap a new
 /// connection of that address takes the slot of one of the same address's idle ones (other
 /// addresses' connections are not touched), and is refused when all of that address's
 /// connections are busy, while another address is still served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_cannot_take_every_slot() {
+    let counters = Counters::at_start().await;
     const PER_PEER: usize = 4;
     let a = Ipv4Addr::new(127, 0, 0, 1);
     let b = Ipv4Addr::new(127, 0, 0, 2);
@@ -339,9 +375,9 @@ async fn one_address_cannot_take_every_slot() {
     }
     // A's six oldest lost their slots to A's newer ones; B's three are untouched.
     assert!(
-        common::eventually(|| async { evicted("per_peer") == 6 }).await,
+        thunder_testbed::eventually(|| async { counters.evicted("grpc", "per_peer") == 6 }).await,
         "per-peer evictions: {}",
-        evicted("per_peer")
+        counters.evicted("grpc", "per_peer")
     );
     for (i, stream) in from_a.iter_mut().enumerate() {
         let closed = closed_within(stream, Duration::from_millis(200)).await;
@@ -350,7 +386,7 @@ async fn one_address_cannot_take_every_slot() {
     for stream in &mut from_b {
         assert!(!closed_within(stream, Duration::from_millis(200)).await);
     }
-    assert_eq!(evicted("max_connections"), 0);
+    assert_eq!(counters.evicted("grpc", "max_connections"), 0);
 
     // A's four slots all busy (each a call waiting 5 s on the follow graph): a fifth
     // connection of A is refused, B is served.
@@ -362,19 +398,19 @@ async fn one_address_cannot_take_every_slot() {
         }));
     }
     assert!(
-        common::eventually(|| async { evicted("per_peer") == 10 }).await,
+        thunder_testbed::eventually(|| async { counters.evicted("grpc", "per_peer") == 10 }).await,
         "A's silent sockets make way for its clients: {}",
-        evicted("per_peer")
+        counters.evicted("grpc", "per_peer")
     );
     // Give the four calls time to start (they hold their connections busy for 5 s).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let refused_before = refused();
+    let refused_before = counters.refused();
     let mut fifth = connect_from(a, addr).await;
     assert!(
         closed_within(&mut fifth, Duration::from_secs(4)).await,
         "a fifth connection of A was kept"
     );
-    assert_eq!(refused(), refused_before + 1);
+    assert_eq!(counters.refused(), refused_before + 1);
     let mut client_b = client_from(b, &server).await;
     let answer = client_b
         .get_in_network_posts(request(&[1, 2]))
@@ -394,6 +430,7 @@ async fn one_address_cannot_take_every_slot() {
 /// the header timer freed a slot).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_header_clients_do_not_lock_the_admin_port() {
+    let counters = Counters::at_start().await;
     let options = ServerOptions {
         admin_connections: ConnLimits {
             max_connections: 2,
@@ -418,11 +455,7 @@ async fn slow_header_clients_do_not_lock_the_admin_port() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let response = server.admin_get("/healthz").await;
     assert_eq!(response.status, 200);
-    let evicted = Metrics::global()
-        .connections_evicted
-        .with_label_values(&["admin", "per_peer"])
-        .get();
-    assert_eq!(evicted, 1);
+    assert_eq!(counters.evicted("admin", "per_peer"), 1);
     // A stalled client made way (the older one, unless the server read the two header halves
     // in the other order, as it may on a loaded machine): one of the two is closed.
     let deadline = tokio::time::Instant::now() + PATIENCE;

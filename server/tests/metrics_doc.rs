@@ -3,13 +3,10 @@
 //! `kafka_events_dropped_total` is named in its help. (cli/tests/generated_docs.rs checks the
 //! file against the registry's catalogue; this catches a family the catalogue misses.)
 
-mod common;
-mod server_process;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use server_process::ServerProcess;
+use thunder_testbed::server_process::ServerProcess;
 
 /// `name -> type` of every `# TYPE` line of a scrape.
 fn scraped_types(text: &str) -> BTreeMap<String, String> {
@@ -42,8 +39,8 @@ async fn every_exported_family_is_in_docs_metrics_md() {
     let server =
         ServerProcess::demo(&["--demo-scale", "1000", "--demo-events-per-sec", "10"]).await;
     // One call, so the per-call labelled families have samples.
-    server_process::one_call(server.grpc).await;
-    let scrape = common::http_get(server.admin, "/metrics").await;
+    thunder_testbed::server_process::one_call(server.grpc).await;
+    let scrape = thunder_testbed::http_get(server.admin, "/metrics").await;
     assert_eq!(scrape.status, 200);
     let text = scrape.text();
     let live = scraped_types(&text);

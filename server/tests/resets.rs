@@ -3,15 +3,14 @@
 //! HTTP/2 "rapid reset" flood) is closed with GOAWAY ENHANCE_YOUR_CALM. The server runs in the
 //! test process, on 127.0.0.1.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{PATIENCE, original, request, store};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::ServerOptions;
+use thunder_testbed::in_process::OneWorkerServer;
+use thunder_testbed::{PATIENCE, one_worker_server, original, request, store};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 
@@ -19,35 +18,6 @@ fn store_with_posts() -> Arc<thunder_engine::PostStore> {
     let store = store();
     store.insert_posts(&[original(1, 1, 10), original(2, 2, 20)]);
     store
-}
-
-/// A server on a runtime with one worker (so the test can keep it from reading), and a
-/// separate runtime for the clients.
-fn one_worker_server(
-    options: ServerOptions,
-) -> (
-    tokio::runtime::Runtime,
-    thunder_server::RunningServer,
-    tokio::runtime::Runtime,
-) {
-    let server_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("server runtime");
-    let server = server_rt.block_on(async {
-        let server = thunder_server::start(options, store_with_posts(), None)
-            .await
-            .expect("server starts");
-        server.readiness().set_ready().await;
-        server
-    });
-    let client_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("client runtime");
-    (server_rt, server, client_rt)
 }
 
 /// Outcomes of the hasty client's calls.
@@ -73,8 +43,12 @@ struct Outcomes {
 fn a_client_whose_deadlines_expire_keeps_its_connection() {
     const STREAMS: usize = 64;
     let deadline = Duration::from_millis(20);
-    let (server_rt, server, client_rt) = one_worker_server(ServerOptions::default());
-    let url = format!("http://{}", server.grpc_addr());
+    let OneWorkerServer {
+        server_rt,
+        server,
+        url,
+        client_rt,
+    } = one_worker_server(ServerOptions::default(), store_with_posts());
     let outcomes = Arc::new(Outcomes::default());
     let patient = client_rt.block_on(async {
         let channel = tonic::transport::Channel::from_shared(url)
@@ -230,7 +204,8 @@ async fn read_goaway<R: AsyncRead + Unpin>(stream: &mut R) -> Option<(u32, Strin
 async fn a_rapid_reset_flood_is_cut_off_with_goaway() {
     const STREAMS: u32 = 50_000;
     let server =
-        common::TestServer::start(ServerOptions::default(), store_with_posts(), None).await;
+        thunder_testbed::TestServer::start(ServerOptions::default(), store_with_posts(), None)
+            .await;
     server.running().readiness().set_ready().await;
     let mut flood = tokio::net::TcpStream::connect(server.running().grpc_addr())
         .await

@@ -2,12 +2,9 @@
 //! bounds and the gRPC status conventions. Every test starts its own server on free
 //! 127.0.0.1 ports and runs for a few seconds at most.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{NOW, TestServer, http_get, original, request, store};
 use prost::Message;
 use thunder_engine::LightPost;
 use thunder_proto::GetInNetworkPostsRequest;
@@ -16,6 +13,8 @@ use thunder_server::admin::metrics::Metrics;
 use thunder_server::serve::listener::ConnLimits;
 use thunder_server::serve::overload::OverloadConfig;
 use thunder_server::{FollowingSource, ServerOptions};
+use thunder_testbed::in_process::{OneWorkerServer, SlowFollowing};
+use thunder_testbed::{NOW, TestServer, http_get, one_worker_server, original, request, store};
 use tokio::io::AsyncReadExt;
 use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -45,6 +44,19 @@ fn requests_with(status: &str) -> u64 {
         .requests
         .with_label_values(&[status])
         .get()
+}
+
+/// These tests load the machine and read the process's metrics: under plain `cargo test` the
+/// tests of this file share one process, so they run one at a time (nextest runs each alone).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Answers degraded so far, over every level.
+fn degraded_total() -> u64 {
+    let levels = &Metrics::global().degrade_levels;
+    ["1", "2", "3"]
+        .iter()
+        .map(|l| levels.with_label_values(&[l]).get())
+        .sum()
 }
 
 fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
@@ -105,6 +117,9 @@ fn rss_kib() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_degrade() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let degraded_before = degraded_total();
+    let rejected_before = Metrics::global().rejected_requests.get();
     let options = ServerOptions {
         overload: OverloadConfig {
             executors: 1,
@@ -196,16 +211,11 @@ async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_deg
         peak_rss <= rss_before + 256 * 1024,
         "RSS {rss_before} -> {peak_rss} KiB"
     );
-    let levels = &Metrics::global().degrade_levels;
-    let degraded: u64 = ["1", "2", "3"]
-        .iter()
-        .map(|l| levels.with_label_values(&[l]).get())
-        .sum();
-    assert!(degraded > 0);
+    assert!(degraded_total() > degraded_before);
     // Refusals come only once degraded answers cannot keep up (here they can; the
     // controller's unit tests refuse on a long queue).
     assert_eq!(
-        Metrics::global().rejected_requests.get(),
+        Metrics::global().rejected_requests.get() - rejected_before,
         u64::from(totals.2)
     );
     drop(server);
@@ -234,37 +244,6 @@ impl std::ops::AddAssign for Outcomes {
     }
 }
 
-/// A ready server on a runtime of its own with one worker, and a client runtime with two.
-fn one_worker_server(
-    options: ServerOptions,
-) -> (
-    tokio::runtime::Runtime,
-    thunder_server::RunningServer,
-    String,
-    tokio::runtime::Runtime,
-) {
-    let server_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("one-worker-server")
-        .enable_all()
-        .build()
-        .expect("server runtime");
-    let server = server_rt.block_on(async {
-        let server = thunder_server::start(options, busy_store(), None)
-            .await
-            .expect("server starts");
-        server.readiness().set_ready().await;
-        server
-    });
-    let url = format!("http://{}", server.grpc_addr());
-    let client_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("client runtime");
-    (server_rt, server, url, client_rt)
-}
-
 /// With one runtime worker every query runs inline on it, and calls wait in the runtime's
 /// run queue before their handler runs. The stamp taken when a stream is accepted
 /// (`thunder_server::serve::arrival`) makes that wait visible: answers degrade, calls that waited
@@ -275,6 +254,7 @@ fn one_worker_server(
 /// 41-263 ms, a mean queue wait of 7 us against 15-16 ms with it.)
 #[test]
 fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
+    let _turn = ONE_AT_A_TIME.blocking_lock();
     let options = ServerOptions {
         grpc_addr: "127.0.0.1:0".parse().expect("addr"),
         admin_addr: "127.0.0.1:0".parse().expect("addr"),
@@ -291,7 +271,12 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
         inline_queries: true,
         ..ServerOptions::default()
     };
-    let (server_rt, server, url, client_rt) = one_worker_server(options);
+    let OneWorkerServer {
+        server_rt,
+        server,
+        url,
+        client_rt,
+    } = one_worker_server(options, busy_store());
     let (totals, light_latencies, callers, service_time) = client_rt.block_on(async move {
         let connect = || async {
             tonic::transport::Channel::from_shared(url.clone())
@@ -409,14 +394,11 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
 
 /// Calls of `histogram` (in the Prometheus text of `metrics`) above its bucket bound `le`.
 fn observed_above(metrics: &str, histogram: &str, le: &str) -> u64 {
-    let value = |prefix: String| {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("{prefix} exported"))
+    let value = |name: String, labels: &[(&str, &str)]| {
+        thunder_testbed::metrics::in_text(metrics, &name, labels)
+            .unwrap_or_else(|| panic!("{name} {labels:?} exported")) as u64
     };
-    value(format!("{histogram}_count ")) - value(format!("{histogram}_bucket{{le=\"{le}\"}} "))
+    value(format!("{histogram}_count"), &[]) - value(format!("{histogram}_bucket"), &[("le", le)])
 }
 
 /// A strictly sequential client (one call in flight) is never degraded, also while CPU hogs
@@ -429,6 +411,7 @@ fn observed_above(metrics: &str, histogram: &str, le: &str) -> u64 {
 /// worker and one executor per core, queries inline.
 #[test]
 fn a_sequential_client_beside_cpu_hogs_is_never_degraded() {
+    let _turn = ONE_AT_A_TIME.blocking_lock();
     const CALLS: u32 = 300;
     let cores = thunder_server::serve::overload::one_per_core();
     let options = ServerOptions {
@@ -528,7 +511,13 @@ fn a_sequential_client_beside_cpu_hogs_is_never_degraded() {
 /// fails with h2's default.
 #[test]
 fn calls_abandoned_while_the_server_is_busy_do_not_close_their_connection() {
-    let (server_rt, server, url, client_rt) = one_worker_server(ServerOptions::default());
+    let _turn = ONE_AT_A_TIME.blocking_lock();
+    let OneWorkerServer {
+        server_rt,
+        server,
+        url,
+        client_rt,
+    } = one_worker_server(ServerOptions::default(), busy_store());
     let patient = client_rt.block_on(async {
         let channel = tonic::transport::Channel::from_shared(url)
             .expect("url")
@@ -582,22 +571,9 @@ fn calls_abandoned_while_the_server_is_busy_do_not_close_their_connection() {
     assert!(!answer.into_inner().posts.is_empty());
 }
 
-/// A follow-graph source that takes `delay` to answer.
-#[derive(Debug)]
-struct SlowFollowing {
-    delay: Duration,
-}
-
-#[tonic::async_trait]
-impl FollowingSource for SlowFollowing {
-    async fn fetch_following_list(&self, _user_id: i64, _limit: usize) -> Result<Vec<i64>, String> {
-        tokio::time::sleep(self.delay).await;
-        Ok(vec![1])
-    }
-}
-
 #[tokio::test]
 async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let slow: Arc<dyn FollowingSource> = Arc::new(SlowFollowing {
         delay: Duration::from_millis(400),
     });
@@ -612,8 +588,10 @@ async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried
         .expect_err("too slow");
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(
-        common::eventually(|| async { requests_with("deadline_exceeded") == exceeded_before + 1 })
-            .await
+        thunder_testbed::eventually(|| async {
+            requests_with("deadline_exceeded") == exceeded_before + 1
+        })
+        .await
     );
     assert_eq!(Metrics::global().store_queries.get(), queries_before);
     // Without a deadline the same call is answered.
@@ -626,6 +604,7 @@ async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried
 
 #[tokio::test]
 async fn the_stream_cap_serialises_calls_on_one_connection() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let delay = Duration::from_millis(300);
     let slow: Arc<dyn FollowingSource> = Arc::new(SlowFollowing { delay });
     let options = ServerOptions {
@@ -710,6 +689,7 @@ async fn raw_call(server: &TestServer, body: Vec<u8>) -> tonic::Status {
 
 #[tokio::test]
 async fn oversized_and_undecodable_messages_get_their_status_and_are_counted() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let options = ServerOptions {
         max_decoding_message_bytes: 1000,
         ..ServerOptions::default()
@@ -773,6 +753,14 @@ async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
 
 #[tokio::test]
 async fn connections_are_capped_idle_ones_time_out_and_do_not_hold_up_shutdown() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let evicted_at_the_cap = || {
+        Metrics::global()
+            .connections_evicted
+            .with_label_values(&["grpc", "max_connections"])
+            .get()
+    };
+    let evicted_before = evicted_at_the_cap();
     let options = ServerOptions {
         grpc_connections: short_limits(),
         admin_connections: short_limits(),
@@ -823,17 +811,14 @@ async fn connections_are_capped_idle_ones_time_out_and_do_not_hold_up_shutdown()
         "the oldest silent connection kept {took:?}"
     );
     assert!(server.admin_get("/healthz").await.status == 200);
-    let evicted = Metrics::global()
-        .connections_evicted
-        .with_label_values(&["grpc", "max_connections"])
-        .get();
-    assert!(evicted >= 1);
+    assert!(evicted_at_the_cap() > evicted_before);
 
     drop(server);
 }
 
 #[tokio::test]
 async fn idle_connections_do_not_hold_up_shutdown() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let options = ServerOptions {
         drain_timeout: Duration::from_secs(10),
         ..ServerOptions::default()

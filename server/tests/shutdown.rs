@@ -1,13 +1,11 @@
 //! Graceful shutdown: an in-flight call finishes, new connections are refused afterwards.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{PATIENCE, TestServer, original, request, store};
 use thunder_server::ServerOptions;
 use thunder_server::serve::following::FollowingSource;
+use thunder_testbed::{PATIENCE, TestServer, original, request, store};
 use tokio::sync::{Notify, Semaphore};
 
 /// A follow graph that parks each fetch until the test releases it.

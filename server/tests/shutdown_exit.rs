@@ -3,18 +3,15 @@
 //! [`EXIT_DRAIN_CUT`] when the drain timeout cut a call, and a bounded stop that still logs
 //! `stopped` when the broker is unreachable.
 
-mod common;
-mod server_process;
-
 use std::pin::Pin;
 use std::process::Command;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http_body::Frame;
-use server_process::ServerProcess;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::lifecycle::EXIT_DRAIN_CUT;
+use thunder_testbed::server_process::ServerProcess;
 use tonic::codegen::{Bytes, Service, http};
 
 /// A demo-mode server (small scale) that drains for at most `drain_ms`, without a lame duck,
@@ -169,12 +166,15 @@ async fn after_sigterm_readiness_is_off_while_calls_are_still_served_then_exit_0
             "--shutdown-delay-secs",
             "3",
         ],
-        common::PATIENCE,
+        thunder_testbed::PATIENCE,
         &log,
     );
     assert!(
-        common::eventually(|| async {
-            common::http_get(server.admin, "/readyz").await.status == 200
+        thunder_testbed::eventually(|| async {
+            thunder_testbed::http_get(server.admin, "/readyz")
+                .await
+                .status
+                == 200
         })
         .await,
         "never ready"
@@ -184,7 +184,7 @@ async fn after_sigterm_readiness_is_off_while_calls_are_still_served_then_exit_0
         .await
         .expect("connect");
     client
-        .get_in_network_posts(common::request(&[1, 2, 3]))
+        .get_in_network_posts(thunder_testbed::request(&[1, 2, 3]))
         .await
         .expect("served before SIGTERM");
 
@@ -197,7 +197,7 @@ async fn after_sigterm_readiness_is_off_while_calls_are_still_served_then_exit_0
     while signalled.elapsed() < Duration::from_secs(10) {
         let probe = readyz(server.admin).await;
         let call = client
-            .get_in_network_posts(common::request(&[1, 2, 3]))
+            .get_in_network_posts(thunder_testbed::request(&[1, 2, 3]))
             .await;
         if probe != Some(503) || call.is_err() {
             if lame_duck.is_some() {
@@ -212,11 +212,13 @@ async fn after_sigterm_readiness_is_off_while_calls_are_still_served_then_exit_0
             && let Ok(mut fresh) = InNetworkPostsServiceClient::connect(url.clone()).await
         {
             new_connection_served = fresh
-                .get_in_network_posts(common::request(&[1]))
+                .get_in_network_posts(thunder_testbed::request(&[1]))
                 .await
                 .is_ok();
         }
-        let health = server_process::health_of(server.grpc, thunder_proto::SERVICE_NAME).await;
+        let health =
+            thunder_testbed::server_process::health_of(server.grpc, thunder_proto::SERVICE_NAME)
+                .await;
         assert_ne!(
             health,
             Some(tonic_health::pb::health_check_response::ServingStatus::Serving as i32),
@@ -256,7 +258,7 @@ fn sigterm_with_the_broker_unreachable_stops_in_bounded_time_and_logs_stopped() 
             "--shutdown-delay-secs",
             "5",
         ],
-        common::PATIENCE,
+        thunder_testbed::PATIENCE,
         &log,
     );
     std::thread::sleep(Duration::from_millis(500));

@@ -5,18 +5,15 @@
 //! unless `THUNDER_REQUIRE_CHROMIUM` is set (scripts/test.sh installs it and sets that).
 //! `THUNDER_STATUS_SCREENSHOT=path` keeps the screenshot there (docs/status-page.png).
 
-mod common;
-mod server_process;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestServer, store};
-use server_process::ServerProcess;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::ServerOptions;
+use thunder_testbed::server_process::ServerProcess;
+use thunder_testbed::{TestServer, store};
 
 /// Demo scale of the process: 1000 authors, 20 000 posts.
 const SCALE: u32 = 1000;
@@ -54,8 +51,8 @@ async fn demo_server(queries: usize) -> ServerProcess {
     });
     // The store gauges the page reads are refreshed every few seconds (one refresh may
     // have run while the backlog was loading).
-    let refreshed = common::eventually(|| async {
-        let page = common::http_get(server.admin, "/").await.text();
+    let refreshed = thunder_testbed::eventually(|| async {
+        let page = thunder_testbed::http_get(server.admin, "/").await.text();
         count(&page, "posts") >= 10_000
     })
     .await;
@@ -188,7 +185,7 @@ fn assert_demo_fields(html: &str, queries: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_shows_the_demo_server() {
     let server = demo_server(20).await;
-    let page = common::http_get(server.admin, "/").await;
+    let page = thunder_testbed::http_get(server.admin, "/").await;
     assert_eq!(page.status, 200);
     assert!(
         page.header("content-type")
@@ -258,7 +255,7 @@ fn run_chromium(binary: &Path, profile: &Path, args: &[String], url: &str) -> St
         .stderr(Stdio::null())
         .spawn()
         .expect("chromium starts");
-    let until = Instant::now() + common::PATIENCE;
+    let until = Instant::now() + thunder_testbed::PATIENCE;
     loop {
         if let Some(status) = child.try_wait().expect("wait") {
             assert!(status.success(), "chromium exited with {status}");
@@ -267,7 +264,10 @@ fn run_chromium(binary: &Path, profile: &Path, args: &[String], url: &str) -> St
         if Instant::now() > until {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("chromium did not finish within {:?}", common::PATIENCE);
+            panic!(
+                "chromium did not finish within {:?}",
+                thunder_testbed::PATIENCE
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -1,14 +1,11 @@
 //! mTLS on: a client without a certificate is refused, one with a certificate signed by the
 //! client CA is served, a plaintext client is refused. TLS off is covered by every other test.
 
-mod common;
-mod pki;
-
-use common::{PATIENCE, TestServer, original, request, store};
-use pki::{new_pki, write};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::ServerOptions;
 use thunder_server::config::tls::TlsFiles;
+use thunder_testbed::pki::{new_pki, write};
+use thunder_testbed::{PATIENCE, TestServer, original, request, store};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 async fn call(url: &str, tls: Option<ClientTlsConfig>) -> Result<usize, String> {

@@ -3,13 +3,10 @@
 //! shows) has no terminal escape codes, and `--log-format json` writes one JSON object a line
 //! with the event's fields as keys.
 
-mod common;
-mod server_process;
-
 use std::process::Command;
 
-use server_process::ServerProcess;
 use thunder_server::version;
+use thunder_testbed::server_process::ServerProcess;
 
 /// The lines of a demo server's log up to its readiness, with `extra` flags.
 async fn demo_log(extra: &[&str]) -> (String, ServerProcess) {
@@ -17,8 +14,8 @@ async fn demo_log(extra: &[&str]) -> (String, ServerProcess) {
     let log = dir.path().join("server.log");
     let mut args = vec!["--demo-scale", "1000", "--demo-events-per-sec", "0"];
     args.extend_from_slice(extra);
-    let server = ServerProcess::start_logged(&args, common::PATIENCE, &log);
-    let ready = common::eventually(|| async {
+    let server = ServerProcess::start_logged(&args, thunder_testbed::PATIENCE, &log);
+    let ready = thunder_testbed::eventually(|| async {
         std::fs::read_to_string(&log).is_ok_and(|text| text.contains("ready: health SERVING"))
     })
     .await;
@@ -63,7 +60,9 @@ async fn a_log_written_to_a_file_has_no_escape_codes_and_names_the_build() {
         "{starting}"
     );
 
-    let metrics = common::http_get(server.admin, "/metrics").await.text();
+    let metrics = thunder_testbed::http_get(server.admin, "/metrics")
+        .await
+        .text();
     let info = metrics
         .lines()
         .find(|l| l.starts_with("thunder_build_info{"))

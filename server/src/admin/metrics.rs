@@ -16,6 +16,7 @@ use prometheus::{
 };
 use thunder_engine::{DropReason, LightPost, StoreStats};
 
+use crate::admin::count_histogram::{CountHistogramVec, Stage};
 use crate::admin::resources::ResourceCollector;
 
 /// Every metric of the process.
@@ -55,8 +56,8 @@ pub struct Metrics {
     /// found.
     pub found_unique_authors: HistogramVec,
     /// `get_in_network_posts_found_posts_per_author{stage}`: posts per author among the posts
-    /// found.
-    pub found_posts_per_author: HistogramVec,
+    /// found (every author of an answer observed at once).
+    pub found_posts_per_author: CountHistogramVec,
     /// `post_store_requests_total`: store queries run.
     pub store_queries: IntCounter,
     /// `post_store_request_timeouts_total`: store queries cut short by their deadline (partial
@@ -286,10 +287,9 @@ impl Metrics {
                 &["stage"],
                 exp_buckets(1.0, 1.2, 55),
             ),
-            found_posts_per_author: r.histogram_vec(
+            found_posts_per_author: r.count_histogram(
                 "get_in_network_posts_found_posts_per_author",
                 "Posts per author among the posts found",
-                &["stage"],
                 vec![1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0],
             ),
             store_queries: r.counter("post_store_requests_total", "Store queries run"),
@@ -498,16 +498,16 @@ impl Metrics {
         self.store_index_bytes.set(as_i64(stats.index_bytes));
     }
 
-    /// Observes the `get_in_network_posts_found_*` histograms for `posts` at `stage`
-    /// (`retrieved` or `scored`), like the reference's `analyze_and_report_post_statistics`.
-    pub fn record_found_posts(&self, stage: &str, posts: &[LightPost], now_secs: i64) {
+    /// Observes the `get_in_network_posts_found_*` histograms for `posts` at `stage`, like the
+    /// reference's `analyze_and_report_post_statistics`.
+    pub fn record_found_posts(&self, stage: Stage, posts: &[LightPost], now_secs: i64) {
         let (Some(newest), Some(oldest)) = (
             posts.iter().map(|p| p.created_at).max(),
             posts.iter().map(|p| p.created_at).min(),
         ) else {
             return;
         };
-        let labels = [stage];
+        let labels = [stage.label()];
         self.found_freshness
             .with_label_values(&labels)
             .observe((now_secs - newest).max(0) as f64);
@@ -519,18 +519,12 @@ impl Metrics {
             .with_label_values(&labels)
             .observe(replies as f64 / posts.len() as f64);
         // Posts per author without a per-call hash map or sort: counted in a reused
-        // per-thread table, observed into a local histogram folded once.
+        // per-thread table, every author's count observed at once.
         AUTHOR_COUNTS.with(|counts| {
             let mut counts = counts.borrow_mut();
             counts.count(posts.iter().map(|p| p.author_id));
-            let posts_per_author = self
-                .found_posts_per_author
-                .with_label_values(&labels)
-                .local();
-            for n in counts.posts_per_author() {
-                posts_per_author.observe(f64::from(n));
-            }
-            posts_per_author.flush();
+            self.found_posts_per_author
+                .observe_all(stage, counts.posts_per_author());
             self.found_unique_authors
                 .with_label_values(&labels)
                 .observe(counts.authors() as f64);
@@ -867,6 +861,14 @@ impl<'a> Registrar<'a> {
         let built = self.register(Histogram::with_opts(
             HistogramOpts::new(name, help).buckets(buckets),
         ));
+        self.note(&built, "histogram");
+        built
+    }
+
+    fn count_histogram(&self, name: &str, help: &str, buckets: Vec<f64>) -> CountHistogramVec {
+        let built = CountHistogramVec::new(name, help, buckets)
+            .unwrap_or_else(|| panic!("invalid metric definition: {name}"));
+        let built = self.register(Ok(built));
         self.note(&built, "histogram");
         built
     }
@@ -1237,7 +1239,7 @@ mod tests {
             response_bytes: Some(120),
             degrade_level: Some(2),
         });
-        metrics.record_found_posts("scored", &posts, now);
+        metrics.record_found_posts(Stage::Scored, &posts, now);
         assert_eq!(metrics.degrade_levels.with_label_values(&["2"]).get(), 1);
         assert_eq!(metrics.requests.with_label_values(&["ok"]).get(), 1);
         assert_eq!(
@@ -1270,8 +1272,12 @@ mod tests {
         assert_eq!(scored(&metrics.found_time_range).get_sample_sum(), 540.0);
         assert_eq!(scored(&metrics.found_unique_authors).get_sample_sum(), 2.0);
         assert_eq!(
-            scored(&metrics.found_posts_per_author).get_sample_count(),
+            metrics.found_posts_per_author.sample_count(Stage::Scored),
             2
+        );
+        assert_eq!(
+            metrics.found_posts_per_author.sample_sum(Stage::Scored),
+            3.0
         );
     }
 }

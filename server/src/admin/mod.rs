@@ -22,6 +22,7 @@
 //! `POST /admin/snapshot` is routed here and handled by [`crate::snapshot`].
 
 pub(crate) mod author_counts;
+pub mod count_histogram;
 pub mod metrics;
 pub(crate) mod profiling;
 pub mod readiness;

@@ -10,7 +10,7 @@ use crate::config::tls::TlsFiles;
 use crate::error::StartupError;
 use crate::kafka::KafkaArgs;
 use crate::lifecycle::{DEFAULT_MAX_DECODING_MESSAGE_BYTES, ServerOptions};
-use crate::{demo, tasks};
+use crate::{demo, maintenance};
 
 /// Default of `--shutdown-delay-secs`: longer than the few seconds an endpoint removal takes to
 /// reach kube-proxy, DNS and client-side balancers.
@@ -265,8 +265,8 @@ impl Args {
                 self.tls_client_ca.clone(),
             )?,
             drain_timeout: Duration::from_millis(self.shutdown_timeout_ms),
-            trim_interval: tasks::trim_interval_for(self.post_retention_seconds),
-            stats_interval: tasks::STATS_INTERVAL,
+            trim_interval: maintenance::trim_interval_for(self.post_retention_seconds),
+            stats_interval: maintenance::STATS_INTERVAL,
             admin_access: crate::admin::routes::AdminAccess {
                 token: self.admin_token.clone(),
                 allowed_hosts: self.admin_allowed_hosts.clone(),

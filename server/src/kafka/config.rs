@@ -82,17 +82,31 @@ pub struct KafkaArgs {
     pub kafka_live_batch_permits: usize,
 
     /// Largest fetch response a consumer accepts, in bytes. Consumers start with
-    /// `receive.message.max.bytes` 32 MiB (`fetch.max.bytes` 16 MiB plus room for one record
-    /// batch; `-X` overrides both); a broker that answers with more (some ignore the fetch
-    /// limits) gets the consumer reconnected with a limit that fits the answer, up to this
-    /// ceiling (at most 2147483647, librdkafka's limit). A larger answer stops start-up (after
-    /// catch-up its partition stalls instead).
+    /// `receive.message.max.bytes` 2 MiB + 64 KiB (`fetch.max.bytes` 1 MiB plus room for one
+    /// record batch; `-X` overrides both); a broker that answers with more (some ignore the
+    /// fetch limits) gets the consumer reconnected with a limit that fits the answer, up to
+    /// this ceiling (at most 2147483647, librdkafka's limit). A larger answer stops start-up
+    /// (after catch-up its partition stalls instead).
     #[arg(
         long,
         env = "THUNDER_KAFKA_MAX_RESPONSE_BYTES",
         default_value_t = super::fetch_limits::MAX_RESPONSE_BYTES
     )]
     pub kafka_max_response_bytes: u64,
+
+    /// The most memory the records fetched but not yet applied may take during catch-up, in
+    /// bytes, once the broker has answered beyond the fetch limits (some send a partition's
+    /// whole backlog at once): partitions still catching up are then read as many at a time as
+    /// their backlogs fit in 1.5 times what the records left will take in the store (about 90
+    /// bytes a post), at most this, each record counted at what librdkafka holds for it (about
+    /// 350 bytes plus its payload); a backlog larger than that is read alone. A broker that
+    /// honours the limits is read on every partition at once.
+    #[arg(
+        long,
+        env = "THUNDER_KAFKA_CATCH_UP_BUFFER_BYTES",
+        default_value_t = super::window::CATCH_UP_BUFFER_BYTES
+    )]
+    pub kafka_catch_up_buffer_bytes: u64,
 }
 
 /// The Kafka connection flags alone (brokers, topic, security, `-X`): what a producer needs.
@@ -282,6 +296,10 @@ impl std::fmt::Debug for KafkaArgs {
             .field("kafka_live_batch_permits", &self.kafka_live_batch_permits)
             .field("kafka_max_response_bytes", &self.kafka_max_response_bytes)
             .field(
+                "kafka_catch_up_buffer_bytes",
+                &self.kafka_catch_up_buffer_bytes,
+            )
+            .field(
                 "kafka_security_protocol",
                 &self.client.kafka_security_protocol,
             )
@@ -332,6 +350,7 @@ impl Default for KafkaArgs {
             kafka_stall_timeout_secs: 30,
             kafka_live_batch_permits: 1,
             kafka_max_response_bytes: super::fetch_limits::MAX_RESPONSE_BYTES,
+            kafka_catch_up_buffer_bytes: super::window::CATCH_UP_BUFFER_BYTES,
         }
     }
 }
@@ -460,6 +479,10 @@ mod tests {
             cli.kafka.kafka_max_response_bytes,
             d.kafka_max_response_bytes
         );
+        assert_eq!(
+            cli.kafka.kafka_catch_up_buffer_bytes,
+            d.kafka_catch_up_buffer_bytes
+        );
     }
 
     #[test]
@@ -478,8 +501,8 @@ mod tests {
         assert_eq!(config.get("fetch.wait.max.ms"), Some("50"));
         assert_eq!(config.get("security.protocol"), Some("ssl"));
         assert_eq!(config.get("group.id"), Some("g"));
-        assert_eq!(config.get("fetch.max.bytes"), Some("16777216"));
-        assert_eq!(config.get("receive.message.max.bytes"), Some("33554432"));
+        assert_eq!(config.get("fetch.max.bytes"), Some("1048576"));
+        assert_eq!(config.get("receive.message.max.bytes"), Some("2162688"));
         assert!(Cli::try_parse_from(["thunder", "-X", "novalue"]).is_err());
     }
 

@@ -1,6 +1,15 @@
 //! How much one fetch may bring: the consumer's librdkafka fetch limits, kept consistent with
 //! each other, and the recovery from a broker that answers with more than the consumer accepts.
 //!
+//! What a consumer holds matters more than the bytes on the wire: librdkafka turns every fetched
+//! record into a 304-byte operation (a 320-byte allocation) that keeps the response buffer
+//! alive until the record is polled, so a 50-byte record costs about seven times its size until
+//! it is applied. The defaults keep that small: a fetch asks for at most 1 MiB
+//! (`fetch.max.bytes`), and a consumer fetches again only once fewer than 10000 records or 2 MB
+//! of payload wait in its queue (`queued.min.messages`, `queued.max.messages.kbytes`;
+//! librdkafka's own defaults, 100000 records and 64 MiB, let four consumers hold over 500 MiB),
+//! looking again every 10 ms (`fetch.queue.backoff.ms`) rather than every second.
+//!
 //! librdkafka reads a response's 4-byte size first and drops the connection when it exceeds
 //! `receive.message.max.bytes` ("Invalid response size N (0..M): increase
 //! receive.message.max.bytes"), then reports `Local: Bad message format` to the consumer, the
@@ -9,7 +18,8 @@
 //! some Kafka-protocol brokers ignore them and answer with everything from the requested
 //! offset on (the local test broker does: 113 MB for two partitions of a 10M-event topic).
 //! The ingest thread then reconnects its consumer with a limit that fits the response, up to
-//! `--kafka-max-response-bytes` (see `ingest.rs`).
+//! `--kafka-max-response-bytes` (see `ingest.rs`), and partitions still catching up are read
+//! a few at a time from then on (`window.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,13 +27,26 @@ use rdkafka::ClientConfig;
 
 /// Default `max.partition.fetch.bytes`: Kafka's and librdkafka's own default (1 MiB).
 pub(crate) const PARTITION_FETCH_BYTES: u64 = 1 << 20;
-/// Default `fetch.max.bytes` (16 MiB): a consumer owns a few partitions, so this bounds one
-/// answer without binding before every owned partition has its 1 MiB.
-pub(crate) const FETCH_MAX_BYTES: u64 = 16 << 20;
-/// Room in `receive.message.max.bytes` above `fetch.max.bytes` (16 MiB): a broker returns the
-/// first record batch even when it alone exceeds `fetch.max.bytes` (up to the topic's
-/// `max.message.bytes`, 1 MiB by default), plus the protocol framing (librdkafka needs 512).
-pub(crate) const RESPONSE_ROOM_BYTES: u64 = 16 << 20;
+/// Default `fetch.max.bytes` (1 MiB): the records of one answer, shared by the consumer's
+/// partitions. A consumer drains 1 MiB of records in a few milliseconds, far longer than a
+/// fetch takes within a data centre, so a larger answer buys no speed, only memory.
+pub(crate) const FETCH_MAX_BYTES: u64 = 1 << 20;
+/// Room in `receive.message.max.bytes` above `fetch.max.bytes` (1 MiB + 64 KiB): a broker
+/// returns the first record batch even when it alone exceeds `fetch.max.bytes` (up to the
+/// topic's `max.message.bytes`, 1 MiB + 12 bytes by default), plus the protocol framing
+/// (librdkafka needs 512). A topic with larger batches is recovered from like a broker that
+/// ignores the limits.
+pub(crate) const RESPONSE_ROOM_BYTES: u64 = (1 << 20) + (64 << 10);
+/// Default `queued.min.messages`: a consumer fetches again once fewer records than this wait
+/// in its queue (librdkafka: 100000).
+pub(crate) const QUEUED_MIN_MESSAGES: u64 = 10_000;
+/// Default `queued.max.messages.kbytes`: nor while this many kilobytes of payload wait
+/// (librdkafka: 65536).
+pub(crate) const QUEUED_MAX_KBYTES: u64 = 2_048;
+/// Default `fetch.queue.backoff.ms`: how long a consumer whose queue was over those limits
+/// waits before it looks again. librdkafka's 1000 ms fits its own large queues; with these a
+/// consumer drains its queue in milliseconds and then sat idle for the rest of the second.
+pub(crate) const FETCH_QUEUE_BACKOFF_MS: u64 = 10;
 /// Default `--kafka-max-response-bytes` (1 GiB).
 pub(crate) const MAX_RESPONSE_BYTES: u64 = 1 << 30;
 /// librdkafka's largest `receive.message.max.bytes`.
@@ -38,13 +61,24 @@ fn property<'a>(properties: &'a [(String, String)], key: &str) -> Option<&'a str
         .map(|(_, v)| v.as_str())
 }
 
-/// Sets `max.partition.fetch.bytes`, `fetch.max.bytes` and `receive.message.max.bytes` on a
-/// consumer `config`, each unless the `-X` `properties` set it, consistent with each other and
-/// with what the operator did set: `fetch.max.bytes` at least the consumer's
-/// `message.max.bytes`, `receive.message.max.bytes` [`RESPONSE_ROOM_BYTES`] above
-/// `fetch.max.bytes`. A value that does not parse is left to librdkafka to reject.
+/// Sets `max.partition.fetch.bytes`, `fetch.max.bytes`, `receive.message.max.bytes`,
+/// `queued.min.messages`, `queued.max.messages.kbytes` and `fetch.queue.backoff.ms` on a
+/// consumer `config`, each unless
+/// the `-X` `properties` set it, consistent with each other and with what the operator did set:
+/// `fetch.max.bytes` at least the consumer's `message.max.bytes`, `receive.message.max.bytes`
+/// [`RESPONSE_ROOM_BYTES`] above `fetch.max.bytes`. A value that does not parse is left to
+/// librdkafka to reject.
 pub(crate) fn set_consumer_defaults(config: &mut ClientConfig, properties: &[(String, String)]) {
     let number = |key| property(properties, key).map(|v| v.trim().parse::<u64>());
+    for (key, value) in [
+        ("queued.min.messages", QUEUED_MIN_MESSAGES),
+        ("queued.max.messages.kbytes", QUEUED_MAX_KBYTES),
+        ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS),
+    ] {
+        if property(properties, key).is_none() {
+            config.set(key, value.to_string());
+        }
+    }
     if number("max.partition.fetch.bytes").is_none() && number("fetch.message.max.bytes").is_none()
     {
         config.set(
@@ -163,9 +197,23 @@ mod tests {
         let config = defaults(&[]);
         let get = |key| config.get(key).and_then(|v| v.parse::<u64>().ok());
         assert_eq!(get("max.partition.fetch.bytes"), Some(1 << 20));
-        assert_eq!(get("fetch.max.bytes"), Some(16 << 20));
-        assert_eq!(get("receive.message.max.bytes"), Some(32 << 20));
+        assert_eq!(get("fetch.max.bytes"), Some(1 << 20));
+        assert_eq!(
+            get("receive.message.max.bytes"),
+            Some((2 << 20) + (64 << 10))
+        );
+        assert_eq!(get("queued.min.messages"), Some(10_000));
+        assert_eq!(get("queued.max.messages.kbytes"), Some(2_048));
+        assert_eq!(get("fetch.queue.backoff.ms"), Some(10));
         assert!(receive_max_bytes(&config) < 100_000_000);
+        // The operator's queue sizes are kept.
+        let config = defaults(&[("queued.min.messages", "100000")]);
+        assert_eq!(
+            config.get("queued.min.messages"),
+            None,
+            "-X applies it itself"
+        );
+        assert_eq!(config.get("queued.max.messages.kbytes"), Some("2048"));
     }
 
     #[test]
@@ -174,7 +222,7 @@ mod tests {
         assert_eq!(config.get("fetch.max.bytes"), None, "-X applies it itself");
         assert_eq!(
             config.get("receive.message.max.bytes"),
-            Some((200_000_000 + (16 << 20)).to_string().as_str())
+            Some((200_000_000 + (1 << 20) + (64 << 10)).to_string().as_str())
         );
         let config = defaults(&[("message.max.bytes", "50000000")]);
         assert_eq!(config.get("fetch.max.bytes"), Some("50000000"));
@@ -184,7 +232,7 @@ mod tests {
         ]);
         assert_eq!(config.get("receive.message.max.bytes"), None);
         assert_eq!(config.get("max.partition.fetch.bytes"), None);
-        assert_eq!(config.get("fetch.max.bytes"), Some("16777216"));
+        assert_eq!(config.get("fetch.max.bytes"), Some("1048576"));
         // Unparsable: librdkafka reports it; nothing derived from it.
         let config = defaults(&[("fetch.max.bytes", "lots")]);
         assert_eq!(config.get("receive.message.max.bytes"), None);

@@ -15,13 +15,18 @@ use thunder_engine::PostStore;
 
 use super::fetch_limits::{raised_receive_max_bytes, receive_max_bytes};
 use super::gate::partition_caught_up;
+use super::heap;
 use super::metrics;
+use super::progress::{PartitionState, Shared};
 use super::records::RecordBatch;
-use super::shared::{PartitionState, Shared};
 use super::throttle::{LOG_INTERVAL, LogThrottle, ThrottledContext};
+use super::window;
 
 /// Longest single poll, so the thread notices shutdown and flushes idle batches promptly.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest single poll while an owned partition waits for room in the catch-up window, so it is
+/// assigned soon after another partition has caught up.
+const WINDOW_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Pause after a poll error before polling again (as the reference).
 const POLL_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// How long "unknown topic or partition" may last before start-up gives up on it: a topic that
@@ -105,6 +110,18 @@ struct Position {
     last_len: usize,
 }
 
+impl Position {
+    /// Where `owned`'s consumer assignment starts: after the last record read, or the start
+    /// (`-1`, nothing read yet, and `i64::MAX`, from the end, stand for it).
+    fn offset(&self, owned: &OwnedPartition) -> Offset {
+        if (0..i64::MAX).contains(&self.next) {
+            Offset::Offset(self.next)
+        } else {
+            owned.start
+        }
+    }
+}
+
 /// Why an ingest thread stopped.
 #[derive(Debug, thiserror::Error)]
 enum IngestError {
@@ -183,8 +200,9 @@ impl IngestThread {
         self.shared.partitions.get()?.get(owned.slot)
     }
 
-    /// A consumer of the owned partitions, each assigned where `positions` says it stands,
-    /// with `receive.message.max.bytes` set to `receive_limit` when given.
+    /// A consumer of the owned partitions being read (see `window.rs`), each assigned where
+    /// `positions` says it stands, with `receive.message.max.bytes` set to `receive_limit`
+    /// when given.
     fn connect(
         &self,
         positions: &[Position],
@@ -198,13 +216,9 @@ impl IngestThread {
             config.create_with_context(ThrottledContext::default())?;
         let mut assignment = TopicPartitionList::with_capacity(self.partitions.len());
         for (owned, at) in self.partitions.iter().zip(positions) {
-            // `-1` (nothing read yet) and `i64::MAX` (from the end) stand for the start.
-            let offset = if (0..i64::MAX).contains(&at.next) {
-                Offset::Offset(at.next)
-            } else {
-                owned.start
-            };
-            assignment.add_partition_offset(&self.topic, owned.partition, offset)?;
+            if self.reading(owned) {
+                assignment.add_partition_offset(&self.topic, owned.partition, at.offset(owned))?;
+            }
         }
         consumer.assign(&assignment)?;
         let limit = receive_limit.unwrap_or_else(|| receive_max_bytes(&self.consumer_config));
@@ -226,6 +240,7 @@ impl IngestThread {
                 last_len: 0,
             })
             .collect();
+        let mut all_reading = self.admit(None, &positions)?;
         let mut consumer = self.connect(&positions, None)?;
         let mut receive_limit = receive_max_bytes(&self.consumer_config);
         tracing::info!(
@@ -238,6 +253,8 @@ impl IngestThread {
         let mut batch = RecordBatch::with_capacity(self.batch_size);
         let mut batch_started: Option<Instant> = None;
         let mut caught_up = false;
+        // Owned partitions paused at their catch-up goal until every thread has caught up.
+        let mut held = vec![false; self.partitions.len()];
         let warnings = LogThrottle::new(LOG_INTERVAL);
         // Since when the current run of "unknown partition" errors lasts.
         let mut unknown_since: Option<Instant> = None;
@@ -253,12 +270,17 @@ impl IngestThread {
             caught_up = self.report_caught_up();
         }
         while !self.shared.stopping() {
+            let longest = if all_reading {
+                POLL_INTERVAL
+            } else {
+                WINDOW_POLL_INTERVAL
+            };
             let wait = match batch_started {
-                None => POLL_INTERVAL,
+                None => longest,
                 Some(started) => self
                     .fetch_timeout
                     .saturating_sub(started.elapsed())
-                    .min(POLL_INTERVAL),
+                    .min(longest),
             };
             let mut flush = false;
             match consumer.poll(wait) {
@@ -352,8 +374,21 @@ impl IngestThread {
                                 max_response_bytes = self.max_response_bytes,
                                 "a Kafka fetch response exceeds receive.message.max.bytes (the broker does not bound its answers by fetch.max.bytes); reconnecting this consumer with a limit that fits"
                             );
+                            if self.shared.window.note_limits_ignored() {
+                                tracing::warn!(
+                                    topic = %self.topic,
+                                    catch_up_buffer_bytes = self.shared.window.cap_bytes(),
+                                    "the Kafka broker answers beyond the fetch limits: partitions still catching up are read a few at a time, as many as their backlogs fit in the catch-up window (at most --kafka-catch-up-buffer-bytes)"
+                                );
+                            }
+                            // The refused answer brought nothing: the partitions not caught
+                            // up go back through the window.
+                            drop(consumer);
+                            self.stop_reading_backlogs();
+                            all_reading = self.admit(None, &positions)?;
                             // Resumes after the last record read; the batch keeps those.
                             consumer = self.connect(&positions, Some(raised))?;
+                            held.fill(false);
                             receive_limit = raised;
                             continue;
                         }
@@ -435,6 +470,7 @@ impl IngestThread {
                 // A fresh assignment at the new positions (librdkafka stopped fetching a
                 // partition whose offset reset errored).
                 consumer = self.connect(&positions, Some(receive_limit))?;
+                held.fill(false);
                 continue;
             }
 
@@ -446,6 +482,10 @@ impl IngestThread {
                     batch_started = None;
                 }
                 self.publish(&positions);
+                if !all_reading {
+                    all_reading = self.admit(Some(&consumer), &positions)?;
+                }
+                self.hold_caught_up(&consumer, &positions, &mut held)?;
                 if !caught_up && self.all_caught_up(&positions) {
                     caught_up = self.report_caught_up();
                 }
@@ -455,6 +495,116 @@ impl IngestThread {
             self.apply(&mut batch, caught_up, &positions);
         }
         Ok(())
+    }
+
+    /// True when `owned` is assigned to this thread's consumer.
+    fn reading(&self, owned: &OwnedPartition) -> bool {
+        self.state(owned)
+            .is_some_and(|state| state.reading.load(Ordering::Relaxed))
+    }
+
+    /// Starts reading the owned partitions the catch-up window has room for (all of them
+    /// while the broker keeps to the fetch limits): marks them, and adds them to `consumer`'s
+    /// assignment when given (otherwise the next [`connect`](Self::connect) assigns them).
+    /// True when every owned partition is read.
+    fn admit(
+        &self,
+        consumer: Option<&BaseConsumer<ThrottledContext>>,
+        positions: &[Position],
+    ) -> Result<bool, KafkaError> {
+        let Some(all) = self.shared.partitions.get() else {
+            return Ok(true);
+        };
+        let mut all_reading = true;
+        let mut admitted = TopicPartitionList::new();
+        // Against a broker that answers with whole backlogs, a consumer delivers its
+        // partitions one after another (each answer queues behind the last): a thread takes
+        // one at a time, and the window's room goes to the other threads.
+        let one_at_a_time = self.shared.window.limits_ignored();
+        let mut busy = one_at_a_time
+            && self.partitions.iter().any(|owned| {
+                self.state(owned)
+                    .is_some_and(|s| s.reading.load(Ordering::Relaxed) && window::catching_up(s))
+            });
+        for (owned, at) in self.partitions.iter().zip(positions) {
+            let Some(state) = all.get(owned.slot) else {
+                continue;
+            };
+            if state.reading.load(Ordering::Relaxed) {
+                continue;
+            }
+            if busy || !self.shared.window.admit(all, state) {
+                // Admissions go in partition order: the rest wait for this one.
+                all_reading = false;
+                break;
+            }
+            tracing::debug!(
+                thread = self.index,
+                partition = owned.partition,
+                in_flight_bytes = self.shared.window.in_flight_bytes(all),
+                "reading Kafka partition"
+            );
+            admitted.add_partition_offset(&self.topic, owned.partition, at.offset(owned))?;
+            busy = one_at_a_time && window::catching_up(state);
+        }
+        if let Some(consumer) = consumer
+            && admitted.count() > 0
+        {
+            consumer.incremental_assign(&admitted)?;
+        }
+        Ok(all_reading)
+    }
+
+    /// While other partitions catch up, pauses the owned ones that reached their goal: a broker
+    /// that answers an empty fetch at once (rather than waiting `fetch.wait.max.ms` for
+    /// records) would otherwise be asked again and again, taking the CPU the catch-up needs.
+    /// Once every thread has caught up, resumes them (librdkafka fetches again after the last
+    /// record polled). `held` marks the paused ones.
+    fn hold_caught_up(
+        &self,
+        consumer: &BaseConsumer<ThrottledContext>,
+        positions: &[Position],
+        held: &mut [bool],
+    ) -> Result<(), KafkaError> {
+        let catching_up = matches!(
+            *self.shared.caught_up.borrow(),
+            super::gate::CatchUpState::CatchingUp
+        );
+        let mut pause = TopicPartitionList::new();
+        let mut resume = TopicPartitionList::new();
+        for ((owned, at), held) in self.partitions.iter().zip(positions).zip(held.iter_mut()) {
+            let hold = catching_up
+                && self.reading(owned)
+                && self.state(owned).is_some_and(|s| {
+                    partition_caught_up(s.low_at_start, s.end_at_start, at.next, at.at_end)
+                });
+            if hold != *held {
+                *held = hold;
+                let list = if hold { &mut pause } else { &mut resume };
+                list.add_partition(&self.topic, owned.partition);
+            }
+        }
+        if pause.count() > 0 {
+            consumer.pause(&pause)?;
+        }
+        if resume.count() > 0 {
+            consumer.resume(&resume)?;
+        }
+        Ok(())
+    }
+
+    /// Stops counting the owned partitions that have not caught up as read, before the
+    /// consumer that read them is replaced: they go through the window again.
+    fn stop_reading_backlogs(&self) {
+        for owned in &self.partitions {
+            if let Some(state) = self.state(owned) {
+                let next = state.next.load(Ordering::Relaxed);
+                let at_end = state.at_end.load(Ordering::Relaxed);
+                if !partition_caught_up(state.low_at_start, state.end_at_start, next, at_end) {
+                    state.reading.store(false, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// The truncations the monitor reported for owned partitions since they last moved:
@@ -694,6 +844,7 @@ impl IngestThread {
 
     fn report_caught_up(&self) -> bool {
         tracing::info!(thread = self.index, "Kafka ingest thread caught up");
+        heap::release_freed_memory();
         self.shared.gate.thread_caught_up();
         true
     }
@@ -763,6 +914,11 @@ impl IngestThread {
             .messages_consumed
             .inc_by(outcome.records as u64);
         self.shared.counters.record(&outcome);
+        self.shared
+            .window
+            .note_payloads(outcome.records as u64, outcome.payload_bytes as u64);
+        // The records just applied are freed in librdkafka's arenas: hand them back.
+        heap::release_freed_memory_if_due();
     }
 }
 

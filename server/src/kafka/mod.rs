@@ -50,16 +50,23 @@
 //! Before catch-up every thread writes in parallel. The store itself needs no such lock.
 //!
 //! # Failures
-//! Undecodable records (`records.rs`, the one decode path) are counted
-//! (`kafka_messages_failed_parse_total`), logged with their partition and offset, and skipped;
-//! records with ids the gRPC contract cannot express
-//! (negative) and events the store drops are counted by reason (`kafka_events_dropped_total`)
+//! Undecodable records (`records.rs`, over the one decode path, `thunder_events::codec`) are
+//! counted (`kafka_messages_failed_parse_total`), logged with their partition and offset, and
+//! skipped; records with ids the gRPC contract cannot express (negative, or a post or author
+//! id of 0) and events the store drops are counted by reason (`kafka_events_dropped_total`)
 //! and sampled in the log. Poll errors are counted (`kafka_poll_errors_total`) and retried; a
 //! broker that goes away is waited for, and ingestion resumes when it returns. librdkafka's
 //! own log lines and ingestion's warnings are rate-limited (`throttle.rs`). A fetch response
 //! larger than `receive.message.max.bytes` (from a broker that ignores the fetch limits) is
 //! counted (`kafka_oversized_fetch_responses_total`) and the thread reconnects its consumer
 //! with a limit that fits, up to `--kafka-max-response-bytes` (`fetch_limits.rs`).
+//!
+//! # Memory (`fetch_limits.rs`, `window.rs`, `heap.rs`)
+//! librdkafka holds every fetched record as a 320-byte operation until it is applied. Small
+//! fetch and queue limits keep that to a few megabytes per consumer against a broker that
+//! honours them; against one that answers with whole backlogs, partitions still catching up
+//! are read a few at a time, within a window that narrows as the store fills. The ingest
+//! threads hand librdkafka's freed heap back to the system as they apply batches.
 //!
 //! # Ordering
 //! Within one partition records are applied in offset order. Producers key creates by author
@@ -71,16 +78,18 @@ mod connection;
 mod error;
 mod fetch_limits;
 mod gate;
+mod heap;
 mod ingest;
 mod metrics;
 mod producer;
+mod progress;
 mod records;
 mod resume;
 mod security;
-mod shared;
 mod stall;
 mod supervisor;
 mod throttle;
+mod window;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -97,20 +106,20 @@ pub use connection::{
 pub use error::KafkaError;
 pub use gate::CatchUpState;
 pub use producer::{EventProducer, ProducerStats};
-pub use records::{
-    BatchOutcome, DecodeError, RecordBatch, create_event, decode_event, delete_envelope,
-    delete_event, light_post,
-};
+pub use progress::IngestStats;
+pub use records::{BatchOutcome, RecordBatch};
 pub use resume::{AppliedOffsets, PartitionWatermarks, Restore, TopicStart};
 pub use security::{
     EXPIRY_WARNING_DAYS, Findings, SecurityProtocol, builtin_features, certificate_dates,
     read_certificates,
 };
-pub use shared::IngestStats;
 pub use supervisor::split_partitions;
+pub use thunder_events::{
+    DecodeError, create_event, decode_event, delete_envelope, delete_event, light_post,
+};
 
 use gate::CatchUpGate;
-use shared::{Counters, LivePermits, Shared};
+use progress::{Counters, LivePermits, Shared};
 use supervisor::Supervisor;
 use throttle::ThrottledContext;
 
@@ -232,6 +241,7 @@ pub fn start_with(
         caught_up: caught_up.clone(),
         stalled: stalled_tx,
         partitions: OnceLock::new(),
+        window: window::CatchUpWindow::new(args.kafka_catch_up_buffer_bytes),
     });
     let supervisor = Supervisor {
         args: args.clone(),

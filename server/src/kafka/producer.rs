@@ -19,7 +19,7 @@ use thunder_engine::{DeleteEvent, LightPost};
 
 use super::config::KafkaArgs;
 use super::error::KafkaError;
-use super::records::{create_event, delete_envelope};
+use thunder_events::{create_event, delete_envelope};
 
 /// Delivery reports of an [`EventProducer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,139 +1,15 @@
-//! Kafka records and store events, both ways: the one decode path of ingestion (record → store
-//! event, also the fuzzers' entry point) and the encoding of events into records for the producer.
+//! Decoded records applied to the store as one batch: what ingestion counts and logs about
+//! each record (the payload codec itself is `thunder_events::codec`).
 
 use std::collections::HashSet;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use prost::Message;
-use thunder_engine::{DeleteEvent, EventBatch, LightPost, PostEvent, PostStore};
-use thunder_proto::in_network_event::EventVariant;
-use thunder_proto::{InNetworkEvent, TweetCreateEvent, TweetDeleteEvent};
+use thunder_engine::{EventBatch, PostEvent, PostStore};
+use thunder_events::{DecodeError, decode_event};
 
 use super::metrics;
 use super::throttle::{LOG_INTERVAL, LogThrottle};
-
-/// Why a record could not be turned into an [`PostEvent`].
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    /// The record has a null payload.
-    #[error("record has no payload")]
-    NoPayload,
-    /// The payload is not a protobuf `InNetworkEvent`.
-    #[error("malformed InNetworkEvent: {0}")]
-    Malformed(#[from] prost::DecodeError),
-    /// The `InNetworkEvent` has no `event_variant` set.
-    #[error("InNetworkEvent has no event variant")]
-    NoVariant,
-    /// An id is negative: the gRPC contract (`uint64` ids) could never ask for it.
-    #[error("{field} {value} is negative: the gRPC contract (uint64 ids) cannot express it")]
-    OutOfContractId {
-        /// The event field.
-        field: &'static str,
-        /// Its value.
-        value: i64,
-    },
-    /// A post id or author id is 0: no post or author has it (a create whose id field is
-    /// missing decodes as 0, and would shadow every later post 0 as a duplicate).
-    #[error("{field} is 0 (missing?): no post or author has id 0")]
-    ZeroId {
-        /// The event field.
-        field: &'static str,
-    },
-}
-
-impl DecodeError {
-    /// The `kafka_events_dropped_total` reason of an error that drops a well-formed event,
-    /// `None` for records that did not decode at all.
-    pub fn drop_reason(&self) -> Option<&'static str> {
-        matches!(self, Self::OutOfContractId { .. } | Self::ZeroId { .. })
-            .then_some(crate::admin::metrics::OUT_OF_CONTRACT_ID)
-    }
-}
-
-/// Fails on the first negative id: every id the gRPC contract can name is an `uint64` that
-/// fits an `i64`, so a negative one could be stored but never asked for.
-fn check_ids(ids: &[(&'static str, Option<i64>)]) -> Result<(), DecodeError> {
-    match ids.iter().find(|(_, id)| id.is_some_and(|id| id < 0)) {
-        Some(&(field, Some(value))) => Err(DecodeError::OutOfContractId { field, value }),
-        _ => Ok(()),
-    }
-}
-
-/// Fails on the first id that is 0: the event's own post id and author id must be set.
-fn check_required_ids(ids: &[(&'static str, i64)]) -> Result<(), DecodeError> {
-    match ids.iter().find(|(_, id)| *id == 0) {
-        Some(&(field, _)) => Err(DecodeError::ZeroId { field }),
-        None => Ok(()),
-    }
-}
-
-/// Decodes one record payload (a protobuf `InNetworkEvent`, no framing). Events with a
-/// negative id are refused ([`DecodeError::OutOfContractId`]), and so are creates with post
-/// id or author id 0 and deletes with post id 0 ([`DecodeError::ZeroId`]).
-///
-/// Never panics, whatever the bytes.
-pub fn decode_event(payload: Option<&[u8]>) -> Result<PostEvent, DecodeError> {
-    let payload = payload.ok_or(DecodeError::NoPayload)?;
-    let event = InNetworkEvent::decode(payload)?;
-    match event.event_variant {
-        Some(EventVariant::TweetCreateEvent(create)) => {
-            check_ids(&[
-                ("post_id", Some(create.post_id)),
-                ("author_id", Some(create.author_id)),
-                ("in_reply_to_post_id", create.in_reply_to_post_id),
-                ("in_reply_to_user_id", create.in_reply_to_user_id),
-                ("source_post_id", create.source_post_id),
-                ("source_user_id", create.source_user_id),
-                ("conversation_id", create.conversation_id),
-            ])?;
-            check_required_ids(&[("post_id", create.post_id), ("author_id", create.author_id)])?;
-            Ok(PostEvent::Create(light_post(&create)))
-        }
-        Some(EventVariant::TweetDeleteEvent(delete)) => {
-            check_ids(&[("post_id", Some(delete.post_id))])?;
-            check_required_ids(&[("post_id", delete.post_id)])?;
-            Ok(PostEvent::Delete(delete_event(&delete)))
-        }
-        None => Err(DecodeError::NoVariant),
-    }
-}
-
-/// The store record of a create event: every field copied, except that `is_reply` is also set
-/// when the post names a parent post or parent author (as the reference's v2 listener does).
-pub fn light_post(event: &TweetCreateEvent) -> LightPost {
-    let post = crate::convert::post_from_create_event(event);
-    LightPost {
-        is_reply: post.is_reply
-            || post.in_reply_to_post_id.is_some()
-            || post.in_reply_to_user_id.is_some(),
-        ..post
-    }
-}
-
-/// The store event of a delete event.
-pub fn delete_event(event: &TweetDeleteEvent) -> DeleteEvent {
-    crate::convert::delete_from_event(event)
-}
-
-/// The create event that carries `post` (the inverse of [`light_post`]).
-pub fn create_event(post: &LightPost) -> InNetworkEvent {
-    InNetworkEvent {
-        event_variant: Some(EventVariant::TweetCreateEvent(
-            crate::convert::create_event_from_post(post),
-        )),
-    }
-}
-
-/// The delete event that carries `delete`.
-pub fn delete_envelope(delete: &DeleteEvent) -> InNetworkEvent {
-    InNetworkEvent {
-        event_variant: Some(EventVariant::TweetDeleteEvent(TweetDeleteEvent {
-            post_id: delete.post_id,
-            deleted_at: delete.deleted_at,
-        })),
-    }
-}
 
 /// Decode failures logged so far in this process; past the first few only every 1000th is
 /// logged, so a flood of bad records cannot flood the log (the counter still counts each).
@@ -162,6 +38,7 @@ pub struct RecordBatch {
     /// (partition, offset) of each create, for the drop log.
     create_origins: Vec<(i32, i64)>,
     records: usize,
+    payload_bytes: usize,
     failed: usize,
     rejected: usize,
 }
@@ -171,6 +48,8 @@ pub struct RecordBatch {
 pub struct BatchOutcome {
     /// Records in the batch, decodable or not.
     pub records: usize,
+    /// Payload bytes of those records.
+    pub payload_bytes: usize,
     /// Create events handed to `insert_posts`.
     pub creates: usize,
     /// Delete events handed to `mark_as_deleted`.
@@ -191,6 +70,7 @@ impl RecordBatch {
             events: EventBatch::with_capacity(capacity),
             create_origins: Vec::with_capacity(capacity),
             records: 0,
+            payload_bytes: 0,
             failed: 0,
             rejected: 0,
         }
@@ -217,13 +97,14 @@ impl RecordBatch {
         payload: Option<&[u8]>,
     ) -> Result<(), DecodeError> {
         self.records += 1;
+        self.payload_bytes += payload.map_or(0, <[u8]>::len);
         match decode_event(payload) {
             Ok(PostEvent::Create(post)) => {
                 self.events.creates.push(post);
                 self.create_origins.push((partition, offset));
             }
             Ok(PostEvent::Delete(delete)) => self.events.deletes.push(delete),
-            Err(error @ (DecodeError::OutOfContractId { .. } | DecodeError::ZeroId { .. })) => {
+            Err(error) if error.is_out_of_contract() => {
                 let reason = crate::admin::metrics::OUT_OF_CONTRACT_ID;
                 self.rejected += 1;
                 metrics::kafka()
@@ -288,6 +169,7 @@ impl RecordBatch {
         timer.observe_duration();
         let outcome = BatchOutcome {
             records: self.records,
+            payload_bytes: self.payload_bytes,
             creates: self.events.creates.len(),
             deletes: self.events.deletes.len(),
             failed: self.failed,
@@ -298,6 +180,7 @@ impl RecordBatch {
         self.create_origins.clear();
         self.rejected = 0;
         self.records = 0;
+        self.payload_bytes = 0;
         self.failed = 0;
         outcome
     }
@@ -337,30 +220,13 @@ impl RecordBatch {
 
 #[cfg(test)]
 mod tests {
+    use prost::Message;
+    use thunder_engine::{DeleteEvent, LightPost};
+    use thunder_events::{create_event, delete_envelope};
+    use thunder_proto::in_network_event::EventVariant;
+    use thunder_proto::{InNetworkEvent, TweetCreateEvent};
+
     use super::*;
-
-    #[test]
-    fn create_round_trips_and_derives_is_reply() {
-        let mut post = LightPost::original(7, 3, 1_700_000_000);
-        post.in_reply_to_user_id = Some(9);
-        let bytes = create_event(&post).encode_to_vec();
-        let decoded = decode_event(Some(&bytes)).expect("decodes");
-        post.is_reply = true;
-        assert_eq!(decoded, PostEvent::Create(post));
-    }
-
-    #[test]
-    fn delete_round_trips() {
-        let delete = DeleteEvent {
-            post_id: 5,
-            deleted_at: 12,
-        };
-        let bytes = delete_envelope(&delete).encode_to_vec();
-        assert_eq!(
-            decode_event(Some(&bytes)).expect("decodes"),
-            PostEvent::Delete(delete)
-        );
-    }
 
     #[test]
     fn negative_ids_are_rejected_and_counted() {
@@ -518,10 +384,7 @@ mod tests {
             let error = batch
                 .push_record(0, offset as i64, Some(bytes))
                 .expect_err("refused");
-            assert_eq!(
-                error.drop_reason(),
-                Some(crate::admin::metrics::OUT_OF_CONTRACT_ID)
-            );
+            assert!(error.is_out_of_contract(), "{error}");
         }
         // A well-formed post beside them is stored.
         push(
@@ -606,16 +469,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_records_are_errors_not_panics() {
-        assert!(matches!(decode_event(None), Err(DecodeError::NoPayload)));
-        assert!(matches!(
-            decode_event(Some(&[])),
-            Err(DecodeError::NoVariant)
-        ));
-        assert!(matches!(
-            decode_event(Some(&[0xff, 0xff, 0xff])),
-            Err(DecodeError::Malformed(_))
-        ));
+    fn a_record_that_does_not_decode_is_counted_and_skipped() {
         let before = metrics::kafka().messages_failed_parse.get();
         let mut batch = RecordBatch::with_capacity(4);
         assert!(batch.push_record(0, 1, Some(b"\x0a\x05abc")).is_err());

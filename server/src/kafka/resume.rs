@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use rdkafka::Offset;
 use thunder_engine::snapshot::PartitionOffset;
 
-use super::shared::Shared;
+use super::progress::Shared;
 
 /// Called once by the supervisor with the topic's partitions and watermarks: loads a snapshot
 /// into the store and returns its offsets, or returns `None` (nothing loaded: replay).

@@ -15,8 +15,8 @@ use super::config::KafkaArgs;
 use super::gate::{CatchUpState, partition_lag};
 use super::ingest::{IngestThread, OwnedPartition};
 use super::metrics;
+use super::progress::{PartitionState, Shared};
 use super::resume::{Restore, TopicStart};
-use super::shared::{PartitionState, Shared};
 use super::stall::{PartitionCheck, StallTracker};
 use super::throttle::{LOG_INTERVAL, ThrottledContext};
 
@@ -265,6 +265,7 @@ impl Supervisor {
                 next: AtomicI64::new(start_marker(*start)),
                 at_end: AtomicBool::new(false),
                 truncation: Mutex::default(),
+                reading: AtomicBool::new(false),
             })
             .collect();
         // Only the supervisor sets it, once, before any thread starts.

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use thunder_proto::GetInNetworkPostsRequest;
 use tonic::body::Body;
 use tonic::codec::CompressionEncoding;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
@@ -26,7 +25,7 @@ use tonic::{Code, Status};
 use crate::admin::metrics::{Metrics, RequestSummary};
 use crate::error::ServiceError;
 use crate::serve::arrival::Accepted;
-use crate::serve::codec::{PostsAnswer, PostsCodec};
+use crate::serve::codec::{DecodedRequest, PostsAnswer, PostsCodec};
 use crate::serve::listener::ConnInfo;
 use crate::serve::service::{Answer, ThunderService, log_failure, with_degrade_header};
 
@@ -40,14 +39,14 @@ pub trait AnswerPosts: Send + Sync + 'static {
     /// The answer to one call, or the error its status is made from.
     fn answer(
         &self,
-        request: tonic::Request<GetInNetworkPostsRequest>,
+        request: tonic::Request<DecodedRequest>,
     ) -> impl Future<Output = Result<Answer, ServiceError>> + Send;
 }
 
 impl AnswerPosts for ThunderService {
     fn answer(
         &self,
-        request: tonic::Request<GetInNetworkPostsRequest>,
+        request: tonic::Request<DecodedRequest>,
     ) -> impl Future<Output = Result<Answer, ServiceError>> + Send {
         ThunderService::answer(self, request)
     }
@@ -184,11 +183,11 @@ struct Method<H> {
     entered: Arc<AtomicBool>,
 }
 
-impl<H: AnswerPosts> UnaryService<GetInNetworkPostsRequest> for Method<H> {
+impl<H: AnswerPosts> UnaryService<DecodedRequest> for Method<H> {
     type Response = PostsAnswer;
     type Future = BoxFuture<tonic::Response<PostsAnswer>, Status>;
 
-    fn call(&mut self, request: tonic::Request<GetInNetworkPostsRequest>) -> Self::Future {
+    fn call(&mut self, request: tonic::Request<DecodedRequest>) -> Self::Future {
         self.entered.store(true, Ordering::Relaxed);
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {

@@ -14,7 +14,6 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prost::Message;
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
 use thunder_engine::{LightPost, PostStore};
 use thunder_proto::in_network_posts_service_server::InNetworkPostsService;
@@ -22,12 +21,13 @@ use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
+use crate::admin::count_histogram::Stage;
 use crate::admin::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 use crate::convert::post_to_proto;
 use crate::error::ServiceError;
 use crate::serve::admission::Admission;
 use crate::serve::arrival::Accepted;
-use crate::serve::codec::PostsAnswer;
+use crate::serve::codec::{DecodedRequest, PostsAnswer};
 use crate::serve::following::FollowingSource;
 use crate::serve::log_limit::{LogLimit, for_log};
 use crate::serve::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
@@ -103,10 +103,7 @@ impl ThunderService {
     /// [`Metrics::record_request`] at its end (also when the call is dropped: its client
     /// left, or tonic's own timer fired), and the shape of the posts its query answered with
     /// [`Metrics::record_found_posts`].
-    pub async fn answer(
-        &self,
-        request: Request<GetInNetworkPostsRequest>,
-    ) -> Result<Answer, ServiceError> {
+    pub async fn answer(&self, request: Request<DecodedRequest>) -> Result<Answer, ServiceError> {
         // From the stream's acceptance: the wait for this task to run counts.
         let started = Accepted::of_request(&request);
         let client_timeout = grpc_timeout(request.metadata());
@@ -154,35 +151,40 @@ impl ThunderService {
     /// notes in `summary` what the call did.
     async fn handle(
         &self,
-        request: Request<GetInNetworkPostsRequest>,
+        request: Request<DecodedRequest>,
         arrival: Instant,
         client_timeout: Option<Duration>,
         summary: &mut RequestSummary,
     ) -> Result<Answer, ServiceError> {
         let entered = Instant::now();
         let _in_flight = self.admission.admit()?;
-        let req = request.into_inner();
-        summary.request = Some(RequestSize {
-            encoded_bytes: req.encoded_len(),
+        let DecodedRequest {
+            message: req,
+            encoded_bytes,
+        } = request.into_inner();
+        let size = RequestSize {
+            encoded_bytes,
             following: req.following_user_ids.len(),
             excluded: req.exclude_tweet_ids.len(),
-        });
-        let mut validated = ValidatedRequest::from_request(&req)?;
-        if validated.debug
+        };
+        summary.request = Some(size);
+        // Only a debug request's log line needs the algorithm once the request is validated.
+        let algorithm = req.debug.then(|| req.algorithm.clone());
+        let mut validated = ValidatedRequest::from_owned(req)?;
+        if let Some(algorithm) = algorithm
             && let Some(suppressed) = self.debug_logs.allow()
         {
             tracing::info!(
                 user_id = validated.viewer_id,
-                following = req.following_user_ids.len(),
-                excluded = req.exclude_tweet_ids.len(),
+                following = size.following,
+                excluded = size.excluded,
                 max_results = validated.max_results,
                 video = validated.is_video,
-                algorithm = %for_log(&req.algorithm),
+                algorithm = %for_log(&algorithm),
                 suppressed,
                 "GetInNetworkPosts"
             );
         }
-        drop(req);
 
         if validated.following_was_empty
             && let Some(source) = &self.following
@@ -310,7 +312,7 @@ impl Recorder {
         self.metrics.record_request(&summary);
         if let (Some(query), Some(posts)) = (&summary.query, answered) {
             self.metrics
-                .record_found_posts("scored", posts, query.now_secs);
+                .record_found_posts(Stage::Scored, posts, query.now_secs);
         }
     }
 }
@@ -350,7 +352,7 @@ impl InNetworkPostsService for ThunderService {
         &self,
         request: Request<GetInNetworkPostsRequest>,
     ) -> Result<Response<GetInNetworkPostsResponse>, Status> {
-        match self.answer(request).await {
+        match self.answer(request.map(DecodedRequest::new)).await {
             Ok(answer) => {
                 let response = GetInNetworkPostsResponse {
                     posts: answer.posts.posts.iter().map(post_to_proto).collect(),

@@ -1,4 +1,4 @@
-//! Server processes on free loopback ports.
+//! Processes on free loopback ports, and the workspace's binaries.
 //!
 //! A port found free by binding port 0 and letting it go can be taken again before the
 //! server binds it (another test's listener, or an outgoing connection given the same
@@ -8,11 +8,32 @@
 //! it exited first.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// How many times a process that exited before listening is started again.
 const ATTEMPTS: usize = 8;
+
+/// The workspace binary `name` (`thunder-server`, `thunder-cli`) in the target directory of
+/// the running test: cargo puts a test in `<target>/<profile>/deps/` and the binaries in
+/// `<target>/<profile>/`. Cargo builds a package's own binaries before its integration tests;
+/// another package's are there after `cargo build -p PACKAGE` (or a workspace build, as
+/// `cargo nextest run --workspace` makes). Panics, saying so, when it is missing.
+pub fn binary(name: &str) -> PathBuf {
+    let test = std::env::current_exe().expect("the test's own path");
+    let path = test
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join(format!("{name}{}", std::env::consts::EXE_SUFFIX)))
+        .unwrap_or_default();
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first with `cargo build -p {name}`",
+        path.display()
+    );
+    path
+}
 
 /// A 127.0.0.1 address whose port was free a moment ago.
 pub fn free_addr() -> SocketAddr {

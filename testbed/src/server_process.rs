@@ -1,9 +1,6 @@
-//! `thunder-server` processes of the integration tests: started on free 127.0.0.1 ports (again
-//! on new ports when one was taken first: `thunder_testkit::process`), killed (SIGKILL) on drop;
-//! a demo-mode server waited for until ready, a server fed by a broker, and their gRPC health as
-//! a balancer sees it. Tests that use this module also declare `mod common;` (the admin HTTP
-//! client).
-#![allow(dead_code)]
+//! `thunder-server` processes: started on free 127.0.0.1 ports (again on new ports when one was
+//! taken first: [`crate::process`]), killed (SIGKILL) on drop; a demo-mode server waited for
+//! until ready, a server fed by a broker, and their gRPC health as a balancer sees it.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -12,12 +9,13 @@ use std::time::{Duration, Instant};
 use thunder_engine::LightPost;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_testkit::process::spawn_listening;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::common::{PATIENCE, http_get};
+use crate::PATIENCE;
+use crate::http::http_get;
+use crate::process::{binary, spawn_listening};
 
 /// How long a server fed by a broker may take to start, and to turn SERVING.
 pub const TIMEOUT: Duration = Duration::from_secs(180);
@@ -59,7 +57,7 @@ impl ServerProcess {
     pub fn start_with(args: &[&str], within: Duration, configure: impl Fn(&mut Command)) -> Self {
         let started = spawn_listening(
             |grpc, admin| {
-                let mut command = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
+                let mut command = Command::new(binary("thunder-server"));
                 command
                     .args([
                         "--grpc-addr",
@@ -128,7 +126,7 @@ pub async fn one_call(grpc: SocketAddr) {
         .await
         .expect("connect");
     client
-        .get_in_network_posts(crate::common::request(&[1, 2, 3]))
+        .get_in_network_posts(crate::in_process::request(&[1, 2, 3]))
         .await
         .expect("a call");
 }

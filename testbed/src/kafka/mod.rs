@@ -1,15 +1,17 @@
-//! Shared helpers of the Kafka integration tests: a real Kafka-protocol broker (noida-db)
-//! on a free 127.0.0.1 port, stopped on drop; topic creation; waiting helpers; a model of the
-//! produced events.
+//! The Kafka side of the tests: a real Kafka-protocol broker (noida-db) on a free 127.0.0.1
+//! port, stopped on drop; topic creation; producing; waiting on ingestion; the store compared
+//! with a model fed the same events; a raw record batch no client library would write.
+//! [`proxy`] puts a TLS and SASL endpoint in front of the broker.
 //!
 //! The broker binary comes from `THUNDER_TEST_KAFKA_BIN` (set by
 //! `eval "$(scripts/kafka-broker.sh env)"`); without it the tests run
 //! `scripts/kafka-broker.sh install`, and fail with a clear message if that does not work.
-#![allow(dead_code)]
+
+pub mod proxy;
 
 use std::collections::HashSet;
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,13 +29,6 @@ use thunder_workload::SynthConfig;
 /// Generous: the machine may be small and busy with other builds.
 pub const TIMEOUT: Duration = Duration::from_secs(180);
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
 /// The broker binary: `THUNDER_TEST_KAFKA_BIN`, else installed by `scripts/kafka-broker.sh`.
 pub fn broker_binary() -> PathBuf {
     if let Some(bin) = std::env::var_os("THUNDER_TEST_KAFKA_BIN") {
@@ -45,7 +40,7 @@ pub fn broker_binary() -> PathBuf {
         );
         return bin;
     }
-    let script = workspace_root().join("scripts/kafka-broker.sh");
+    let script = crate::repo::root().join("scripts/kafka-broker.sh");
     let output = Command::new("bash")
         .arg(&script)
         .arg("install")
@@ -88,7 +83,7 @@ impl Broker {
             .expect("temp dir");
         let mut broker = Self {
             bin: broker_binary(),
-            port: thunder_testkit::process::free_addr().port(),
+            port: crate::process::free_addr().port(),
             data,
             child: None,
         };

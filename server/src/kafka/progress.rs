@@ -1,5 +1,6 @@
-//! State shared by the supervisor, the ingest threads and the `KafkaIngest` handle: progress
-//! counters, the live-batch permits and the per-partition offsets.
+//! Ingestion's progress, shared by the supervisor, the ingest threads and the `KafkaIngest`
+//! handle: the progress counters, the per-partition offsets, and the live-batch permits that
+//! pace the writes after catch-up.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -9,6 +10,7 @@ use super::records::BatchOutcome as Outcome;
 use tokio::sync::watch;
 
 use super::gate::{CatchUpGate, CatchUpState};
+use super::window::CatchUpWindow;
 
 /// Totals of what ingestion applied to the store so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -133,6 +135,8 @@ pub(super) struct Shared {
     pub(super) stalled: watch::Sender<Vec<i32>>,
     /// Per partition (metadata order), once the partitions are known.
     pub(super) partitions: OnceLock<Vec<PartitionState>>,
+    /// Which partitions catching up may be read at once (see `window.rs`).
+    pub(super) window: CatchUpWindow,
 }
 
 /// What ingestion knows of one partition, published by the thread that owns it.
@@ -150,6 +154,8 @@ pub(super) struct PartitionState {
     pub(super) at_end: AtomicBool,
     /// A log end the monitor saw below `next` (see [`TruncationReport`]).
     pub(super) truncation: Mutex<TruncationReport>,
+    /// Assigned to its thread's consumer: being read (see `window.rs`).
+    pub(super) reading: AtomicBool,
 }
 
 /// The monitor's report of a truncated partition log to the thread that owns the partition.

@@ -15,7 +15,6 @@
 //! Metadata v0-v12 (flexible from v9), FindCoordinator v0-v2, SaslHandshake v0-v1 and
 //! SaslAuthenticate v0-v1. Responses are matched to requests in order, as Kafka answers them;
 //! a request without a response (Produce with `acks=0`) is not supported.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

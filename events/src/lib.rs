@@ -1,0 +1,20 @@
+//! thunder-events: the post events as they travel between Kafka, the wire and the store.
+//!
+//! - [`codec`]: a Kafka record's payload to a store event and back. [`PayloadFormat`] is what
+//!   a payload format implements; [`Protobuf`] (one `InNetworkEvent` a record, no framing) is
+//!   the topic's format. Every format's events pass the same contract checks
+//!   ([`DecodeError::OutOfContractId`], [`DecodeError::ZeroId`]).
+//! - [`wire`]: the wire types of `thunder-proto` to the engine's records and back; the eleven
+//!   fields of a post are listed once.
+//!
+//! It links neither a Kafka client nor the server, so the fuzzers and tools that only read or
+//! write events need nothing more.
+#![deny(missing_docs)]
+
+pub mod codec;
+pub mod wire;
+
+pub use codec::{
+    DecodeError, PayloadFormat, Protobuf, create_event, decode_event, delete_envelope,
+    delete_event, light_post,
+};
