@@ -589,14 +589,8 @@ impl Store for BaselineStore {
     fn get_all_posts_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
         // The reference handler builds the exclude set per request.
         let exclude: HashSet<i64> = query.exclude.iter().copied().collect();
-        let limits = (
-            query
-                .max_originals_per_author
-                .min(MAX_ORIGINAL_POSTS_PER_AUTHOR),
-            query
-                .max_secondary_per_author
-                .min(MAX_REPLY_POSTS_PER_AUTHOR),
-        );
+        let limits = query.per_author_limits();
+        let limits = (limits.originals, limits.secondary);
         let result = self.all_posts(
             query.authors,
             &exclude,

@@ -1,4 +1,4 @@
-//! [`AuthorIndex`]: `author_id -> Author` (the author's three timelines).
+//! [`AuthorIndex`]: `author_id -> Author` (the author's three timelines, one per [`Kind`]).
 //!
 //! Authors live inline in fixed chunks of two-cache-line [`Author`] records addressed by a
 //! dense `u32` number; a [`TagIndex`] maps the author id to that number and the record's own
@@ -11,6 +11,7 @@
 //! crossbeam-epoch grace period, so a reader that found it while pinned never reads a
 //! different author's timelines under that number.
 
+use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO};
 use crate::index::{Hashed, TagIndex};
 use crate::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use crate::timeline::Timeline;
@@ -64,6 +65,45 @@ impl Author {
         // Relaxed: stored before the record is indexed (the index's Release claim publishes
         // it) and before the writer lock is released.
         self.author_id.load(Ordering::Relaxed)
+    }
+}
+
+impl Author {
+    /// The author's timeline of `kind`.
+    #[inline]
+    pub(crate) fn timeline(&self, kind: Kind) -> &Timeline {
+        &self.timelines[kind as usize]
+    }
+}
+
+/// Which of an author's timelines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Originals = 0,
+    Secondary = 1,
+    Videos = 2,
+}
+
+impl Kind {
+    /// The three timelines, in their order in an author record.
+    pub(crate) const ALL: [Kind; 3] = [Kind::Originals, Kind::Secondary, Kind::Videos];
+
+    /// The timeline that holds `post` first: originals, or replies and reposts.
+    pub(crate) fn primary_of(post: &CompactPost) -> Self {
+        if post.is_original() {
+            Kind::Originals
+        } else {
+            Kind::Secondary
+        }
+    }
+
+    /// The arena holder bit of an entry in this timeline.
+    pub(crate) fn holder(self) -> u32 {
+        if self == Kind::Videos {
+            IN_VIDEO
+        } else {
+            IN_PRIMARY
+        }
     }
 }
 

@@ -46,9 +46,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, Release, SlotId, slot_class_and_index};
+use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, SlotId, slot_class_and_index};
+use crate::authors::Kind;
 use crate::prefetch::prefetch;
-use crate::store::{DropReason, Guards, InsertReport, Kind, PendingRepost, PostStore};
+use crate::report::{DropReason, InsertReport};
+use crate::tables::{Guards, PendingRepost, StoreTables};
 use crate::timeline::TinyPost;
 
 /// Where a load reads its posts from: decoded in memory, or still in the records of a mapped
@@ -354,388 +356,355 @@ pub(crate) fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, T>>) ->
         .collect()
 }
 
-impl PostStore {
-    /// True if nothing was ever loaded or inserted: no posts, authors, tombstones, pending
-    /// reposts or facts.
-    pub(crate) fn is_fresh(&self) -> bool {
-        self.arena.live() == 0
-            && self.authors.live() == 0
-            && self.tombstones.is_empty()
-            && self.pending_videos.is_empty()
-            && self.directory_stats().is_none_or(|d| d.facts == 0)
+/// Builds the fresh store of `tables` from `posts` (all unexpired), `order` being their
+/// indices in ascending `created_at` (stable), on `threads` threads (see the module docs).
+/// Restore tombstones and facts first. On `Err` the store holds no post and the caller runs
+/// the per-post path.
+pub(crate) fn bulk_load<P: PostSource + ?Sized>(
+    tables: &StoreTables,
+    posts: &P,
+    order: &[u32],
+    threads: usize,
+) -> Result<InsertReport, BulkRefusal> {
+    let workers = threads.max(1);
+    if tables.is_shard()
+        && (0..posts.len()).any(|i| tables.is_foreign_author(posts.post(i).author_id))
+    {
+        return Err(BulkRefusal::ForeignAuthor);
     }
-
-    /// Builds this fresh store from `posts` (all unexpired), `order` being their indices in
-    /// ascending `created_at` (stable), on `threads` threads (see the module docs). Restore
-    /// tombstones and facts first. On `Err` the store holds no post and the caller runs the
-    /// per-post path.
-    pub(crate) fn bulk_load<P: PostSource + ?Sized>(
-        &self,
-        posts: &P,
-        order: &[u32],
-        threads: usize,
-    ) -> Result<InsertReport, BulkRefusal> {
-        let workers = threads.max(1);
-        if self.directory.is_some()
-            && (0..posts.len()).any(|i| self.is_foreign_author(posts.post(i).author_id))
-        {
-            return Err(BulkRefusal::ForeignAuthor);
-        }
-        let mut ranks = Ranks::for_posts(posts, workers);
-        let refused = AtomicBool::new(false);
-        // Phase 1, in load order (so records land in the arena in time order, as a replay
-        // puts them): each thread publishes and indexes a range of ranks.
-        let per_thread = order.len().div_ceil(workers).max(1);
-        let publishing: Vec<Publishing> = std::thread::scope(|scope| {
-            let handles = order
-                .chunks(per_thread)
-                .enumerate()
-                .map(|(t, chunk)| {
-                    let (ranks, refused) = (&ranks, &refused);
-                    let first = (t * per_thread) as u32;
-                    scope.spawn(move || {
-                        self.publish_ranks(posts, chunk, first, workers, ranks, refused)
-                    })
+    let mut ranks = Ranks::for_posts(posts, workers);
+    let refused = AtomicBool::new(false);
+    // Phase 1, in load order (so records land in the arena in time order, as a replay
+    // puts them): each thread publishes and indexes a range of ranks.
+    let per_thread = order.len().div_ceil(workers).max(1);
+    let publishing: Vec<Publishing> = std::thread::scope(|scope| {
+        let handles = order
+            .chunks(per_thread)
+            .enumerate()
+            .map(|(t, chunk)| {
+                let (ranks, refused) = (&ranks, &refused);
+                let first = (t * per_thread) as u32;
+                scope.spawn(move || {
+                    publish_ranks(tables, posts, chunk, first, workers, ranks, refused)
                 })
-                .collect();
-            join_all(handles)
-        });
-        let mut report = InsertReport::default();
-        let mut refusal = None;
-        let mut parts: Vec<Vec<Vec<u64>>> = vec![Vec::new(); workers];
-        let mut slots = Vec::with_capacity(workers);
-        for mut publishing in publishing {
-            slots.push(std::mem::take(&mut publishing.slots));
-            report.inserted += publishing.report.inserted;
-            report.tombstoned += publishing.report.tombstoned;
-            refusal = refusal.or(publishing.refused);
-            ranks.sparse.extend(publishing.overflow_ranks);
-            for (w, part) in publishing.shares.into_iter().enumerate() {
-                parts[w].push(part);
-            }
+            })
+            .collect();
+        join_all(handles)
+    });
+    let mut report = InsertReport::default();
+    let mut refusal = None;
+    let mut parts: Vec<Vec<Vec<u64>>> = vec![Vec::new(); workers];
+    let mut slots = Vec::with_capacity(workers);
+    for mut publishing in publishing {
+        slots.push(std::mem::take(&mut publishing.slots));
+        report.inserted += publishing.report.inserted;
+        report.tombstoned += publishing.report.tombstoned;
+        refusal = refusal.or(publishing.refused);
+        ranks.sparse.extend(publishing.overflow_ranks);
+        for (w, part) in publishing.shares.into_iter().enumerate() {
+            parts[w].push(part);
         }
-        let loaded = Loaded {
-            posts,
-            order,
-            slots,
-            per_thread,
-        };
-        // Group each share by author, and check no author can exceed the videos cap.
-        let shares: Vec<Share> = std::thread::scope(|scope| {
-            let handles = parts
-                .into_iter()
-                .map(|parts| {
-                    let loaded = &loaded;
-                    scope.spawn(move || self.group_share(loaded, parts))
-                })
-                .collect();
-            join_all(handles)
-        });
-        if let Some(refusal) = refusal.or_else(|| shares.iter().find_map(|s| s.refused)) {
-            self.unpublish(&shares, &loaded);
-            return Err(refusal);
-        }
-        let built: Vec<Built> = std::thread::scope(|scope| {
-            let handles = shares
-                .iter()
-                .map(|share| {
-                    let (ranks, loaded) = (&ranks, &loaded);
-                    scope.spawn(move || self.build_share(share, loaded, ranks))
-                })
-                .collect();
-            join_all(handles)
-        });
-        self.finish(built);
-        Ok(report)
     }
+    let loaded = Loaded {
+        posts,
+        order,
+        slots,
+        per_thread,
+    };
+    // Group each share by author, and check no author can exceed the videos cap.
+    let shares: Vec<Share> = std::thread::scope(|scope| {
+        let handles = parts
+            .into_iter()
+            .map(|parts| {
+                let loaded = &loaded;
+                scope.spawn(move || group_share(tables, loaded, parts))
+            })
+            .collect();
+        join_all(handles)
+    });
+    if let Some(refusal) = refusal.or_else(|| shares.iter().find_map(|s| s.refused)) {
+        unpublish(tables, &shares, &loaded);
+        return Err(refusal);
+    }
+    let built: Vec<Built> = std::thread::scope(|scope| {
+        let handles = shares
+            .iter()
+            .map(|share| {
+                let (ranks, loaded) = (&ranks, &loaded);
+                scope.spawn(move || build_share(tables, share, loaded, ranks))
+            })
+            .collect();
+        join_all(handles)
+    });
+    finish(tables, built);
+    Ok(report)
+}
 
-    /// Phase 1 for the posts `chunk` names (ranks from `first` on): drops tombstoned posts,
-    /// publishes and indexes the others, sorted into the share of their author.
-    #[allow(clippy::too_many_arguments)]
-    fn publish_ranks<P: PostSource + ?Sized>(
-        &self,
-        posts: &P,
-        chunk: &[u32],
-        first: u32,
-        workers: usize,
-        ranks: &Ranks,
-        refused: &AtomicBool,
-    ) -> Publishing {
-        let g = self.guards();
-        let mut out = Publishing {
-            shares: vec![Vec::with_capacity(chunk.len() / workers + 16); workers],
-            slots: {
-                let slots = vec![0; chunk.len()];
-                crate::huge_memory::advise_huge(&slots);
-                slots
-            },
-            report: InsertReport::default(),
-            overflow_ranks: Vec::new(),
-            refused: None,
-        };
-        for (offset, &index) in chunk.iter().enumerate() {
-            if let Some(&ahead) = chunk.get(offset + LOOKAHEAD) {
-                let ahead_id = posts.post(ahead as usize).post_id;
-                prefetch(self.posts.bucket_ptr(self.posts.hash(ahead_id), &g.epoch));
-                prefetch(self.tombstone_filter.word_ptr(ahead_id, &g.epoch));
-            }
-            // Relaxed: a hint to stop early; the join orders the outcome.
-            if offset % 4096 == 0 && refused.load(Ordering::Relaxed) {
-                break;
-            }
-            let post = &posts.post(index as usize);
-            let post_id = post.post_id;
-            if let Some(basis) = self.live_tombstone(post_id, &g) {
-                self.tombstone_dropped_create(post_id, basis, i64::from(post.created_at), &g);
-                out.report.count_drop(DropReason::Tombstoned);
-                continue;
-            }
-            let own_video = has_own_video(post);
-            let holders = IN_PRIMARY | if own_video { IN_VIDEO } else { 0 };
-            let Some(slot) = self.arena.publish(post, holders) else {
-                // No slot (every id in use or memory exhausted): not stored, counted as in the
-                // per-post path.
+/// Phase 1 for the posts `chunk` names (ranks from `first` on): drops tombstoned posts,
+/// publishes and indexes the others, sorted into the share of their author.
+#[allow(clippy::too_many_arguments)]
+fn publish_ranks<P: PostSource + ?Sized>(
+    tables: &StoreTables,
+    posts: &P,
+    chunk: &[u32],
+    first: u32,
+    workers: usize,
+    ranks: &Ranks,
+    refused: &AtomicBool,
+) -> Publishing {
+    let g = tables.guards();
+    let mut out = Publishing {
+        shares: vec![Vec::with_capacity(chunk.len() / workers + 16); workers],
+        slots: {
+            let slots = vec![0; chunk.len()];
+            crate::huge_memory::advise_huge(&slots);
+            slots
+        },
+        report: InsertReport::default(),
+        overflow_ranks: Vec::new(),
+        refused: None,
+    };
+    for (offset, &index) in chunk.iter().enumerate() {
+        if let Some(&ahead) = chunk.get(offset + LOOKAHEAD) {
+            let ahead_id = posts.post(ahead as usize).post_id;
+            tables.prefetch_post_bucket(ahead_id, &g.epoch);
+            tables.prefetch_tombstone_word(ahead_id, &g.epoch);
+        }
+        // Relaxed: a hint to stop early; the join orders the outcome.
+        if offset % 4096 == 0 && refused.load(Ordering::Relaxed) {
+            break;
+        }
+        let post = &posts.post(index as usize);
+        let post_id = post.post_id;
+        if tables.drops_create(post_id, i64::from(post.created_at), &g) {
+            out.report.count_drop(DropReason::Tombstoned);
+            continue;
+        }
+        let own_video = has_own_video(post);
+        let holders = IN_PRIMARY | if own_video { IN_VIDEO } else { 0 };
+        let slot = match tables.publish(post, holders, &g.epoch) {
+            Ok(slot) => slot,
+            // No slot (every id in use or memory exhausted): not stored, counted as in the
+            // per-post path.
+            Err(DropReason::NoSlot) => {
                 out.report.count_drop(DropReason::NoSlot);
                 continue;
-            };
-            let is_stored = |s: SlotId| self.arena.read(s, post_id).is_some();
-            if self
-                .posts
-                .insert_with(self.posts.hash(post_id), &g.epoch, is_stored, || Some(slot))
-                .is_err()
-            {
-                self.arena.unpublish_unshared(slot, post_id);
+            }
+            Err(_) => {
                 out.refused = Some(BulkRefusal::DuplicatePostId);
                 refused.store(true, Ordering::Relaxed);
                 break;
             }
-            out.report.inserted += 1;
-            let rank = first + offset as u32;
-            match ranks.cell(slot) {
-                // Relaxed: read after this thread is joined.
-                Some(cell) => cell.store(rank + 1, Ordering::Relaxed),
-                None => out.overflow_ranks.push((slot, rank)),
-            }
-            let hash = author_hash(post.author_id);
-            out.shares[hash as usize % workers].push(u64::from(hash) << 32 | u64::from(rank));
-            out.slots[offset] = slot;
-        }
-        out
-    }
-
-    /// Sorts one share's keys (`parts`: in rank order) by author hash and checks that no
-    /// author could hold more than `cap` video entries (only an author hash with more than
-    /// `cap` posts can hold one that could: just those posts are read).
-    fn group_share<P: PostSource + ?Sized>(
-        &self,
-        loaded: &Loaded<'_, P>,
-        parts: Vec<Vec<u64>>,
-    ) -> Share {
-        let mut keys = parts.concat();
-        drop(parts);
-        sort_by_author_hash(&mut keys);
-        let mut posts = Vec::new();
-        let refused = keys
-            .chunk_by(|a, b| a >> 32 == b >> 32)
-            .filter(|hashed| hashed.len() > self.cap)
-            .any(|hashed| {
-                loaded.block(hashed, &mut posts);
-                authors(&posts).any(|author| {
-                    author
-                        .iter()
-                        .filter(|p| p.own_video || p.video_repost)
-                        .count()
-                        > self.cap
-                })
-            })
-            .then_some(BulkRefusal::VideosOverCap);
-        Share { keys, refused }
-    }
-
-    /// Undoes phase 1 after a refusal: every published record leaves the index and the arena.
-    fn unpublish<P: PostSource + ?Sized>(&self, shares: &[Share], loaded: &Loaded<'_, P>) {
-        let epoch = crossbeam_epoch::pin();
-        let mut retired = Vec::new();
-        for &key in shares.iter().flat_map(|s| &s.keys) {
-            let (post_id, slot) = (loaded.post(key as u32).post_id, loaded.slot(key as u32));
-            self.posts
-                .remove_exact(self.posts.hash(post_id), slot, &epoch);
-            if self.arena.free(slot, post_id) {
-                retired.push(slot);
-            }
-        }
-        self.arena.retire(retired, &epoch);
-    }
-
-    /// Phase 2 for one share: each author's timelines, built whole, a block of keys at a time.
-    fn build_share<P: PostSource + ?Sized>(
-        &self,
-        share: &Share,
-        loaded: &Loaded<'_, P>,
-        ranks: &Ranks,
-    ) -> Built {
-        let g = self.guards();
-        let mut built = Built::default();
-        let mut scratch = AuthorScratch::default();
-        let mut posts = Vec::with_capacity(BLOCK_KEYS);
-        let mut start = 0;
-        while start < share.keys.len() {
-            let keys = next_block(&share.keys, start, BLOCK_KEYS);
-            start += keys.len();
-            loaded.block(keys, &mut posts);
-            let (mut done, mut prefetched) = (0, 0);
-            for author in authors(&posts) {
-                // The index buckets of the sources the next few dozen posts look up.
-                let until = (done + author.len() + SOURCE_LOOKAHEAD).min(posts.len());
-                for post in &posts[prefetched.max(done)..until] {
-                    if post.video_repost {
-                        let hashed = self.posts.hash(post.source_post_id);
-                        prefetch(self.posts.bucket_ptr(hashed, &g.epoch));
-                    }
-                }
-                prefetched = until;
-                self.build_author(author, ranks, &g, &mut scratch, &mut built);
-                done += author.len();
-            }
-        }
-        built
-    }
-
-    /// Phase 2 for one author (`posts` in rank order).
-    fn build_author(
-        &self,
-        posts: &[Published],
-        ranks: &Ranks,
-        g: &Guards<'_>,
-        scratch: &mut AuthorScratch,
-        built: &mut Built,
-    ) {
-        let cap = self.cap;
-        let AuthorScratch {
-            kind_ranks,
-            timelines,
-            videos,
-        } = scratch;
-        for list in kind_ranks.iter_mut() {
-            list.clear();
-        }
-        for list in timelines.iter_mut() {
-            list.clear();
-        }
-        videos.clear();
-        for post in posts {
-            kind_ranks[usize::from(post.primary)].push(post.rank);
-        }
-        let mut seen = [0usize; 2];
-        for post in posts {
-            let kind = usize::from(post.primary);
-            let index = seen[kind];
-            seen[kind] += 1;
-            // The rank of the insert that evicts this post from its primary timeline, if any.
-            let evicted_at = kind_ranks[kind].get(index + cap).copied();
-            let entry = post.entry();
-            match evicted_at {
-                None => timelines[kind].push(entry),
-                Some(_) => built.release.push((entry.post_id, entry.slot)),
-            }
-            let joins_videos = post.own_video
-                || (post.video_repost
-                    && self.repost_joins_videos(post, evicted_at, ranks, g, built)
-                    && self.arena.hold(entry.slot, entry.post_id, IN_VIDEO));
-            if joins_videos {
-                videos.push(entry);
-            }
-        }
-        // In timeline order (a promoted repost is out of rank order).
-        if !videos.is_sorted_by_key(TinyPost::key) {
-            videos.sort_unstable_by_key(TinyPost::key);
-        }
-        timelines[Kind::Videos as usize].extend_from_slice(videos);
-        let Some(author) = self.authors.get_or_create(posts[0].author_id, &g.epoch) else {
-            // Every author number in use: the per-post path indexes nothing either.
-            return;
         };
-        let _writer = author
-            .writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        out.report.inserted += 1;
+        let rank = first + offset as u32;
+        match ranks.cell(slot) {
+            // Relaxed: read after this thread is joined.
+            Some(cell) => cell.store(rank + 1, Ordering::Relaxed),
+            None => out.overflow_ranks.push((slot, rank)),
+        }
+        let hash = author_hash(post.author_id);
+        out.shares[hash as usize % workers].push(u64::from(hash) << 32 | u64::from(rank));
+        out.slots[offset] = slot;
+    }
+    out
+}
+
+/// Sorts one share's keys (`parts`: in rank order) by author hash and checks that no
+/// author could hold more than `cap` video entries (only an author hash with more than
+/// `cap` posts can hold one that could: just those posts are read).
+fn group_share<P: PostSource + ?Sized>(
+    tables: &StoreTables,
+    loaded: &Loaded<'_, P>,
+    parts: Vec<Vec<u64>>,
+) -> Share {
+    let mut keys = parts.concat();
+    drop(parts);
+    sort_by_author_hash(&mut keys);
+    let mut posts = Vec::new();
+    let refused = keys
+        .chunk_by(|a, b| a >> 32 == b >> 32)
+        .filter(|hashed| hashed.len() > tables.cap())
+        .any(|hashed| {
+            loaded.block(hashed, &mut posts);
+            authors(&posts).any(|author| {
+                author
+                    .iter()
+                    .filter(|p| p.own_video || p.video_repost)
+                    .count()
+                    > tables.cap()
+            })
+        })
+        .then_some(BulkRefusal::VideosOverCap);
+    Share { keys, refused }
+}
+
+/// Undoes phase 1 after a refusal: every published record leaves the index and the arena.
+fn unpublish<P: PostSource + ?Sized>(
+    tables: &StoreTables,
+    shares: &[Share],
+    loaded: &Loaded<'_, P>,
+) {
+    let epoch = crossbeam_epoch::pin();
+    let mut retired = Vec::new();
+    for &key in shares.iter().flat_map(|s| &s.keys) {
+        let (post_id, slot) = (loaded.post(key as u32).post_id, loaded.slot(key as u32));
+        tables.unpublish(post_id, slot, &epoch, &mut retired);
+    }
+    tables.retire(retired, &epoch);
+}
+
+/// Phase 2 for one share: each author's timelines, built whole, a block of keys at a time.
+fn build_share<P: PostSource + ?Sized>(
+    tables: &StoreTables,
+    share: &Share,
+    loaded: &Loaded<'_, P>,
+    ranks: &Ranks,
+) -> Built {
+    let g = tables.guards();
+    let mut built = Built::default();
+    let mut scratch = AuthorScratch::default();
+    let mut posts = Vec::with_capacity(BLOCK_KEYS);
+    let mut start = 0;
+    while start < share.keys.len() {
+        let keys = next_block(&share.keys, start, BLOCK_KEYS);
+        start += keys.len();
+        loaded.block(keys, &mut posts);
+        let (mut done, mut prefetched) = (0, 0);
+        for author in authors(&posts) {
+            // The index buckets of the sources the next few dozen posts look up.
+            let until = (done + author.len() + SOURCE_LOOKAHEAD).min(posts.len());
+            for post in &posts[prefetched.max(done)..until] {
+                if post.video_repost {
+                    tables.prefetch_post_bucket(post.source_post_id, &g.epoch);
+                }
+            }
+            prefetched = until;
+            build_author(tables, author, ranks, &g, &mut scratch, &mut built);
+            done += author.len();
+        }
+    }
+    built
+}
+
+/// Phase 2 for one author (`posts` in rank order).
+fn build_author(
+    tables: &StoreTables,
+    posts: &[Published],
+    ranks: &Ranks,
+    g: &Guards<'_>,
+    scratch: &mut AuthorScratch,
+    built: &mut Built,
+) {
+    let cap = tables.cap();
+    let AuthorScratch {
+        kind_ranks,
+        timelines,
+        videos,
+    } = scratch;
+    for list in kind_ranks.iter_mut() {
+        list.clear();
+    }
+    for list in timelines.iter_mut() {
+        list.clear();
+    }
+    videos.clear();
+    for post in posts {
+        kind_ranks[usize::from(post.primary)].push(post.rank);
+    }
+    let mut seen = [0usize; 2];
+    for post in posts {
+        let kind = usize::from(post.primary);
+        let index = seen[kind];
+        seen[kind] += 1;
+        // The rank of the insert that evicts this post from its primary timeline, if any.
+        let evicted_at = kind_ranks[kind].get(index + cap).copied();
+        let entry = post.entry();
+        match evicted_at {
+            None => timelines[kind].push(entry),
+            Some(_) => built.release.push((entry.post_id, entry.slot)),
+        }
+        let joins_videos = post.own_video
+            || (post.video_repost
+                && repost_joins_videos(tables, post, evicted_at, ranks, g, built)
+                && tables.hold_video(entry.slot, entry.post_id));
+        if joins_videos {
+            videos.push(entry);
+        }
+    }
+    // In timeline order (a promoted repost is out of rank order).
+    if !videos.is_sorted_by_key(TinyPost::key) {
+        videos.sort_unstable_by_key(TinyPost::key);
+    }
+    timelines[Kind::Videos as usize].extend_from_slice(videos);
+    // False when every author number is in use: the per-post path indexes nothing either.
+    if tables.fill_author(posts[0].author_id, timelines, &g.epoch) {
         for (kind, list) in timelines.iter().enumerate() {
-            author.timelines[kind].fill_fresh(list, cap, &g.epoch);
             built.entries[kind] += list.len() as isize;
         }
     }
+}
 
-    /// Whether the per-post path puts the video repost `post` into its author's videos
-    /// timeline (at its own insert or when its source arrives). Records in `built.pending` a
-    /// repost that waits for its source.
-    fn repost_joins_videos(
-        &self,
-        post: &Published,
-        evicted_at: Option<u32>,
-        ranks: &Ranks,
-        g: &Guards<'_>,
-        built: &mut Built,
-    ) -> bool {
-        let (source_id, rank) = (post.source_post_id, post.rank);
-        let source = self
-            .posts
-            .get(self.posts.hash(source_id), &g.epoch, |slot| {
-                self.arena
-                    .read(slot, source_id)
-                    .map(|record| (slot, record))
-            })
-            .and_then(|(slot, record)| Some((ranks.get(slot)?, record)));
-        let shard = self.directory.is_some();
-        match source {
-            // Stored before the repost: the videos rule decides at its insert.
-            Some((source_rank, source)) if source_rank < rank => {
-                self.is_video_source(&source, g.now)
-            }
-            // A shard indexes every repost whose source is not stored (yet).
-            _ if shard => true,
-            // Stored after the repost: promoted when it arrives, if it is a video source and
-            // the repost was not evicted meanwhile.
-            Some((source_rank, source)) if source_rank > rank && has_own_video(&source) => {
-                evicted_at.is_none_or(|evicted| source_rank < evicted)
-            }
-            _ => {
-                let waiting = PendingRepost {
-                    post_id: post.post_id,
-                    author_id: post.author_id,
-                    created_at: post.created_at,
-                };
-                built.pending.push((source_id, rank, waiting));
-                false
-            }
+/// Whether the per-post path puts the video repost `post` into its author's videos
+/// timeline (at its own insert or when its source arrives). Records in `built.pending` a
+/// repost that waits for its source.
+fn repost_joins_videos(
+    tables: &StoreTables,
+    post: &Published,
+    evicted_at: Option<u32>,
+    ranks: &Ranks,
+    g: &Guards<'_>,
+    built: &mut Built,
+) -> bool {
+    let (source_id, rank) = (post.source_post_id, post.rank);
+    let source = tables
+        .lookup_with_slot(source_id, &g.epoch)
+        .and_then(|(slot, record)| Some((ranks.get(slot)?, record)));
+    let shard = tables.is_shard();
+    match source {
+        // Stored before the repost: the videos rule decides at its insert.
+        Some((source_rank, source)) if source_rank < rank => tables.is_video_source(&source, g.now),
+        // A shard indexes every repost whose source is not stored (yet).
+        _ if shard => true,
+        // Stored after the repost: promoted when it arrives, if it is a video source and
+        // the repost was not evicted meanwhile.
+        Some((source_rank, source)) if source_rank > rank && has_own_video(&source) => {
+            evicted_at.is_none_or(|evicted| source_rank < evicted)
+        }
+        _ => {
+            let waiting = PendingRepost {
+                post_id: post.post_id,
+                author_id: post.author_id,
+                created_at: post.created_at,
+            };
+            built.pending.push((source_id, rank, waiting));
+            false
         }
     }
+}
 
-    /// The end of the build: pending reposts by source (in rank order), records held by no
-    /// timeline freed, entry counts.
-    fn finish(&self, built: Vec<Built>) {
-        let g = self.guards();
-        let mut pending = Vec::new();
-        let mut retired = Vec::new();
-        for share in built {
-            pending.extend(share.pending);
-            for (post_id, slot) in share.release {
-                if self.arena.release(slot, post_id, IN_PRIMARY) == Release::Freed {
-                    self.posts
-                        .remove_exact(self.posts.hash(post_id), slot, &g.epoch);
-                    retired.push(slot);
-                }
-            }
-            for (kind, n) in share.entries.into_iter().enumerate() {
-                self.entries[kind].add(n);
-            }
+/// The end of the build: pending reposts by source (in rank order), records held by no
+/// timeline freed, entry counts.
+fn finish(tables: &StoreTables, built: Vec<Built>) {
+    let g = tables.guards();
+    let mut pending = Vec::new();
+    let mut retired = Vec::new();
+    for share in built {
+        pending.extend(share.pending);
+        for (post_id, slot) in share.release {
+            // Only primary timelines let go of posts here (never the videos one).
+            tables.release(post_id, slot, Kind::Originals, &g.epoch, &mut retired);
         }
-        pending.sort_unstable_by_key(|&(source, rank, _)| (source, rank));
-        for group in pending.chunk_by(|a, b| a.0 == b.0) {
-            let waiting = group.iter().map(|&(_, _, repost)| repost).collect();
-            self.pending_videos.insert(group[0].0, waiting, &g.maps);
+        for (kind, n) in Kind::ALL.into_iter().zip(share.entries) {
+            tables.count_entries(kind, n);
         }
-        self.arena.retire(retired, &g.epoch);
     }
+    pending.sort_unstable_by_key(|&(source, rank, _)| (source, rank));
+    for group in pending.chunk_by(|a, b| a.0 == b.0) {
+        let waiting = group.iter().map(|&(_, _, repost)| repost).collect();
+        tables.set_waiting(group[0].0, waiting, &g);
+    }
+    tables.retire(retired, &g.epoch);
 }
 
 /// Per-thread buffers reused from one author to the next.
@@ -753,7 +722,7 @@ mod tests {
     use super::*;
     use crate::post::LightPost;
     use crate::snapshot::in_timeline_order;
-    use crate::{FeedQuery, ManualClock, StoreConfig};
+    use crate::{FeedQuery, ManualClock, PostStore, StoreConfig};
     use std::sync::Arc;
 
     const NOW: i64 = 1_700_000_000;
@@ -791,19 +760,18 @@ mod tests {
         ]);
         let (bulk, per_post) = (store(), store());
         for s in [&bulk, &per_post] {
-            let g = s.guards();
-            assert!(s.restore_tombstone(2, NOW - 500, &g));
+            let g = s.tables().guards();
+            assert!(s.tables().restore_tombstone(2, NOW - 500, &g));
         }
-        let report = bulk
-            .bulk_load(&posts, &in_timeline_order(&posts, 2), 2)
+        let report = bulk_load(bulk.tables(), &posts, &in_timeline_order(&posts, 2), 2)
             .expect("built in bulk");
         let light: Vec<LightPost> = posts.iter().map(|p| p.to_light()).collect();
         assert_eq!(report, per_post.insert_posts(&light));
         assert_eq!(report.tombstoned, 1);
         for s in [&bulk, &per_post] {
             assert_eq!(feed(s, &[7, 8]), vec![3, 1]);
-            let g = s.guards();
-            assert_eq!(s.live_tombstone(2, &g), Some(NOW - 40));
+            let g = s.tables().guards();
+            assert_eq!(s.tables().live_tombstone(2, &g), Some(NOW - 40));
         }
     }
 
@@ -821,12 +789,12 @@ mod tests {
         )));
         let bulk = store();
         assert_eq!(
-            bulk.bulk_load(&posts, &in_timeline_order(&posts, 2), 2),
+            bulk_load(bulk.tables(), &posts, &in_timeline_order(&posts, 2), 2),
             Err(BulkRefusal::DuplicatePostId)
         );
         assert_eq!(bulk.stats().posts, 0);
         assert_eq!(bulk.stats().authors, 0);
-        assert!(bulk.lookup(77, &crossbeam_epoch::pin()).is_none());
+        assert!(bulk.tables().lookup(77, &crossbeam_epoch::pin()).is_none());
         assert!(feed(&bulk, &[1, 999]).is_empty());
     }
 
@@ -839,7 +807,7 @@ mod tests {
             LightPost::original(2, 3, NOW - 4),
         ]);
         assert_eq!(
-            shard.bulk_load(&posts, &in_timeline_order(&posts, 2), 2),
+            bulk_load(shard.tables(), &posts, &in_timeline_order(&posts, 2), 2),
             Err(BulkRefusal::ForeignAuthor)
         );
         assert_eq!(shard.stats().posts, 0);
@@ -862,15 +830,16 @@ mod tests {
         let small = posts.iter().filter(|p| p.fits_small()).count();
         assert!(small > 0 && small < posts.len(), "both classes");
         let store = store();
+        let tables = store.tables();
         let ranks = Ranks::for_posts(&posts, 2);
         let slots: Vec<SlotId> = std::thread::scope(|scope| {
             let handles: Vec<_> = posts
                 .chunks(posts.len() / 2)
                 .map(|half| {
-                    let store = &store;
                     scope.spawn(move || {
+                        let epoch = &crossbeam_epoch::pin();
                         half.iter()
-                            .map(|p| store.arena.publish(p, IN_PRIMARY).expect("a slot"))
+                            .map(|p| tables.publish(p, IN_PRIMARY, epoch).expect("a slot"))
                             .collect::<Vec<_>>()
                     })
                 })
@@ -920,8 +889,7 @@ mod tests {
             .collect();
         let posts = records(&light);
         let (bulk, per_post) = (store(), store());
-        let report = bulk
-            .bulk_load(&posts, &in_timeline_order(&posts, 2), 2)
+        let report = bulk_load(bulk.tables(), &posts, &in_timeline_order(&posts, 2), 2)
             .expect("built in bulk");
         assert_eq!(report, per_post.insert_posts(&light));
         for authors in [&[a][..], &[b], &[a, b]] {

@@ -1,9 +1,10 @@
 //! [`Store`]: the one contract every post store implements (the engine, the test model and the
 //! benchmark's reference baseline), so that benches and rule tests drive them interchangeably.
 
+use crate::feed_query::{FeedQuery, OwnedQuery, QueryOutcome};
 use crate::post::{DeleteEvent, EventBatch, LightPost};
-use crate::query::{FeedQuery, QueryOutcome};
-use crate::store::{DeleteReport, InsertReport, PostStore, TrimReport};
+use crate::report::{DeleteReport, InsertReport, TrimReport};
+use crate::store::PostStore;
 
 /// A post store: ingest, delete, trim and the two feed queries, all through `&self` so one store
 /// can be shared by concurrent writers and readers.
@@ -28,6 +29,15 @@ pub trait Store: Send + Sync {
 
     /// Number of stored post records.
     fn stored_posts(&self) -> usize;
+
+    /// The answer to `query`'s question (the feed or the videos).
+    fn answer(&self, query: &OwnedQuery) -> QueryOutcome {
+        if query.videos {
+            self.get_videos_by_users(&query.feed())
+        } else {
+            self.get_all_posts_by_users(&query.feed())
+        }
+    }
 
     /// Applies `batch`: `insert_posts` with its creates, then `mark_as_deleted` with its deletes
     /// (an empty half is not called).

@@ -29,8 +29,9 @@
 //! not counted, which is how a replica that never indexed it behaves.
 
 use crate::arena::CompactPost;
-use crate::post::LightPost;
-use crate::store::{DropReason, Guards, PostStore};
+use crate::config::TRIM_FRACTION;
+use crate::report::{DirectoryStats, DropReason};
+use crate::shard::ShardId;
 use std::sync::{PoisonError, RwLock};
 
 /// Number of independently locked fact tables (a power of two).
@@ -45,7 +46,7 @@ const HAS_PARENT: u64 = 1 << 34;
 const PACKED_BITS: u64 = HAS_PARENT | VIDEO_SHAPE | ORIGINAL | u32::MAX as u64;
 
 /// Checks a fact read from a snapshot: only known bits, a parent id exactly when the packed
-/// word says so, and never on an original (the shapes `insert_fact` writes).
+/// word says so, and never on an original (the shapes `insert` writes).
 pub(crate) fn fact_record_is_valid(&(_, packed, parent): &FactRecord) -> bool {
     let has_parent = packed & HAS_PARENT != 0;
     packed & !PACKED_BITS == 0
@@ -66,7 +67,8 @@ pub(crate) struct Fact {
 }
 
 impl Fact {
-    fn of_record(post: &CompactPost) -> Self {
+    /// The facts of a stored record.
+    pub(crate) fn of_record(post: &CompactPost) -> Self {
         Self {
             created_at: post.created_at,
             original: post.is_original(),
@@ -79,6 +81,31 @@ impl Fact {
     pub(crate) fn is_original(&self) -> bool {
         self.original
     }
+
+    /// `has_video && !is_reply`: a video source while it has not expired.
+    pub(crate) fn has_video_source_shape(&self) -> bool {
+        self.video_shape
+    }
+
+    /// The packed word a table keeps for this fact.
+    fn packed(&self) -> u64 {
+        let mut packed = u64::from(self.created_at);
+        if self.original {
+            packed |= ORIGINAL;
+        }
+        if self.video_shape {
+            packed |= VIDEO_SHAPE;
+        }
+        if self.has_parent() {
+            packed |= HAS_PARENT;
+        }
+        packed
+    }
+
+    /// A parent id the table keeps beside the packed word (never for an original).
+    fn has_parent(&self) -> bool {
+        !self.original && self.in_reply_to_post_id != 0
+    }
 }
 
 #[derive(Default)]
@@ -88,30 +115,14 @@ struct FactTable {
     parents: FactMap<i64>,
 }
 
-/// Sizes of a shard's fact directory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DirectoryStats {
-    /// Facts held (posts of authors this shard does not own).
-    pub facts: usize,
-    /// Parent ids held (non-original facts with a parent).
-    pub parent_ids: usize,
-    /// Bytes allocated by the hash tables (buckets and control bytes, at their capacity).
-    pub table_bytes: usize,
-}
-
-/// Which shard of an author-sharded fleet a store is: shard `index` of `count`. Recorded in
-/// snapshots, so a shard never loads another shard's (or a full store's) snapshot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ShardId {
-    /// This shard, `0 ..count`.
-    pub index: u32,
-    /// Number of shards, at least 1.
-    pub count: u32,
-}
-
-impl std::fmt::Display for ShardId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
+impl FactTable {
+    /// The parent id kept for `post_id`, whose packed word is `packed`; 0 for none.
+    fn parent(&self, post_id: i64, packed: u64) -> i64 {
+        if packed & HAS_PARENT != 0 {
+            self.parents.get(&post_id).copied().unwrap_or(0)
+        } else {
+            0
+        }
     }
 }
 
@@ -122,7 +133,7 @@ pub(crate) type FactRecord = (i64, u64, i64);
 /// The facts of the posts a shard does not own, and which authors it owns.
 pub(crate) struct FactDirectory {
     owns: Box<dyn Fn(i64) -> bool + Send + Sync>,
-    /// Behind one thin pointer, so a store's `Option<FactDirectory>` stays three words.
+    /// Behind one thin pointer, so the tables' `Option<FactDirectory>` stays three words.
     shared: Box<Shared>,
 }
 
@@ -158,6 +169,8 @@ fn table_bytes(capacity: usize, entry_bytes: usize) -> usize {
 }
 
 impl FactDirectory {
+    /// An empty directory of the shard that owns the authors `owns` accepts; `id` when the
+    /// shard's place in its fleet is known.
     pub(crate) fn new(owns: Box<dyn Fn(i64) -> bool + Send + Sync>, id: Option<ShardId>) -> Self {
         Self {
             owns,
@@ -168,32 +181,45 @@ impl FactDirectory {
         }
     }
 
+    /// True when this shard keeps the full records of `author_id`'s posts.
     pub(crate) fn owns(&self, author_id: i64) -> bool {
         (self.owns)(author_id)
     }
 
-    fn get(&self, post_id: i64) -> Option<Fact> {
-        let table = self.shared.tables[table_index(post_id)]
+    /// The shard's identity, if it was given.
+    pub(crate) fn id(&self) -> Option<ShardId> {
+        self.shared.id
+    }
+
+    fn read(&self, table: usize) -> std::sync::RwLockReadGuard<'_, FactTable> {
+        self.shared.tables[table]
             .read()
-            .unwrap_or_else(PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self, table: usize) -> std::sync::RwLockWriteGuard<'_, FactTable> {
+        self.shared.tables[table]
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The facts of `post_id`, if held (expired or not).
+    pub(crate) fn get(&self, post_id: i64) -> Option<Fact> {
+        let table = self.read(table_index(post_id));
         let packed = *table.facts.get(&post_id)?;
-        let in_reply_to_post_id = if packed & HAS_PARENT != 0 {
-            table.parents.get(&post_id).copied().unwrap_or(0)
-        } else {
-            0
-        };
         Some(Fact {
             created_at: packed as u32,
             original: packed & ORIGINAL != 0,
             video_shape: packed & VIDEO_SHAPE != 0,
-            in_reply_to_post_id,
+            in_reply_to_post_id: table.parent(post_id, packed),
         })
     }
 
+    /// The directory's sizes.
     pub(crate) fn stats(&self) -> DirectoryStats {
         let mut stats = DirectoryStats::default();
-        for table in self.shared.tables.iter() {
-            let table = table.read().unwrap_or_else(PoisonError::into_inner);
+        for table in 0..FACT_SHARDS {
+            let table = self.read(table);
             stats.facts += table.facts.len();
             stats.parent_ids += table.parents.len();
             stats.table_bytes +=
@@ -201,86 +227,80 @@ impl FactDirectory {
         }
         stats
     }
-}
 
-impl PostStore {
-    /// Makes this store one author shard: it keeps the full records of the authors `owns`
-    /// accepts and, for every other author's post, only the facts the query rules read (see
-    /// the `directory` module docs). Its answers for queries about its own authors then equal a
-    /// full replica's given the same events, whatever authors the query also names.
-    pub fn with_fact_directory(
-        mut self,
-        owns: impl Fn(i64) -> bool + Send + Sync + 'static,
-    ) -> Self {
-        self.directory = Some(FactDirectory::new(Box::new(owns), None));
-        self
+    /// Records the facts of `post` (its time checks passed), unless the first create of its
+    /// id won before (`Duplicate`) or `tombstoned` says a live tombstone drops it
+    /// (`Tombstoned`). `tombstoned` runs under the write lock of the fact's table: a delete
+    /// writes its tombstone before it takes that lock to remove the fact, so whichever takes
+    /// the lock second sees the other.
+    pub(crate) fn insert(
+        &self,
+        post: &CompactPost,
+        tombstoned: impl FnOnce() -> bool,
+    ) -> Option<DropReason> {
+        let post_id = post.post_id;
+        let fact = Fact::of_record(post);
+        let mut table = self.write(table_index(post_id));
+        if tombstoned() {
+            return Some(DropReason::Tombstoned);
+        }
+        if table.facts.contains_key(&post_id) {
+            return Some(DropReason::Duplicate);
+        }
+        if fact.has_parent() {
+            table.parents.insert(post_id, fact.in_reply_to_post_id);
+        }
+        table.facts.insert(post_id, fact.packed());
+        None
     }
 
-    /// [`with_fact_directory`](Self::with_fact_directory) for shard `id` of a fleet: the same
-    /// store, which also knows which shard it is, so it can write snapshots (their header
-    /// records `id`) and refuses to load any snapshot not written by the same shard. `owns`
-    /// must be the ownership rule of shard `id`.
-    pub fn with_author_shard(
-        mut self,
-        id: ShardId,
-        owns: impl Fn(i64) -> bool + Send + Sync + 'static,
-    ) -> Self {
-        self.directory = Some(FactDirectory::new(Box::new(owns), Some(id)));
-        self
+    /// Removes the fact of `post_id` (deleted: its tombstone is already written); the
+    /// removed fact's `created_at`, if there was one.
+    pub(crate) fn remove(&self, post_id: i64) -> Option<u32> {
+        let mut table = self.write(table_index(post_id));
+        table.parents.remove(&post_id);
+        table.facts.remove(&post_id).map(|packed| packed as u32)
     }
 
-    /// The shard this store is, if it was built with
-    /// [`with_author_shard`](Self::with_author_shard); `None` for a full store.
-    pub fn shard_id(&self) -> Option<ShardId> {
-        self.directory.as_ref().and_then(|d| d.shared.id)
-    }
-
-    /// The unexpired facts of fact table `table` (of [`FACT_SHARDS`]) at `now`, appended to
-    /// `out`. Holds that table's read lock while it copies (no reader waits; a writer of that
-    /// table waits for the copy).
-    pub(crate) fn copy_facts(&self, table: usize, now: i64, out: &mut Vec<FactRecord>) {
-        let Some(directory) = self.directory.as_ref() else {
-            return;
-        };
-        let table = directory.shared.tables[table]
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+    /// The facts of table `table` (of [`FACT_SHARDS`]) not `expired` (by `created_at`),
+    /// appended to `out`. Holds that table's read lock while it copies (no reader waits; a
+    /// writer of that table waits for the copy).
+    pub(crate) fn copy(
+        &self,
+        table: usize,
+        expired: impl Fn(u32) -> bool,
+        out: &mut Vec<FactRecord>,
+    ) {
+        let table = self.read(table);
         out.reserve(table.facts.len());
         for (&post_id, &packed) in &table.facts {
-            if self.expired(packed as u32, now) {
-                continue;
+            if !expired(packed as u32) {
+                out.push((post_id, packed, table.parent(post_id, packed)));
             }
-            let parent = if packed & HAS_PARENT != 0 {
-                table.parents.get(&post_id).copied().unwrap_or(0)
-            } else {
-                0
-            };
-            out.push((post_id, packed, parent));
         }
     }
 
-    /// Restores facts read from a snapshot into this shard's directory, by the rules of
-    /// [`insert_fact`](Self::insert_fact): an expired fact is skipped, a live tombstone drops
-    /// it (raising the basis), the first fact of an id wins. Restore tombstones first. The
-    /// number restored.
-    pub(crate) fn restore_facts(&self, facts: &[FactRecord], g: &Guards<'_>) -> usize {
-        let Some(directory) = self.directory.as_ref() else {
-            return 0;
-        };
+    /// Restores facts read from a snapshot, by the rules of [`insert`](Self::insert): an
+    /// `expired` fact is skipped, one that `tombstoned(post_id, created_at)` drops too, the
+    /// first fact of an id wins. The number restored.
+    pub(crate) fn restore(
+        &self,
+        facts: &[FactRecord],
+        expired: impl Fn(u32) -> bool,
+        mut tombstoned: impl FnMut(i64, i64) -> bool,
+    ) -> usize {
         let mut by_table: Vec<Vec<FactRecord>> = vec![Vec::new(); FACT_SHARDS];
         for &fact in facts {
-            if !self.expired(fact.1 as u32, g.now) {
+            if !expired(fact.1 as u32) {
                 by_table[table_index(fact.0)].push(fact);
             }
         }
         let mut restored = 0;
-        for (table, facts) in directory.shared.tables.iter().zip(by_table) {
-            let mut table = table.write().unwrap_or_else(PoisonError::into_inner);
+        for (index, facts) in by_table.into_iter().enumerate() {
+            let mut table = self.write(index);
             table.facts.reserve(facts.len());
             for (post_id, packed, parent) in facts {
-                let created_at = i64::from(packed as u32);
-                if let Some(basis) = self.live_tombstone(post_id, g) {
-                    self.tombstone_dropped_create(post_id, basis, created_at, g);
+                if tombstoned(post_id, i64::from(packed as u32)) {
                     continue;
                 }
                 if table.facts.contains_key(&post_id) {
@@ -296,95 +316,14 @@ impl PostStore {
         restored
     }
 
-    /// Sizes of the fact directory; `None` for a full (unsharded) store.
-    pub fn directory_stats(&self) -> Option<DirectoryStats> {
-        self.directory.as_ref().map(FactDirectory::stats)
-    }
-
-    /// True when `post` goes to the fact directory rather than the store (a shard that does not
-    /// own its author).
-    #[inline]
-    pub(crate) fn is_foreign(&self, post: &LightPost) -> bool {
-        self.is_foreign_author(post.author_id)
-    }
-
-    /// True on a shard that does not own `author_id` (it then has no timeline of that author:
-    /// a query skips it without probing the author map).
-    #[inline]
-    pub(crate) fn is_foreign_author(&self, author_id: i64) -> bool {
-        self.directory.as_ref().is_some_and(|d| !d.owns(author_id))
-    }
-
-    /// Records the facts of a post of an author this shard does not own. The time checks have
-    /// passed; the store's tombstone and first-create-wins rules apply.
-    pub(crate) fn insert_fact(&self, post: &LightPost, g: &Guards<'_>) -> Option<DropReason> {
-        let directory = self.directory.as_ref()?;
-        let post_id = post.post_id;
-        let record = CompactPost::from_light(post);
-        let mut table = directory.shared.tables[table_index(post_id)]
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        // Under the write lock: a delete writes its tombstone before taking this lock.
-        if let Some(basis) = self.live_tombstone(post_id, g) {
-            self.tombstone_dropped_create(post_id, basis, post.created_at, g);
-            return Some(DropReason::Tombstoned);
-        }
-        if table.facts.contains_key(&post_id) {
-            return Some(DropReason::Duplicate);
-        }
-        let fact = Fact::of_record(&record);
-        let mut packed = u64::from(fact.created_at);
-        if fact.original {
-            packed |= ORIGINAL;
-        }
-        if fact.video_shape {
-            packed |= VIDEO_SHAPE;
-        }
-        if !fact.original && fact.in_reply_to_post_id != 0 {
-            packed |= HAS_PARENT;
-            table.parents.insert(post_id, fact.in_reply_to_post_id);
-        }
-        table.facts.insert(post_id, packed);
-        None
-    }
-
-    /// Removes the fact of a deleted post (its tombstone is already written) and raises the
-    /// tombstone's basis to the post's `created_at`, as removing a stored record does.
-    pub(crate) fn forget_fact(&self, post_id: i64, g: &Guards<'_>) {
-        let Some(directory) = self.directory.as_ref() else {
-            return;
-        };
-        let removed = {
-            let mut table = directory.shared.tables[table_index(post_id)]
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            table.parents.remove(&post_id);
-            table.facts.remove(&post_id)
-        };
-        if let Some(packed) = removed {
-            let created_at = i64::from(packed as u32);
-            self.tombstones
-                .update(post_id, |old| (*old).max(created_at), &g.maps);
-        }
-    }
-
-    /// Frees the facts that expired, in the tables `shard` (mod `TRIM_FRACTION`) stands for.
-    pub(crate) fn trim_facts(&self, shard: usize, now: i64) {
-        let Some(directory) = self.directory.as_ref() else {
-            return;
-        };
-        let fraction = crate::config::TRIM_FRACTION;
-        for table in directory
-            .shared
-            .tables
-            .iter()
-            .skip(shard % fraction)
-            .step_by(fraction)
-        {
-            let mut table = table.write().unwrap_or_else(PoisonError::into_inner);
+    /// Frees the `expired` facts (by `created_at`), in the tables `shard` (mod
+    /// `TRIM_FRACTION`) stands for.
+    pub(crate) fn trim(&self, shard: usize, expired: impl Fn(u32) -> bool) {
+        for index in (shard % TRIM_FRACTION..FACT_SHARDS).step_by(TRIM_FRACTION) {
+            let mut table = self.write(index);
             let FactTable { facts, parents } = &mut *table;
             facts.retain(|post_id, packed| {
-                let keep = !self.expired(*packed as u32, now);
+                let keep = !expired(*packed as u32);
                 if !keep && *packed & HAS_PARENT != 0 {
                     parents.remove(post_id);
                 }
@@ -394,29 +333,6 @@ impl PostStore {
                 facts.shrink_to_fit();
                 parents.shrink_to_fit();
             }
-        }
-    }
-
-    /// The facts of `post_id`: from its stored record, or from the directory on a shard that
-    /// does not own its author.
-    #[inline]
-    pub(crate) fn fact(&self, post_id: i64, epoch: &crossbeam_epoch::Guard) -> Option<Fact> {
-        match self.lookup(post_id, epoch) {
-            Some(record) => Some(Fact::of_record(&record)),
-            None => self.directory.as_ref()?.get(post_id),
-        }
-    }
-
-    /// The videos rule for a repost's source (see `is_video_source`), wherever it is stored.
-    #[inline]
-    pub(crate) fn source_is_video(&self, source_post_id: i64, g: &Guards<'_>, now: i64) -> bool {
-        match self.lookup(source_post_id, &g.epoch) {
-            Some(source) => self.is_video_source(&source, now),
-            None => self
-                .directory
-                .as_ref()
-                .and_then(|d| d.get(source_post_id))
-                .is_some_and(|f| f.video_shape && !self.expired(f.created_at, now)),
         }
     }
 }

@@ -33,18 +33,33 @@
 //!   16-byte `TinyPost {post_id, created_at, slot}` ordered by `created_at`, growing from 4
 //!   entries up to the cap (`MAX_POSTING_LIST_SIZE`) and shrinking after trims.
 //!
-//! [`PostStore`] is one type whose `impl` blocks are split by concern; each file imports
-//! `store.rs`, which imports none of them but `directory.rs` (a shard's fact directory is one
-//! of its fields):
-//! - `store.rs`: the type, its construction, inserts, deletes, trims and stats;
-//! - `query.rs`: the read path (`get_all_posts_by_users`, `get_videos_by_users`);
-//! - `directory.rs`: the author shard (`with_author_shard`) and its fact directory;
-//! - `bulk.rs`: the bulk build of a fresh store from a snapshot's posts;
-//! - `snapshot/write.rs` and `snapshot/load.rs`: writing a snapshot and loading one;
-//! - `contract.rs`: the [`Store`] trait the tests run against every store.
-//!
-//! Helpers several of them need (`prefetch.rs`, `arena.rs`, `timeline.rs`, `index.rs`) are
-//! leaves below them.
+//! # Files
+//! [`PostStore`] (`store.rs`) is a thin public face over private tables: each of its methods
+//! calls the part that does the work, and no part reads the face's field or calls it back.
+//! - `store.rs`: [`PostStore`] and [`StoreConfig`], the face;
+//! - `tables.rs`: `StoreTables`, the tables (arena, post index, authors, tombstones, waiting
+//!   reposts, a shard's fact directory) and the narrow methods that keep them consistent with
+//!   one another, the insert/delete orderings included;
+//! - `write.rs`: the write path (insert, delete, trim and their reference rules);
+//! - `query.rs`: the read path (the newest-first merge); `feed_query.rs`: what a query asks
+//!   ([`FeedQuery`], [`OwnedQuery`], the one per-author clamp [`PerAuthorLimits`]) and what it
+//!   answers ([`QueryOutcome`]);
+//! - `snapshot/`, one concept a file: `mod.rs` the format's doc, `format.rs` constants,
+//!   header, errors, record codec and CRC32C, `reader.rs` the streamed reader and verify,
+//!   `mapped.rs` the in-place reader of a mapped file, `order.rs` timeline order and the thread
+//!   fan-out, `write.rs` the writer, `load.rs` the load (verify everything, then restore and
+//!   build); `bulk.rs`: the load's bulk build of a fresh store (equal to the insert path's);
+//! - `directory.rs`: `FactDirectory`, an author shard's facts of other shards' posts, with its
+//!   own methods (it knows nothing of the store; `tables.rs` calls it); `shard.rs`: [`ShardId`];
+//! - `report.rs`: what the calls report ([`InsertReport`], [`StoreStats`], ...);
+//! - `contract.rs`: the [`Store`] trait every store (engine, model, baseline) implements;
+//! - leaves below them: `arena.rs` (record slots), `index.rs` (the tag index), `authors.rs`
+//!   (author records and their timelines), `timeline.rs` (the rings), `tombstone_filter.rs`,
+//!   `counter.rs` (per-thread counters), `huge_memory.rs` (huge-page mappings), `prefetch.rs`,
+//!   `sync.rs` (the atomics shim the loom models plug into);
+//! - value types: `post.rs` ([`LightPost`] and the events), `page.rs` (answer order, page
+//!   positions, time bounds), `seen.rs` ([`SeenFilter`]), `clock.rs`, `config.rs` (the
+//!   reference's constants); `BEHAVIOUR.md`: the exact rules.
 //!
 //! # Consistency
 //! Readers take no lock and never wait: they pin, read one consistent buffer per timeline and
@@ -80,26 +95,31 @@ mod authors;
 mod bulk;
 mod counter;
 mod directory;
+mod feed_query;
 mod huge_memory;
 mod index;
 mod prefetch;
 mod query;
+mod report;
+mod shard;
 pub mod snapshot;
 mod store;
 mod sync;
+mod tables;
 mod timeline;
 mod tombstone_filter;
+mod write;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::Store;
-pub use directory::{DirectoryStats, FACT_SHARDS, ShardId};
+pub use directory::FACT_SHARDS;
+pub use feed_query::{FeedQuery, OwnedQuery, PerAuthorLimits, QueryOutcome};
 pub use page::{AnswerWindow, PagePosition};
 pub use post::{DeleteEvent, EventBatch, LightPost, PostEvent};
-pub use query::{FeedQuery, QueryOutcome};
+pub use report::{DeleteReport, DirectoryStats, DropReason, InsertReport, StoreStats, TrimReport};
 pub use seen::SeenFilter;
-pub use store::{
-    DeleteReport, DropReason, InsertReport, PostStore, StoreConfig, StoreStats, TrimReport,
-};
+pub use shard::ShardId;
+pub use store::{PostStore, StoreConfig};
 
 /// The post index on its own, for `benches/src/bin/index_compare.rs`, which measures it
 /// against general concurrent maps; and the query's walk switch, for `compare --walks`, which

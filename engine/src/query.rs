@@ -29,76 +29,19 @@
 //! between queries.
 
 use crate::arena::CompactPost;
-use crate::config::{
-    MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR, MAX_TINY_POSTS_PER_USER_SCAN,
-    MAX_VIDEO_POSTS_PER_AUTHOR,
-};
+use crate::authors::{Author, Kind};
+use crate::config::{MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEO_POSTS_PER_AUTHOR};
+use crate::feed_query::{FeedQuery, QueryOutcome};
 use crate::index::Hashed;
-use crate::page::AnswerWindow;
-use crate::post::LightPost;
 use crate::prefetch::prefetch;
 use crate::seen::SeenFilter;
-use crate::store::{Author, Kind, PostStore};
+use crate::tables::StoreTables;
 use crate::timeline::{RingView, Timeline, TinyPost};
 use bumpalo::Bump;
 use bumpalo::collections::Vec as BumpVec;
 use crossbeam_epoch::Guard;
 use std::cell::RefCell;
 use std::time::Instant;
-
-/// A "newest posts of these authors" request. Limits above the reference caps are clamped.
-#[derive(Clone, Debug)]
-pub struct FeedQuery<'a> {
-    /// The viewer (for the self-repost filter).
-    pub viewer_id: i64,
-    /// The authors to read, in request order.
-    pub authors: &'a [i64],
-    /// Post ids never to return.
-    pub exclude: &'a [i64],
-    /// Post ids the viewer has seen, as a compact filter: skipped like `exclude` (false
-    /// positives included).
-    pub seen: Option<&'a SeenFilter>,
-    /// Time bounds and the page position the answer continues after.
-    pub window: AnswerWindow,
-    /// Most posts in the answer.
-    pub max_results: usize,
-    /// Per-author originals limit (clamped to `MAX_ORIGINAL_POSTS_PER_AUTHOR`).
-    pub max_originals_per_author: usize,
-    /// Per-author replies+reposts limit (clamped to `MAX_REPLY_POSTS_PER_AUTHOR`; 0 skips).
-    pub max_secondary_per_author: usize,
-    /// Stop and return what was found when this passes.
-    pub deadline: Option<Instant>,
-}
-
-impl<'a> FeedQuery<'a> {
-    /// A query with the reference defaults: no exclusions, 1200 results, 50 / 30 per author.
-    pub fn new(viewer_id: i64, authors: &'a [i64]) -> Self {
-        Self {
-            viewer_id,
-            authors,
-            exclude: &[],
-            seen: None,
-            window: AnswerWindow::ALL,
-            max_results: crate::config::MAX_POSTS_TO_RETURN,
-            max_originals_per_author: crate::config::MAX_ORIGINAL_POSTS_PER_AUTHOR,
-            max_secondary_per_author: crate::config::MAX_REPLY_POSTS_PER_AUTHOR,
-            deadline: None,
-        }
-    }
-}
-
-/// A query's answer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct QueryOutcome {
-    /// The posts, newest first.
-    pub posts: Vec<LightPost>,
-    /// The deadline passed; `posts` is partial.
-    pub timed_out: bool,
-    /// Summed timeline lengths of the requested authors (the reference's `total_eligible`).
-    pub eligible: usize,
-    /// The store clock the query read (unix seconds): nothing created later is in `posts`.
-    pub as_of_secs: i64,
-}
 
 type ScratchSet<'b> = hashbrown::HashSet<i64, foldhash::fast::RandomState, &'b Bump>;
 
@@ -185,7 +128,7 @@ struct Stream<'g> {
 
 /// Everything a stream needs to advance.
 struct Reader<'q> {
-    store: &'q PostStore,
+    tables: &'q StoreTables,
     exclude: &'q ScratchSet<'q>,
     seen: Option<&'q SeenFilter>,
     now: i64,
@@ -248,7 +191,10 @@ impl Reader<'_> {
     }
 
     /// Moves to the next older entry that is neither excluded nor expired; false when none.
-    #[inline]
+    /// Runs once per post the merge takes: kept in the merge loop (left to the hint, the
+    /// compiler called it out of line: 1.22x the CPU per post at scale 10, 2026-12-07 in
+    /// docs/performance-history.md).
+    #[inline(always)]
     fn advance(&self, s: &mut Stream<'_>) -> bool {
         let Some(view) = s.view else { return false };
         while s.seq > view.tail {
@@ -258,7 +204,7 @@ impl Reader<'_> {
                 return false;
             };
             let created_at = i64::from(entry.created_at);
-            if self.store.expired(entry.created_at, self.now) || created_at < self.oldest {
+            if self.tables.expired(entry.created_at, self.now) || created_at < self.oldest {
                 return false;
             }
             if created_at > self.newest
@@ -267,7 +213,7 @@ impl Reader<'_> {
             {
                 continue;
             }
-            prefetch(self.store.arena.slot_ptr(entry.slot));
+            self.tables.prefetch_record(entry.slot);
             s.current = entry;
             return true;
         }
@@ -633,300 +579,288 @@ fn timed_out(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
-impl PostStore {
-    /// The newest originals and replies+reposts of `query.authors` (reference rules §4.4–4.6).
-    pub fn get_all_posts_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
-        self.run_query(query, Ask::AllPosts)
-    }
+/// Answers `query` from `tables` (`ask`: which of the two questions): the read path.
+pub(crate) fn run(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask) -> QueryOutcome {
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut bump) => {
+            bump.reset();
+            query_in(tables, query, ask, &bump)
+        }
+        // Re-entered from inside a query on this thread (not done by this crate): use a
+        // private arena rather than share.
+        Err(_) => query_in(tables, query, ask, &Bump::new()),
+    })
+}
 
-    /// The newest video-eligible posts of `query.authors`, at most 100 per author; the
-    /// per-author limits of `query` do not apply.
-    pub fn get_videos_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
-        self.run_query(query, Ask::Videos)
-    }
-
-    fn run_query(&self, query: &FeedQuery<'_>, ask: Ask) -> QueryOutcome {
-        SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-            Ok(mut bump) => {
-                bump.reset();
-                self.query_in(query, ask, &bump)
-            }
-            // Re-entered from inside a query on this thread (not done by this crate): use a
-            // private arena rather than share.
-            Err(_) => self.query_in(query, ask, &Bump::new()),
-        })
-    }
-
-    /// The timelines a query reads, with their per-author limits (0: counted, not read),
-    /// and how many of the two rows are used.
-    fn stream_limits(query: &FeedQuery<'_>, ask: Ask) -> ([(Kind, usize); 2], usize) {
-        match ask {
-            Ask::AllPosts => {
-                let originals = query
-                    .max_originals_per_author
-                    .min(MAX_ORIGINAL_POSTS_PER_AUTHOR);
-                let secondary = query
-                    .max_secondary_per_author
-                    .min(MAX_REPLY_POSTS_PER_AUTHOR);
-                (
-                    [(Kind::Originals, originals), (Kind::Secondary, secondary)],
-                    2,
-                )
-            }
-            Ask::Videos => (
+/// The timelines a query reads, with their per-author limits (0: counted, not read),
+/// and how many of the two rows are used.
+fn stream_limits(query: &FeedQuery<'_>, ask: Ask) -> ([(Kind, usize); 2], usize) {
+    match ask {
+        Ask::AllPosts => {
+            let limits = query.per_author_limits();
+            (
                 [
-                    (Kind::Videos, MAX_VIDEO_POSTS_PER_AUTHOR),
-                    (Kind::Videos, 0),
+                    (Kind::Originals, limits.originals),
+                    (Kind::Secondary, limits.secondary),
                 ],
-                1,
-            ),
+                2,
+            )
         }
+        Ask::Videos => (
+            [
+                (Kind::Videos, MAX_VIDEO_POSTS_PER_AUTHOR),
+                (Kind::Videos, 0),
+            ],
+            1,
+        ),
     }
+}
 
-    fn query_in(&self, query: &FeedQuery<'_>, ask: Ask, bump: &Bump) -> QueryOutcome {
-        let mut outcome = QueryOutcome::default();
-        let g = self.guards();
-        let now = g.now;
+fn query_in(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask, bump: &Bump) -> QueryOutcome {
+    let mut outcome = QueryOutcome::default();
+    let g = tables.guards();
+    let now = g.now;
 
-        let mut followed =
-            ScratchSet::with_capacity_and_hasher_in(query.authors.len(), Default::default(), bump);
-        let mut exclude =
-            ScratchSet::with_capacity_and_hasher_in(query.exclude.len(), Default::default(), bump);
-        exclude.extend(query.exclude.iter().copied());
-        let (rows, used) = Self::stream_limits(query, ask);
-        let limits = &rows[..used];
+    let mut followed =
+        ScratchSet::with_capacity_and_hasher_in(query.authors.len(), Default::default(), bump);
+    let mut exclude =
+        ScratchSet::with_capacity_and_hasher_in(query.exclude.len(), Default::default(), bump);
+    exclude.extend(query.exclude.iter().copied());
+    let (rows, used) = stream_limits(query, ask);
+    let limits = &rows[..used];
 
-        // Resolve authors (deduplicated, request order) and rank every requested timeline by
-        // the newest `created_at` its writer published, without touching its buffer: a
-        // timeline's ring is read only when the merge actually reaches it.
-        let window = query.window;
-        let reader = Reader {
-            store: self,
-            exclude: &exclude,
-            seen: query.seen,
-            now,
-            newest: window.upper_bound(now),
-            oldest: window.lower_bound(),
-        };
-        outcome.as_of_secs = now;
-        let mut streams: BumpVec<Stream<'_>> =
-            BumpVec::with_capacity_in(query.authors.len() * limits.len(), bump);
-        let mut keys: BumpVec<u128> = BumpVec::with_capacity_in(streams.capacity(), bump);
-        // Authors are resolved a window at a time, in three passes whose cache misses overlap
-        // instead of chaining two per author: hash every id and prefetch its index bucket;
-        // probe the buckets and prefetch each candidate's record line (which holds the
-        // timelines' summaries); then verify and rank.
-        let mut probes: BumpVec<(i64, Hashed, Option<u32>)> =
-            BumpVec::with_capacity_in(DEADLINE_STRIDE, bump);
-        for (w, batch) in query.authors.chunks(DEADLINE_STRIDE).enumerate() {
-            if w > 0 && timed_out(query.deadline) {
-                outcome.timed_out = true;
-                break;
+    // Resolve authors (deduplicated, request order) and rank every requested timeline by
+    // the newest `created_at` its writer published, without touching its buffer: a
+    // timeline's ring is read only when the merge actually reaches it.
+    let window = query.window;
+    let reader = Reader {
+        tables,
+        exclude: &exclude,
+        seen: query.seen,
+        now,
+        newest: window.upper_bound(now),
+        oldest: window.lower_bound(),
+    };
+    outcome.as_of_secs = now;
+    let mut streams: BumpVec<Stream<'_>> =
+        BumpVec::with_capacity_in(query.authors.len() * limits.len(), bump);
+    let mut keys: BumpVec<u128> = BumpVec::with_capacity_in(streams.capacity(), bump);
+    // Authors are resolved a window at a time, in three passes whose cache misses overlap
+    // instead of chaining two per author: hash every id and prefetch its index bucket;
+    // probe the buckets and prefetch each candidate's record line (which holds the
+    // timelines' summaries); then verify and rank.
+    let mut probes: BumpVec<(i64, Hashed, Option<&Author>)> =
+        BumpVec::with_capacity_in(DEADLINE_STRIDE, bump);
+    for (w, batch) in query.authors.chunks(DEADLINE_STRIDE).enumerate() {
+        if w > 0 && timed_out(query.deadline) {
+            outcome.timed_out = true;
+            break;
+        }
+        probes.clear();
+        for &author_id in batch {
+            // A shard holds no timeline of a foreign author (it stays in `followed` for
+            // the reply rule), so it is not probed.
+            if followed.insert(author_id) && !tables.is_foreign_author(author_id) {
+                let hashed = tables.author_hash(author_id);
+                tables.prefetch_author_bucket(hashed, &g.epoch);
+                probes.push((author_id, hashed, None));
             }
-            probes.clear();
-            for &author_id in batch {
-                // A shard holds no timeline of a foreign author (it stays in `followed` for
-                // the reply rule), so it is not probed.
-                if followed.insert(author_id) && !self.is_foreign_author(author_id) {
-                    let hashed = self.authors.hash(author_id);
-                    prefetch(self.authors.bucket_ptr(hashed, &g.epoch));
-                    probes.push((author_id, hashed, None));
+        }
+        for probe in probes.iter_mut() {
+            probe.2 = tables.author_candidate(probe.1, &g.epoch);
+            if let Some(author) = probe.2 {
+                // The record's first line holds its id and the feed timelines; the videos
+                // timeline is in the second.
+                prefetch((author as *const Author).cast());
+                if matches!(ask, Ask::Videos) {
+                    let videos = author.timeline(Kind::Videos);
+                    prefetch((videos as *const Timeline).cast());
                 }
             }
-            for probe in probes.iter_mut() {
-                probe.2 = self.authors.probe(probe.1, &g.epoch);
-                if let Some(author) = probe.2.and_then(|n| self.authors.record(n)) {
-                    // The record's first line holds its id and the feed timelines; the videos
-                    // timeline is in the second.
-                    prefetch((author as *const Author).cast());
-                    if matches!(ask, Ask::Videos) {
-                        let videos = &author.timelines[Kind::Videos as usize];
-                        prefetch((videos as *const Timeline).cast());
-                    }
-                }
-            }
-            for &(author_id, hashed, candidate) in probes.iter() {
-                let Some(number) = candidate else {
+        }
+        for &(author_id, hashed, candidate) in probes.iter() {
+            let Some(author) =
+                candidate.and_then(|c| tables.verified_author(author_id, hashed, c, &g.epoch))
+            else {
+                continue;
+            };
+            for &(kind, limit) in limits {
+                let timeline = author.timeline(kind);
+                let summary = timeline.summary();
+                let newest = summary.newest_created_at;
+                outcome.eligible += summary.len as usize;
+                if summary.len == 0
+                    || limit == 0
+                    || query.max_results == 0
+                    || tables.expired(newest, now)
+                    || i64::from(newest) < reader.oldest
+                {
                     continue;
+                }
+                // Ranked by the newest entry the writer published, or, past the window's
+                // upper bound, above every entry of that second: materializing finds the
+                // entry at or below it.
+                let bound = u32::try_from(reader.newest.max(0)).unwrap_or(u32::MAX);
+                let rank = if newest <= bound {
+                    TinyPost {
+                        post_id: summary.newest_post_id,
+                        created_at: newest,
+                        slot: 0,
+                    }
+                } else {
+                    TinyPost {
+                        post_id: i64::MAX,
+                        created_at: bound,
+                        slot: 0,
+                    }
                 };
-                let author = match self.authors.record(number) {
-                    Some(author) if author.author_id() == author_id => author,
-                    // A tag collision (or a record replaced meanwhile): the full lookup.
-                    _ => match self.authors.get_hashed(author_id, hashed, &g.epoch) {
-                        Some(author) => author,
-                        None => continue,
-                    },
-                };
-                for &(kind, limit) in limits {
-                    let timeline = &author.timelines[kind as usize];
-                    let summary = timeline.summary();
-                    let newest = summary.newest_created_at;
-                    outcome.eligible += summary.len as usize;
-                    if summary.len == 0
-                        || limit == 0
-                        || query.max_results == 0
-                        || self.expired(newest, now)
-                        || i64::from(newest) < reader.oldest
-                    {
-                        continue;
-                    }
-                    // Ranked by the newest entry the writer published, or, past the window's
-                    // upper bound, above every entry of that second: materializing finds the
-                    // entry at or below it.
-                    let bound = u32::try_from(reader.newest.max(0)).unwrap_or(u32::MAX);
-                    let rank = if newest <= bound {
-                        TinyPost {
-                            post_id: summary.newest_post_id,
-                            created_at: newest,
-                            slot: 0,
-                        }
-                    } else {
-                        TinyPost {
-                            post_id: i64::MAX,
-                            created_at: bound,
-                            slot: 0,
-                        }
-                    };
-                    keys.push(heap_key(rank, streams.len()));
-                    streams.push(Stream {
-                        timeline,
-                        view: None,
-                        seq: 0,
-                        current: rank,
-                        kind,
-                        taken: 0,
-                        limit: limit as u16,
-                        examined: 0,
-                        done: false,
-                    });
+                keys.push(heap_key(rank, streams.len()));
+                streams.push(Stream {
+                    timeline,
+                    view: None,
+                    seq: 0,
+                    current: rank,
+                    kind,
+                    taken: 0,
+                    limit: limit as u16,
+                    examined: 0,
+                    done: false,
+                });
+            }
+        }
+    }
+    let mut queue = Merge::new(keys, query.max_results, bump);
+    let walk = WALK.with(std::cell::Cell::get);
+
+    // Merge in the answer order. Every timeline is in key order (`created_at`, then
+    // `post_id`) and every stream is ranked by its newest entry's key before it is read,
+    // so the pops come out in the answer order and the merge stops at `max_results`
+    // exactly: a run of equal `created_at` (a busy second) is read only as far as the cut.
+    let mut posts = Vec::with_capacity(query.max_results.min(4096));
+    let mut pops = 0usize;
+    loop {
+        if posts.len() >= query.max_results {
+            break;
+        }
+        let Some(top) = queue.top() else { break };
+        pops += 1;
+        if pops.is_multiple_of(DEADLINE_STRIDE) && timed_out(query.deadline) {
+            outcome.timed_out = true;
+            break;
+        }
+        let index = stream_of(top);
+        // Work ahead on the ranked streams that leave the queue next, so that the misses
+        // of a stream's first steps (its buffer's header, its newest entry's cell, then
+        // that entry's record) overlap with the merge and with one another instead of
+        // following one another. Without the cell step, a cold query spent three quarters
+        // of `materialize` waiting on that cell.
+        match walk {
+            Walk::Groups(group) => {
+                if let Some(keys) = queue.group_ahead(group) {
+                    reader.stage(&mut streams, keys, &g.epoch);
                 }
             }
+            Walk::Distance => work_ahead(&reader, &mut queue, &mut streams, &g.epoch),
         }
-        let mut queue = Merge::new(keys, query.max_results, bump);
-        let walk = WALK.with(std::cell::Cell::get);
-
-        // Merge in the answer order. Every timeline is in key order (`created_at`, then
-        // `post_id`) and every stream is ranked by its newest entry's key before it is read,
-        // so the pops come out in the answer order and the merge stops at `max_results`
-        // exactly: a run of equal `created_at` (a busy second) is read only as far as the cut.
-        let mut posts = Vec::with_capacity(query.max_results.min(4096));
-        let mut pops = 0usize;
-        loop {
-            if posts.len() >= query.max_results {
-                break;
-            }
-            let Some(top) = queue.top() else { break };
-            pops += 1;
-            if pops.is_multiple_of(DEADLINE_STRIDE) && timed_out(query.deadline) {
-                outcome.timed_out = true;
-                break;
-            }
-            let index = stream_of(top);
-            // Work ahead on the ranked streams that leave the queue next, so that the misses
-            // of a stream's first steps (its buffer's header, its newest entry's cell, then
-            // that entry's record) overlap with the merge and with one another instead of
-            // following one another. Without the cell step, a cold query spent three quarters
-            // of `materialize` waiting on that cell.
-            match walk {
-                Walk::Groups(group) => {
-                    if let Some(keys) = queue.group_ahead(group) {
-                        reader.stage(&mut streams, keys, &g.epoch);
-                    }
+        let stream = &mut streams[index];
+        if !reader.reach(stream, &g.epoch) {
+            queue.pop();
+            continue;
+        }
+        let key = heap_key(stream.current, index);
+        if key != top {
+            // Materialized below its rank (an upper bound, or published before a delete
+            // or an eviction): re-rank. A stream already read is always keyed by its
+            // current entry.
+            queue.replace(key);
+            continue;
+        }
+        let entry = stream.current;
+        if let Some(record) = tables.read(entry.slot, entry.post_id)
+            && (stream.kind != Kind::Videos
+                || record.has_video
+                || repost_source_is_video(tables, &record, &g.epoch, now))
+        {
+            stream.examined += 1;
+            if visible(
+                tables,
+                &record,
+                stream.kind,
+                query.viewer_id,
+                &followed,
+                &g.epoch,
+                now,
+            ) {
+                // A candidate before the page position still counts toward its author's
+                // limit (it is in an earlier page), it is just not returned again.
+                if window.admits(i64::from(entry.created_at), entry.post_id) {
+                    posts.push(record.to_light());
                 }
-                Walk::Distance => work_ahead(&reader, &mut queue, &mut streams, &g.epoch),
-            }
-            let stream = &mut streams[index];
-            if !reader.reach(stream, &g.epoch) {
-                queue.pop();
-                continue;
-            }
-            let key = heap_key(stream.current, index);
-            if key != top {
-                // Materialized below its rank (an upper bound, or published before a delete
-                // or an eviction): re-rank. A stream already read is always keyed by its
-                // current entry.
-                queue.replace(key);
-                continue;
-            }
-            let entry = stream.current;
-            if let Some(record) = self.arena.read(entry.slot, entry.post_id)
-                && (stream.kind != Kind::Videos
-                    || record.has_video
-                    || self.repost_source_is_video(&record, &g, now))
-            {
-                stream.examined += 1;
-                if self.visible(&record, stream.kind, query.viewer_id, &followed, &g, now) {
-                    // A candidate before the page position still counts toward its author's
-                    // limit (it is in an earlier page), it is just not returned again.
-                    if window.admits(i64::from(entry.created_at), entry.post_id) {
-                        posts.push(record.to_light());
-                    }
-                    stream.taken += 1;
-                }
-            }
-            let more = stream.taken < stream.limit
-                && usize::from(stream.examined) < MAX_TINY_POSTS_PER_USER_SCAN
-                && reader.advance(stream);
-            if more {
-                queue.replace(heap_key(stream.current, index));
-            } else {
-                queue.pop();
+                stream.taken += 1;
             }
         }
-        debug_assert!(
-            posts.is_sorted_by(|a, b| crate::page::answer_order(a, b).is_lt()),
-            "the merge left the answer order"
-        );
-        outcome.posts = posts;
-        outcome
+        let more = stream.taken < stream.limit
+            && usize::from(stream.examined) < MAX_TINY_POSTS_PER_USER_SCAN
+            && reader.advance(stream);
+        if more {
+            queue.replace(heap_key(stream.current, index));
+        } else {
+            queue.pop();
+        }
     }
+    debug_assert!(
+        posts.is_sorted_by(|a, b| crate::page::answer_order(a, b).is_lt()),
+        "the merge left the answer order"
+    );
+    outcome.posts = posts;
+    outcome
+}
 
-    /// For a videos-timeline entry without its own video (a repost that joined through its
-    /// source): true while the source is stored, not expired, `has_video` and not a reply.
-    /// When false the entry is treated as absent: skipped, and not counted toward the scan
-    /// window, so a replica that holds it answers like one that never indexed it.
-    #[inline]
-    fn repost_source_is_video(
-        &self,
-        repost: &CompactPost,
-        g: &crate::store::Guards<'_>,
-        now: i64,
-    ) -> bool {
-        repost.is_retweet
-            && repost.source_post_id != 0
-            && self.source_is_video(repost.source_post_id, g, now)
-    }
+/// For a videos-timeline entry without its own video (a repost that joined through its
+/// source): true while the source is stored, not expired, `has_video` and not a reply.
+/// When false the entry is treated as absent: skipped, and not counted toward the scan
+/// window, so a replica that holds it answers like one that never indexed it.
+#[inline]
+fn repost_source_is_video(
+    tables: &StoreTables,
+    repost: &CompactPost,
+    epoch: &Guard,
+    now: i64,
+) -> bool {
+    repost.is_retweet
+        && repost.source_post_id != 0
+        && tables.source_is_video(repost.source_post_id, epoch, now)
+}
 
-    /// The self-repost filter and, for the secondary timeline, the reply rule.
-    fn visible(
-        &self,
-        post: &CompactPost,
-        kind: Kind,
-        viewer_id: i64,
-        followed: &ScratchSet<'_>,
-        g: &crate::store::Guards<'_>,
-        now: i64,
-    ) -> bool {
-        if post.is_retweet && post.source_user_id != 0 && post.source_user_id == viewer_id {
-            return false;
-        }
-        if kind != Kind::Secondary || post.in_reply_to_post_id == 0 {
-            return true;
-        }
-        let Some(parent) = self.fact(post.in_reply_to_post_id, &g.epoch) else {
-            return false;
-        };
-        if self.expired(parent.created_at, now) {
-            return false;
-        }
-        if parent.is_original() {
-            return true;
-        }
-        post.conversation_id != 0
-            && parent.in_reply_to_post_id == post.conversation_id
-            && post.in_reply_to_user_id != 0
-            && followed.contains(&post.in_reply_to_user_id)
+/// The self-repost filter and, for the secondary timeline, the reply rule.
+fn visible(
+    tables: &StoreTables,
+    post: &CompactPost,
+    kind: Kind,
+    viewer_id: i64,
+    followed: &ScratchSet<'_>,
+    epoch: &Guard,
+    now: i64,
+) -> bool {
+    if post.is_retweet && post.source_user_id != 0 && post.source_user_id == viewer_id {
+        return false;
     }
+    if kind != Kind::Secondary || post.in_reply_to_post_id == 0 {
+        return true;
+    }
+    let Some(parent) = tables.fact(post.in_reply_to_post_id, epoch) else {
+        return false;
+    };
+    if tables.expired(parent.created_at, now) {
+        return false;
+    }
+    if parent.is_original() {
+        return true;
+    }
+    post.conversation_id != 0
+        && parent.in_reply_to_post_id == post.conversation_id
+        && post.in_reply_to_user_id != 0
+        && followed.contains(&post.in_reply_to_user_id)
 }
 
 #[cfg(test)]

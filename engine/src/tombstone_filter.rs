@@ -25,7 +25,7 @@
 //! 3. After the renewal cleared `next`: the add's later `current` load follows the swap, so it
 //!    reads `fresh` (or a newer filter) and sets that.
 //!
-//! The store's insert/delete pairing (see `store.rs`) holds across a renewal: a delete's bits go
+//! The store's insert/delete pairing (see `tables.rs`) holds across a renewal: a delete's bits go
 //! into every filter its loads returned, before its second fence; an insert that loads an older
 //! filter than the delete set did so before the swap the delete's `current` load had seen, so
 //! the insert's fence precedes the delete's second fence and the delete finds the inserted post.

@@ -20,10 +20,10 @@ use proptest::test_runner::TestCaseError;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use thunder_engine::{
-    DeleteEvent, LightPost, ManualClock, PostEvent, PostStore, QueryOutcome, Store, StoreConfig,
+    DeleteEvent, LightPost, ManualClock, OwnedQuery, PostEvent, PostStore, QueryOutcome, Store,
+    StoreConfig,
 };
 use thunder_testkit::model::{SharedModel, answers_agree};
-use thunder_testkit::query::OwnedQuery;
 
 const NOW: i64 = 1_700_000_000;
 const RETENTION_SECS: i64 = 1000;
@@ -152,6 +152,7 @@ fn query_spec() -> impl Strategy<Value = OwnedQuery> {
                 max_secondary_per_author: secondary,
                 seen: None,
                 window: thunder_engine::AnswerWindow::ALL,
+                deadline: None,
             },
         )
 }
@@ -334,7 +335,7 @@ fn all_queries(extra: &[OwnedQuery]) -> Vec<OwnedQuery> {
 }
 
 fn answers(store: &impl Store, queries: &[OwnedQuery]) -> Vec<QueryOutcome> {
-    queries.iter().map(|q| q.ask(store)).collect()
+    queries.iter().map(|q| store.answer(q)).collect()
 }
 
 fn ids(outcome: &QueryOutcome) -> Vec<(i64, i64)> {
@@ -532,7 +533,12 @@ fn a_per_author_limit_inside_one_second_keeps_the_largest_ids_whatever_the_arriv
             (&one_by_one, "one by one"),
             (&model, "model"),
         ] {
-            let got: Vec<i64> = query.ask(store).posts.iter().map(|p| p.post_id).collect();
+            let got: Vec<i64> = store
+                .answer(&query)
+                .posts
+                .iter()
+                .map(|p| p.post_id)
+                .collect();
             assert_eq!(got, expected, "{name}, {kind}");
         }
     }
@@ -567,12 +573,12 @@ fn a_busy_second_larger_than_the_answer_is_cut_at_its_largest_ids() {
     for max_results in [1, 100, 1200, 1499] {
         let mut query = plain(false, (0..300).collect());
         query.max_results = max_results;
-        let got = query.ask(&engine);
+        let got = engine.answer(&query);
         let ids: Vec<i64> = got.posts.iter().map(|p| p.post_id).collect();
         assert_eq!(ids, busy[..max_results], "max_results {max_results}");
         assert_eq!(
             got.posts,
-            query.ask(&model).posts,
+            model.answer(&query).posts,
             "max_results {max_results}"
         );
     }

@@ -9,11 +9,10 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use thunder_engine::bench_internals::{Walk, set_walk};
 use thunder_engine::{
-    AnswerWindow, Clock, DeleteEvent, FeedQuery, LightPost, ManualClock, PagePosition, PostStore,
-    QueryOutcome, SeenFilter, StoreConfig,
+    AnswerWindow, Clock, DeleteEvent, FeedQuery, LightPost, ManualClock, OwnedQuery, PagePosition,
+    PostStore, QueryOutcome, SeenFilter, Store, StoreConfig,
 };
 use thunder_testkit::model::{ModelStore, answers_agree};
-use thunder_testkit::query::OwnedQuery;
 
 const START_SECS: i64 = 1_700_000_000;
 const RETENTION_SECS: i64 = 1000;
@@ -56,7 +55,7 @@ enum Op {
     Delete(Vec<(i64, When)>),
     Advance(i64),
     Trim(usize),
-    Query(OwnedQuery, WindowSpec),
+    Query(Box<OwnedQuery>, WindowSpec),
 }
 
 /// A query's time bounds and page position, relative to the clock when it runs.
@@ -266,6 +265,7 @@ fn query_spec() -> impl Strategy<Value = OwnedQuery> {
                 max_secondary_per_author,
                 seen,
                 window: AnswerWindow::ALL,
+                deadline: None,
             },
         )
 }
@@ -284,7 +284,7 @@ fn op(retention_secs: i64) -> impl Strategy<Value = Op> {
         ]
         .prop_map(Op::Advance),
         1 => (0..thunder_engine::config::TRIM_FRACTION).prop_map(Op::Trim),
-        4 => (query_spec(), window_spec(retention_secs)).prop_map(|(q, w)| Op::Query(q, w)),
+        4 => (query_spec(), window_spec(retention_secs)).prop_map(|(q, w)| Op::Query(Box::new(q), w)),
     ]
 }
 
@@ -387,7 +387,7 @@ impl Pair {
                 self.model.trim(*shard);
             }
             Op::Query(q, window) => {
-                let mut q = q.clone();
+                let mut q = OwnedQuery::clone(q);
                 q.window = window.resolve(now);
                 self.compare_query(step, &q)?;
                 self.check_paging(step, &q)?;
@@ -442,28 +442,15 @@ impl Pair {
 
     /// Asks the engine (`on_engine`) or the model.
     fn ask(&self, on_engine: bool, q: &OwnedQuery) -> QueryOutcome {
-        let query = q.feed();
-        match (on_engine, q.videos) {
-            (true, false) => self.engine.get_all_posts_by_users(&query),
-            (true, true) => self.engine.get_videos_by_users(&query),
-            (false, false) => self.model.get_all_posts_by_users(&query),
-            (false, true) => self.model.get_videos_by_users(&query),
+        if on_engine {
+            self.engine.answer(q)
+        } else {
+            self.model.answer(q)
         }
     }
 
     fn compare_query(&self, step: usize, q: &OwnedQuery) -> Result<(), TestCaseError> {
-        let query = q.feed();
-        let (engine, model) = if q.videos {
-            (
-                self.engine.get_videos_by_users(&query),
-                self.model.get_videos_by_users(&query),
-            )
-        } else {
-            (
-                self.engine.get_all_posts_by_users(&query),
-                self.model.get_all_posts_by_users(&query),
-            )
-        };
+        let (engine, model) = (self.ask(true, q), self.ask(false, q));
         agree(step, &engine, &model, q.max_results)?;
         // The merge's other walks (the one issue 48 kept, groups small enough that a request
         // of a few authors spans several) only prefetch and materialize in another order: the
@@ -745,9 +732,10 @@ fn run_bulk(max_posting_list_size: usize, ops: &[BulkOp]) -> Result<(), TestCase
                 limits,
                 max_results,
             } => Op::Query(
-                OwnedQuery {
+                Box::new(OwnedQuery {
                     seen: None,
                     window: AnswerWindow::ALL,
+                    deadline: None,
                     videos: *videos,
                     viewer_id: *viewer_id,
                     authors: authors.clone(),
@@ -760,7 +748,7 @@ fn run_bulk(max_posting_list_size: usize, ops: &[BulkOp]) -> Result<(), TestCase
                     max_results: *max_results,
                     max_originals_per_author: limits.0,
                     max_secondary_per_author: limits.1,
-                },
+                }),
                 WindowSpec::default(),
             ),
         };

@@ -13,7 +13,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use thunder_engine::snapshot::{SnapshotError, SnapshotMeta};
 use thunder_engine::{
-    DeleteEvent, FeedQuery, LightPost, ManualClock, PostEvent, PostStore, ShardId, Store,
+    DeleteEvent, FeedQuery, LightPost, ManualClock, OwnedQuery, PostEvent, PostStore, ShardId,
+    Store,
 };
 
 const RETENTION_SECS: i64 = 100_000;
@@ -127,17 +128,17 @@ fn check(shard_count: i64, seed: u64) {
     );
     let mut compared_posts = 0;
     for round in 0..400 {
-        let question = Question::random(&mut rng, authors, round);
-        let expected = question.ask(&full);
+        let question = random_question(&mut rng, authors, round);
+        let expected = full.answer(&question).posts;
         let merged = newest_first_merge(
-            shards.iter().map(|s| question.ask(s)).collect(),
+            shards.iter().map(|s| s.answer(&question).posts).collect(),
             question.max_results,
         );
         compared_posts += expected.len();
         assert_eq!(
             merged, expected,
             "seed {seed} round {round} video {}",
-            question.video
+            question.videos
         );
         if round == 0 {
             for shard in &shards {
@@ -249,53 +250,22 @@ fn a_fact_racing_its_delete_is_never_left_live() {
     }
 }
 
-/// The same random question asked of several stores.
-struct Question {
-    viewer_id: i64,
-    follows: Vec<i64>,
-    exclude: Vec<i64>,
-    max_results: usize,
-    max_originals_per_author: usize,
-    max_secondary_per_author: usize,
-    video: bool,
-}
-
-impl Question {
-    fn random(rng: &mut SmallRng, authors: i64, round: usize) -> Self {
-        Self {
-            viewer_id: rng.random_range(0..authors),
-            follows: (0..authors).filter(|_| rng.random_bool(0.4)).collect(),
-            exclude: if round.is_multiple_of(2) {
-                (0..20)
-                    .map(|_| 10_000 + rng.random_range(0..6000))
-                    .collect()
-            } else {
-                Vec::new()
-            },
-            max_results: rng.random_range(0..300),
-            max_originals_per_author: rng.random_range(0..60),
-            max_secondary_per_author: rng.random_range(0..40),
-            video: round.is_multiple_of(3),
-        }
-    }
-
-    fn ask(&self, store: &PostStore) -> Vec<LightPost> {
-        let query = FeedQuery {
-            viewer_id: self.viewer_id,
-            authors: &self.follows,
-            exclude: &self.exclude,
-            max_results: self.max_results,
-            max_originals_per_author: self.max_originals_per_author,
-            max_secondary_per_author: self.max_secondary_per_author,
-            deadline: None,
-            seen: None,
-            window: thunder_engine::AnswerWindow::ALL,
-        };
-        if self.video {
-            store.get_videos_by_users(&query).posts
+/// A random question, asked of several stores.
+fn random_question(rng: &mut SmallRng, authors: i64, round: usize) -> OwnedQuery {
+    let viewer_id = rng.random_range(0..authors);
+    let follows = (0..authors).filter(|_| rng.random_bool(0.4)).collect();
+    OwnedQuery {
+        exclude: if round.is_multiple_of(2) {
+            (0..20)
+                .map(|_| 10_000 + rng.random_range(0..6000))
+                .collect()
         } else {
-            store.get_all_posts_by_users(&query).posts
-        }
+            Vec::new()
+        },
+        max_results: rng.random_range(0..300),
+        max_originals_per_author: rng.random_range(0..60),
+        max_secondary_per_author: rng.random_range(0..40),
+        ..OwnedQuery::new(round.is_multiple_of(3), viewer_id, follows)
     }
 }
 
@@ -324,17 +294,17 @@ fn assert_loaded_shards_agree(
 ) {
     let mut compared_posts = 0;
     for round in 0..300 {
-        let question = Question::random(rng, 60, round);
+        let question = random_question(rng, 60, round);
         for (i, (shard, restored)) in shards.iter().zip(loaded).enumerate() {
             assert_eq!(
-                question.ask(restored),
-                question.ask(shard),
+                restored.answer(&question).posts,
+                shard.answer(&question).posts,
                 "{when}: shard {i} round {round}"
             );
         }
-        let expected = question.ask(full);
+        let expected = full.answer(&question).posts;
         let merged = newest_first_merge(
-            loaded.iter().map(|s| question.ask(s)).collect(),
+            loaded.iter().map(|s| s.answer(&question).posts).collect(),
             question.max_results,
         );
         compared_posts += expected.len();

@@ -11,10 +11,10 @@ use thunder_engine::snapshot::{
     BulkRefusal, PartitionOffset, SnapshotError, SnapshotMeta, layout_hash, read_header, verify,
 };
 use thunder_engine::{
-    Clock, DeleteEvent, EventBatch, LightPost, ManualClock, PostStore, Store, StoreConfig,
+    Clock, DeleteEvent, EventBatch, LightPost, ManualClock, OwnedQuery, PostStore, Store,
+    StoreConfig,
 };
 use thunder_testkit::model::{SharedModel, answers_agree};
-use thunder_testkit::query::OwnedQuery;
 
 const START_SECS: i64 = 1_700_000_000;
 const RETENTION_SECS: i64 = 1000;
@@ -81,7 +81,7 @@ fn questions() -> Vec<OwnedQuery> {
 /// Every question: the two stores agree.
 fn assert_same_answers(a: &dyn Store, b: &dyn Store, when: &str) -> Result<(), TestCaseError> {
     for query in questions() {
-        let (x, y) = (query.ask(a), query.ask(b));
+        let (x, y) = (a.answer(&query), b.answer(&query));
         answers_agree(&x.posts, &y.posts, query.max_results).map_err(|e| {
             TestCaseError::fail(format!(
                 "{when}: {} vs {} differ for {query:?}: {e}",
@@ -320,7 +320,7 @@ fn assert_counts_match(store: &PostStore, when: &str) -> Result<(), TestCaseErro
 /// same records stored.
 fn assert_identical(a: &PostStore, b: &PostStore, when: &str) -> Result<(), TestCaseError> {
     for query in questions() {
-        let (x, y) = (query.ask(a), query.ask(b));
+        let (x, y) = (a.answer(&query), b.answer(&query));
         prop_assert_eq!(&x.posts, &y.posts, "{}: {:?}", when, query);
         prop_assert_eq!(x.eligible, y.eligible, "{}: {:?}", when, query);
     }
@@ -438,7 +438,7 @@ fn fuzzy_snapshot_plus_replay_from_recorded_offset_is_exact() {
         for videos in [false, true] {
             for authors in [everyone.clone(), everyone[..7].to_vec(), vec![13]] {
                 let query = OwnedQuery::new(videos, 5, authors);
-                let (got, want) = (query.ask(&restored), query.ask(&full));
+                let (got, want) = (restored.answer(&query), full.answer(&query));
                 assert!(!want.posts.is_empty());
                 if let Err(e) = answers_agree(&got.posts, &want.posts, query.max_results) {
                     panic!("round {round}, snapshot at batch {recorded}, {query:?}: {e}");
@@ -625,13 +625,13 @@ fn both_record_classes_round_trip_through_a_snapshot() {
         posts.iter().map(|p| (p.post_id, p.normalised())).collect();
     for videos in [false, true] {
         let query = OwnedQuery::new(videos, -1, (0..5).collect());
-        let (before, after) = (query.ask(&store), query.ask(&loaded));
+        let (before, after) = (store.answer(&query), loaded.answer(&query));
         assert_eq!(before.posts, after.posts, "videos {videos}");
         for post in &after.posts {
             assert_eq!(Some(post), inserted.get(&post.post_id), "videos {videos}");
         }
     }
-    let feed = OwnedQuery::new(false, -1, (0..5).collect()).ask(&loaded);
+    let feed = loaded.answer(&OwnedQuery::new(false, -1, (0..5).collect()));
     let count = |kind: fn(&LightPost) -> bool| feed.posts.iter().filter(|p| kind(p)).count();
     assert_eq!(count(|p| p.conversation_id == Some(p.post_id)), 50);
     assert!(count(|p| p.is_reply && p.in_reply_to_post_id.is_some()) > 0);
@@ -660,8 +660,8 @@ fn bulk_and_per_post(
 }
 
 fn videos_of(store: &PostStore, author: i64) -> Vec<i64> {
-    OwnedQuery::new(true, 1_000_000, vec![author])
-        .ask(store)
+    store
+        .answer(&OwnedQuery::new(true, 1_000_000, vec![author]))
         .posts
         .iter()
         .map(|p| p.post_id)

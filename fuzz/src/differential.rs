@@ -8,15 +8,15 @@ use std::sync::{Arc, Barrier};
 
 use thunder_engine::config::TRIM_FRACTION;
 use thunder_engine::{
-    Clock, DeleteEvent, DeleteReport, DropReason, InsertReport, LightPost, ManualClock, PostStore,
-    QueryOutcome, StoreConfig, TrimReport,
+    Clock, DeleteEvent, DeleteReport, DropReason, InsertReport, LightPost, ManualClock,
+    OwnedQuery, PostStore, QueryOutcome, Store, StoreConfig, TrimReport,
 };
 use thunder_testkit::model::{ModelStore, answers_agree};
 
 use crate::invariants::{History, Seq};
 use crate::ops::{
-    BetweenOp, MAX_BATCH, MAX_OPS, Op, Ownership, Query, Rounds, START_SECS, Sequence, Setup,
-    WriterOp,
+    BetweenOp, MAX_BATCH, MAX_OPS, Op, Ownership, Rounds, START_SECS, Sequence, Setup, WriterOp,
+    audit_query,
 };
 
 /// The engine, the model and the clock they share.
@@ -115,19 +115,14 @@ impl Pair {
 
     /// Runs `query` on both stores: the answers must agree and satisfy the invariants.
     /// With a passed deadline only the invariants are checked.
-    pub fn query(&self, seq: Seq, query: &Query) {
-        let engine = run_query(&self.engine, query);
+    pub fn query(&self, seq: Seq, query: &OwnedQuery) {
+        let engine = self.engine.answer(query);
         self.check(seq, query, &engine);
-        if query.deadline_passed {
+        if query.deadline.is_some() {
             return;
         }
         assert!(!engine.timed_out, "{seq:?}: timed out without a deadline");
-        let feed = query.feed_query();
-        let model = if query.videos {
-            self.model.get_videos_by_users(&feed)
-        } else {
-            self.model.get_all_posts_by_users(&feed)
-        };
+        let model = self.model.answer(query);
         if let Err(why) = answers_agree(&engine.posts, &model.posts, query.max_results) {
             panic!(
                 "{seq:?}: engine and model disagree at {} ({why})\n query:  {query:?}\n \
@@ -144,7 +139,7 @@ impl Pair {
     }
 
     /// Checks an engine answer against the invariants.
-    pub fn check(&self, seq: Seq, query: &Query, outcome: &QueryOutcome) {
+    pub fn check(&self, seq: Seq, query: &OwnedQuery, outcome: &QueryOutcome) {
         check(
             &self.history,
             seq,
@@ -158,15 +153,15 @@ impl Pair {
 
     /// The audit queries (every author, videos and not) on both stores.
     pub fn audit(&self, seq: Seq) {
-        self.query(seq, &Query::audit(false));
-        self.query(seq, &Query::audit(true));
+        self.query(seq, &audit_query(false));
+        self.query(seq, &audit_query(true));
     }
 }
 
 fn check(
     history: &History,
     seq: Seq,
-    query: &Query,
+    query: &OwnedQuery,
     outcome: &QueryOutcome,
     now: i64,
     retention_secs: i64,
@@ -189,14 +184,6 @@ fn insert(store: &PostStore, batch: &[LightPost]) -> Inserted {
     (report, drops)
 }
 
-fn run_query(store: &PostStore, query: &Query) -> QueryOutcome {
-    let feed = query.feed_query();
-    if query.videos {
-        store.get_videos_by_users(&feed)
-    } else {
-        store.get_all_posts_by_users(&feed)
-    }
-}
 
 fn ids(posts: &[LightPost]) -> Vec<(i64, i64)> {
     posts.iter().map(|p| (p.post_id, p.created_at)).collect()
@@ -319,12 +306,12 @@ impl Replay {
 
     /// The replay must answer `query` like the engine: same posts (up to ties at the cut),
     /// same `timed_out`, same `eligible`.
-    fn converges(&self, seq: Seq, engine: &PostStore, query: &Query) {
-        if query.deadline_passed {
+    fn converges(&self, seq: Seq, engine: &PostStore, query: &OwnedQuery) {
+        if query.deadline.is_some() {
             return;
         }
-        let concurrent = run_query(engine, query);
-        let replayed = run_query(&self.store, query);
+        let concurrent = engine.answer(query);
+        let replayed = self.store.answer(query);
         if let Err(why) = answers_agree(&concurrent.posts, &replayed.posts, query.max_results) {
             panic!(
                 "{seq:?}: the concurrent engine and the replay disagree ({why})\n query: \
@@ -341,8 +328,8 @@ impl Replay {
     }
 
     fn audit(&self, seq: Seq, engine: &PostStore) {
-        self.converges(seq, engine, &Query::audit(false));
-        self.converges(seq, engine, &Query::audit(true));
+        self.converges(seq, engine, &audit_query(false));
+        self.converges(seq, engine, &audit_query(true));
     }
 }
 
@@ -441,7 +428,7 @@ pub fn run_rounds(input: &Rounds) {
             let reads = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 for spec in round.concurrent_reads.iter().take(4) {
                     let query = spec.build();
-                    let outcome = run_query(engine, &query);
+                    let outcome = engine.answer(&query);
                     pair.check((r, 0), &query, &outcome);
                 }
             }));

@@ -3,12 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use thunder_engine::LightPost;
-use thunder_engine::config::{
-    MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR, MAX_VIDEO_POSTS_PER_AUTHOR,
-};
-
-use crate::ops::Query;
+use thunder_engine::config::MAX_VIDEO_POSTS_PER_AUTHOR;
+use thunder_engine::{LightPost, OwnedQuery};
 
 /// When something happened: `(round, step within the round)`. Only compared for the same post
 /// id, which one writer owns, so the order is that writer's program order.
@@ -43,7 +39,7 @@ impl History {
     /// `max_posting_list_size`.
     pub fn check(
         &self,
-        query: &Query,
+        query: &OwnedQuery,
         posts: &[LightPost],
         now: i64,
         retention_secs: i64,
@@ -121,14 +117,8 @@ impl History {
         let (first_cap, second_cap) = if query.videos {
             (MAX_VIDEO_POSTS_PER_AUTHOR, 0)
         } else {
-            (
-                query
-                    .max_originals_per_author
-                    .min(MAX_ORIGINAL_POSTS_PER_AUTHOR),
-                query
-                    .max_secondary_per_author
-                    .min(MAX_REPLY_POSTS_PER_AUTHOR),
-            )
+            let limits = query.per_author_limits();
+            (limits.originals, limits.secondary)
         };
         for (author, (first, second)) in per_author {
             if first > first_cap.min(cap) || second > second_cap.min(cap) {

@@ -5,7 +5,7 @@
 //! same post is created twice, deleted before it exists, reposted, replied to and evicted.
 
 use arbitrary::Arbitrary;
-use thunder_engine::{DeleteEvent, FeedQuery, LightPost};
+use thunder_engine::{DeleteEvent, LightPost, OwnedQuery};
 
 /// Unix time the clock starts at.
 pub const START_SECS: i64 = 1_700_000_000;
@@ -208,34 +208,11 @@ pub struct QuerySpec {
     pub deadline_passed: bool,
 }
 
-/// A query in engine types, owning its id lists.
-#[derive(Clone, Debug)]
-pub struct Query {
-    /// Video query.
-    pub videos: bool,
-    /// Viewer.
-    pub viewer_id: i64,
-    /// Authors, in request order.
-    pub authors: Vec<i64>,
-    /// Excluded post ids.
-    pub exclude: Vec<i64>,
-    /// Most posts.
-    pub max_results: usize,
-    /// Per-author originals limit as asked.
-    pub max_originals_per_author: usize,
-    /// Per-author secondary limit as asked.
-    pub max_secondary_per_author: usize,
-    /// Deadline already passed.
-    pub deadline_passed: bool,
-}
-
 impl QuerySpec {
-    /// The query this spec stands for.
-    pub fn build(&self) -> Query {
-        Query {
-            videos: self.videos,
-            viewer_id: user_id(self.viewer_id),
-            authors: self.authors.iter().take(12).copied().map(user_id).collect(),
+    /// The query this spec stands for (a passed deadline is the moment it is built).
+    pub fn build(&self) -> OwnedQuery {
+        let authors = self.authors.iter().take(12).copied().map(user_id).collect();
+        OwnedQuery {
             exclude: self.exclude.iter().take(12).copied().map(post_id).collect(),
             max_results: if self.max_results >= 240 {
                 1200
@@ -244,40 +221,20 @@ impl QuerySpec {
             },
             max_originals_per_author: usize::from(self.max_originals_per_author % 64),
             max_secondary_per_author: usize::from(self.max_secondary_per_author % 40),
-            deadline_passed: self.deadline_passed,
+            deadline: self.deadline_passed.then(std::time::Instant::now),
+            ..OwnedQuery::new(self.videos, user_id(self.viewer_id), authors)
         }
     }
 }
 
-impl Query {
-    /// Every author, generous limits, a viewer nobody reposts: run after every step so a
-    /// divergence shows at the step that causes it.
-    pub fn audit(videos: bool) -> Self {
-        Query {
-            videos,
-            viewer_id: 1_000_000,
-            authors: (-1..=AUTHORS).collect(),
-            exclude: Vec::new(),
-            max_results: 1200,
-            max_originals_per_author: 50,
-            max_secondary_per_author: 30,
-            deadline_passed: false,
-        }
-    }
-
-    /// The engine's view of this query.
-    pub fn feed_query(&self) -> FeedQuery<'_> {
-        FeedQuery {
-            viewer_id: self.viewer_id,
-            authors: &self.authors,
-            exclude: &self.exclude,
-            seen: None,
-            window: thunder_engine::AnswerWindow::ALL,
-            max_results: self.max_results,
-            max_originals_per_author: self.max_originals_per_author,
-            max_secondary_per_author: self.max_secondary_per_author,
-            deadline: self.deadline_passed.then(std::time::Instant::now),
-        }
+/// Every author, generous limits, a viewer nobody reposts: run after every step so a
+/// divergence shows at the step that causes it.
+pub fn audit_query(videos: bool) -> OwnedQuery {
+    OwnedQuery {
+        max_results: 1200,
+        max_originals_per_author: 50,
+        max_secondary_per_author: 30,
+        ..OwnedQuery::new(videos, 1_000_000, (-1..=AUTHORS).collect())
     }
 }
 

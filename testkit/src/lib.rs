@@ -3,7 +3,6 @@
 //! - [`model`]: `ModelStore`, a plain, obviously-correct model of the engine's `PostStore`
 //!   written from `engine/BEHAVIOUR.md`, and `answers_agree`, the comparison of two answers
 //!   the property tests and fuzzers use.
-//! - [`query`]: `OwnedQuery`, a generated query that owns its lists and asks any `Store`.
 //!
 //! The deterministic "feed-2d" workload generator is the crate thunder-workload: the demo
 //! server and `thunder-cli produce` use it too, and link it without this crate.
@@ -13,4 +12,3 @@
 #![deny(missing_docs)]
 
 pub mod model;
-pub mod query;

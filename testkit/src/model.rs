@@ -9,12 +9,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use thunder_engine::config::{
-    MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR, MAX_TINY_POSTS_PER_USER_SCAN,
-    MAX_VIDEO_POSTS_PER_AUTHOR, TRIM_FRACTION,
+    MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEO_POSTS_PER_AUTHOR, TRIM_FRACTION,
 };
 use thunder_engine::{
-    Clock, DeleteEvent, DeleteReport, DropReason, FeedQuery, InsertReport, LightPost, QueryOutcome,
-    Store, StoreConfig, StoreStats, TrimReport, page::answer_order,
+    Clock, DeleteEvent, DeleteReport, DropReason, FeedQuery, InsertReport, LightPost, OwnedQuery,
+    QueryOutcome, Store, StoreConfig, StoreStats, TrimReport, page::answer_order,
 };
 
 /// One timeline entry: which post, and when it was created.
@@ -424,12 +423,8 @@ impl ModelStore {
         let now = self.clock.now_secs();
         let authors = dedup_in_order(query.authors);
         let followed: BTreeSet<i64> = authors.iter().copied().collect();
-        let originals_limit = query
-            .max_originals_per_author
-            .min(MAX_ORIGINAL_POSTS_PER_AUTHOR);
-        let secondary_limit = query
-            .max_secondary_per_author
-            .min(MAX_REPLY_POSTS_PER_AUTHOR);
+        let limits = query.per_author_limits();
+        let (originals_limit, secondary_limit) = (limits.originals, limits.secondary);
         let mut outcome = QueryOutcome::default();
         for author_id in &authors {
             let Some(timelines) = self.authors.get(author_id) else {
@@ -484,6 +479,15 @@ impl ModelStore {
         finish(&mut outcome, query);
         outcome.as_of_secs = now;
         outcome
+    }
+
+    /// The answer to `query`'s question (as [`Store::answer`] gives it).
+    pub fn answer(&self, query: &OwnedQuery) -> QueryOutcome {
+        if query.videos {
+            self.get_videos_by_users(&query.feed())
+        } else {
+            self.get_all_posts_by_users(&query.feed())
+        }
     }
 
     /// Reads one timeline newest first and returns its first `limit` survivors.

@@ -4,7 +4,7 @@
 use std::io::{self, Read};
 
 use crate::arena::CompactPost;
-use crate::directory::ShardId;
+use crate::shard::ShardId;
 
 /// The first eight bytes of every snapshot.
 pub const MAGIC: [u8; 8] = *b"THUNDSNP";

@@ -11,9 +11,12 @@ use super::mapped::{InPlace, MappedPosts, check_posts_chunks};
 use super::order::{in_timeline_order, in_timeline_order_already};
 use super::reader::{Chunk, PostsInto, SnapshotReader};
 use crate::arena::CompactPost;
-use crate::bulk::{BulkRefusal, PostSource};
-use crate::directory::{FactRecord, ShardId};
-use crate::store::{InsertReport, PostStore};
+use crate::bulk::{BulkRefusal, PostSource, bulk_load};
+use crate::directory::FactRecord;
+use crate::report::InsertReport;
+use crate::shard::ShardId;
+use crate::tables::StoreTables;
+use crate::write;
 
 /// What loading a snapshot did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,370 +132,333 @@ pub(super) fn first_unexpired<P: PostSource + ?Sized>(
     low
 }
 
-impl PostStore {
-    /// Loads a snapshot into this store, which should be empty, on `threads` threads (at least
-    /// one). Reads and verifies the whole stream first: on any error the store is untouched.
-    /// Refuses a snapshot written with a shorter retention than this store's (it would lack
-    /// posts this store keeps), and one written by another author shard, or by a shard when
-    /// this is a full store or the other way round (its posts and facts would be the wrong
-    /// ones). Expired posts, facts and tombstones are skipped.
-    ///
-    /// A store nothing was ever put in is built in bulk (`bulk.rs`), with the result the
-    /// per-post insert path would give; any other store, or a snapshot the bulk build
-    /// refuses, goes through the per-post path ([`LoadReport::per_post_reason`] says why).
-    pub fn load_snapshot(
-        &self,
-        input: impl Read,
-        threads: usize,
-    ) -> Result<LoadReport, SnapshotError> {
-        self.load_snapshot_with(input, threads, true, None)
+/// Loads a snapshot from a stream into the store of `tables` (`PostStore::load_snapshot_with`).
+pub(crate) fn load_stream(
+    tables: &StoreTables,
+    input: impl Read,
+    threads: usize,
+    allow_bulk: bool,
+    input_bytes: Option<u64>,
+) -> Result<LoadReport, SnapshotError> {
+    let started = Instant::now();
+    let mut reader = SnapshotReader::new(input)?;
+    check_loadable(tables, &reader.header)?;
+    // Only a store nothing was ever put in can be built in bulk.
+    let fresh = tables.is_fresh();
+    let mut tombstones = Vec::new();
+    let mut facts = Vec::new();
+    // The posts go into one allocation of their final size: growing a vector of a
+    // gigabyte by doubling copies it again and faults in fresh pages each time. With the
+    // input's length the buffer is reserved up front for as many posts as the input could
+    // hold (pages more than 64 MiB beyond the posts read are never touched) and each
+    // chunk is appended as it is read, its buffer reused for the next; without it the
+    // chunks are kept and copied once at the end (also when the reservation is refused:
+    // a length is only a hint, and no allocation failure should abort the process here).
+    //
+    // With more than one thread, another faults the reserved pages in ahead of the
+    // decoding (the kernel clearing them was about half of the read phase). The vector
+    // does not move meanwhile: chunks are appended to it only within its capacity, and
+    // the scope ends before anything else changes it.
+    let mut posts = Vec::new();
+    if let Some(bytes) = input_bytes {
+        let most = usize::try_from(bytes).unwrap_or(usize::MAX) / POST_BYTES;
+        let _ = posts.try_reserve_exact(most);
     }
-
-    /// [`load_snapshot`](Self::load_snapshot) of an input of `input_bytes` bytes (a file's
-    /// length): the posts are read into one buffer sized from it, with no second copy.
-    pub fn load_snapshot_sized(
-        &self,
-        input: impl Read,
-        threads: usize,
-        input_bytes: u64,
-    ) -> Result<LoadReport, SnapshotError> {
-        self.load_snapshot_with(input, threads, true, Some(input_bytes))
-    }
-
-    /// [`load_snapshot`](Self::load_snapshot), with `allow_bulk = false` rebuilding through
-    /// the per-post insert path even into a fresh store (to compare the two), and the input's
-    /// length when known (see [`load_snapshot_sized`](Self::load_snapshot_sized)).
-    pub fn load_snapshot_with(
-        &self,
-        input: impl Read,
-        threads: usize,
-        allow_bulk: bool,
-        input_bytes: Option<u64>,
-    ) -> Result<LoadReport, SnapshotError> {
-        let started = Instant::now();
-        let mut reader = SnapshotReader::new(input)?;
-        self.check_loadable(&reader.header)?;
-        // Only a store nothing was ever put in can be built in bulk.
-        let fresh = self.is_fresh();
-        let mut tombstones = Vec::new();
-        let mut facts = Vec::new();
-        // The posts go into one allocation of their final size: growing a vector of a
-        // gigabyte by doubling copies it again and faults in fresh pages each time. With the
-        // input's length the buffer is reserved up front for as many posts as the input could
-        // hold (pages more than 64 MiB beyond the posts read are never touched) and each
-        // chunk is appended as it is read, its buffer reused for the next; without it the
-        // chunks are kept and copied once at the end (also when the reservation is refused:
-        // a length is only a hint, and no allocation failure should abort the process here).
-        //
-        // With more than one thread, another faults the reserved pages in ahead of the
-        // decoding (the kernel clearing them was about half of the read phase). The vector
-        // does not move meanwhile: chunks are appended to it only within its capacity, and
-        // the scope ends before anything else changes it.
-        let mut posts = Vec::new();
-        if let Some(bytes) = input_bytes {
-            let most = usize::try_from(bytes).unwrap_or(usize::MAX) / POST_BYTES;
-            let _ = posts.try_reserve_exact(most);
+    let mut post_chunks = Vec::new();
+    let region = (
+        posts.as_ptr() as usize,
+        posts.capacity() * size_of::<CompactPost>(),
+    );
+    let (written, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
+    std::thread::scope(|scope| {
+        if threads > 1 && region.1 > 0 {
+            let (written, stop) = (&written, &stop);
+            scope.spawn(move || {
+                crate::huge_memory::populate_ahead(region.0, region.1, written, stop)
+            });
         }
-        let mut post_chunks = Vec::new();
-        let region = (
-            posts.as_ptr() as usize,
-            posts.capacity() * size_of::<CompactPost>(),
-        );
-        let (written, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
-        std::thread::scope(|scope| {
-            if threads > 1 && region.1 > 0 {
-                let (written, stop) = (&written, &stop);
-                scope.spawn(move || {
-                    crate::huge_memory::populate_ahead(region.0, region.1, written, stop)
-                });
-            }
-            let read = (|| -> Result<(), SnapshotError> {
-                loop {
-                    // In file order: once a chunk did not fit, every later one waits too.
-                    let into = post_chunks.is_empty().then_some(&mut posts);
-                    match reader.next_chunk(PostsInto::Decoded(into))? {
-                        Chunk::Tombstones(chunk) => tombstones.extend(chunk),
-                        Chunk::Facts(chunk) => facts.extend(chunk),
-                        Chunk::PostsAppended => {
-                            // Relaxed: a progress hint for the populating thread.
-                            let bytes = posts.len() * size_of::<CompactPost>();
-                            written.store(bytes, Ordering::Relaxed);
-                        }
-                        Chunk::Posts(chunk) => post_chunks.push(chunk),
-                        Chunk::PostsChecked | Chunk::PostsUnchecked | Chunk::End => return Ok(()),
+        let read = (|| -> Result<(), SnapshotError> {
+            loop {
+                // In file order: once a chunk did not fit, every later one waits too.
+                let into = post_chunks.is_empty().then_some(&mut posts);
+                match reader.next_chunk(PostsInto::Decoded(into))? {
+                    Chunk::Tombstones(chunk) => tombstones.extend(chunk),
+                    Chunk::Facts(chunk) => facts.extend(chunk),
+                    Chunk::PostsAppended => {
+                        // Relaxed: a progress hint for the populating thread.
+                        let bytes = posts.len() * size_of::<CompactPost>();
+                        written.store(bytes, Ordering::Relaxed);
                     }
-                }
-            })();
-            stop.store(true, Ordering::Relaxed);
-            read
-        })?;
-        if !post_chunks.is_empty() {
-            posts.reserve_exact(post_chunks.iter().map(Vec::len).sum());
-            for chunk in post_chunks {
-                posts.extend(chunk);
-            }
-        }
-        check_post_count(posts.len())?;
-        let read = ReadSnapshot::new(reader, tombstones, facts, fresh, started);
-        self.load_decoded(read, posts, threads, allow_bulk, Instant::now())
-    }
-
-    /// [`load_snapshot`](Self::load_snapshot) of a snapshot file, read in place through a
-    /// read-only mapping of it ([`load_snapshot_in_place`](Self::load_snapshot_in_place)):
-    /// the posts are not copied out of the file first (at 20M posts, 1.27 GB of memory the
-    /// load does not take). When the file cannot be mapped it is read as a stream
-    /// ([`load_snapshot_sized`](Self::load_snapshot_sized)).
-    ///
-    /// The file must not change while it loads: a snapshot file is written under a temporary
-    /// name and renamed, never written in place, and a file truncated by another process
-    /// meanwhile would end the process (`SIGBUS`) rather than fail the load.
-    pub fn load_snapshot_file(
-        &self,
-        file: &std::fs::File,
-        threads: usize,
-    ) -> Result<LoadReport, SnapshotError> {
-        // SAFETY: the mapping is read-only and lives until this call returns, and nothing
-        // borrowed from it outlives the call (the store copies what it keeps). Snapshot files
-        // are never written in place (see above); that the file stays as it is while it
-        // loads is this function's documented requirement.
-        let mapped = unsafe { memmap2::MmapOptions::new().map(file) };
-        match mapped {
-            Ok(map) => {
-                // The first pass reads it front to back.
-                let _ = map.advise(memmap2::Advice::Sequential);
-                self.load_snapshot_in_place(&map, threads, true)
-            }
-            Err(_) => {
-                let bytes = file.metadata()?.len();
-                let input = io::BufReader::with_capacity(1 << 20, file);
-                self.load_snapshot_sized(input, threads, bytes)
-            }
-        }
-    }
-
-    /// [`load_snapshot_with`](Self::load_snapshot_with) of a snapshot held whole in memory (a
-    /// mapped file): every chunk is verified where it lies, and the posts are decoded as the
-    /// build reads them, with no copy of their own. A file whose posts are not in timeline
-    /// order (written before they were) or whose posts chunks are not of one size is decoded
-    /// first, as a stream would be.
-    pub fn load_snapshot_in_place(
-        &self,
-        bytes: &[u8],
-        threads: usize,
-        allow_bulk: bool,
-    ) -> Result<LoadReport, SnapshotError> {
-        let started = Instant::now();
-        let mut reader = SnapshotReader::new(bytes)?;
-        self.check_loadable(&reader.header)?;
-        let fresh = self.is_fresh();
-        let (mut tombstones, mut facts, mut unchecked) = (Vec::new(), Vec::new(), Vec::new());
-        let threads = threads.max(1);
-        loop {
-            match reader.next_chunk_in_place() {
-                Ok(InPlace::Tombstones(chunk)) => tombstones.extend(chunk),
-                Ok(InPlace::Facts(chunk)) => facts.extend(chunk),
-                Ok(InPlace::Posts(chunk)) => unchecked.push(chunk),
-                Ok(InPlace::End) => break,
-                Err(error) => {
-                    // A bad posts chunk before this one is the first error, as in a stream.
-                    check_posts_chunks(&unchecked, threads)?;
-                    return Err(error);
+                    Chunk::Posts(chunk) => post_chunks.push(chunk),
+                    Chunk::PostsChecked | Chunk::PostsUnchecked | Chunk::End => return Ok(()),
                 }
             }
-        }
-        check_posts_chunks(&unchecked, threads)?;
-        let chunks: Vec<&[u8]> = unchecked.iter().map(|chunk| chunk.records).collect();
-        let posts = MappedPosts::new(&chunks);
-        check_post_count(
-            chunks
-                .iter()
-                .map(|records| records.len() / POST_BYTES)
-                .sum(),
-        )?;
-        let read = ReadSnapshot::new(reader, tombstones, facts, fresh, started);
-        let building = Instant::now();
-        match posts {
-            Some(mut posts) if in_timeline_order_already(&posts, threads) => {
-                let restored = self.restore_tombstones_and_facts(&read);
-                // In timeline order the expired posts are the oldest: a prefix.
-                let now = self.now_secs();
-                let total_posts = posts.len() as u64;
-                posts.skip(first_unexpired(&posts, |t| self.expired(t, now)));
-                let count = posts.len() as u32;
-                let built =
-                    self.build_loaded(&read, &posts, threads, allow_bulk, |_| (0..count).collect());
-                Ok(read.report(restored, built, total_posts, building))
-            }
-            _ => {
-                let posts = chunks
-                    .iter()
-                    .flat_map(|records| records.chunks_exact(POST_BYTES))
-                    .map(decode_checked_post)
-                    .collect();
-                self.load_decoded(read, posts, threads, allow_bulk, building)
-            }
+        })();
+        stop.store(true, Ordering::Relaxed);
+        read
+    })?;
+    if !post_chunks.is_empty() {
+        posts.reserve_exact(post_chunks.iter().map(Vec::len).sum());
+        for chunk in post_chunks {
+            posts.extend(chunk);
         }
     }
+    check_post_count(posts.len())?;
+    let read = ReadSnapshot::new(reader, tombstones, facts, fresh, started);
+    load_decoded(tables, read, posts, threads, allow_bulk, Instant::now())
+}
 
-    /// Refuses a snapshot written with a shorter retention than this store's (it would lack
-    /// posts this store keeps) or for another author shard.
-    fn check_loadable(&self, header: &SnapshotHeader) -> Result<(), SnapshotError> {
-        if header.retention_secs < self.retention_secs() {
-            return Err(SnapshotError::Incompatible(format!(
-                "written with a retention of {} s, shorter than this store's {} s",
-                header.retention_secs,
-                self.retention_secs()
-            )));
+/// Loads a snapshot file into the store of `tables`, in place through a read-only mapping
+/// when it can be mapped, else as a stream (`PostStore::load_snapshot_file`, which says what
+/// the file must do meanwhile).
+pub(crate) fn load_file(
+    tables: &StoreTables,
+    file: &std::fs::File,
+    threads: usize,
+) -> Result<LoadReport, SnapshotError> {
+    // SAFETY: the mapping is read-only and lives until this call returns, and nothing
+    // borrowed from it outlives the call (the store copies what it keeps). Snapshot files
+    // are never written in place (see above); that the file stays as it is while it
+    // loads is this function's documented requirement.
+    let mapped = unsafe { memmap2::MmapOptions::new().map(file) };
+    match mapped {
+        Ok(map) => {
+            // The first pass reads it front to back.
+            let _ = map.advise(memmap2::Advice::Sequential);
+            load_in_place(tables, &map, threads, true)
         }
-        check_shard(header.shard, self)
-    }
-
-    /// The build of a load whose posts were decoded into memory, which began at `building`:
-    /// the expired posts dropped, the rest put in timeline order.
-    fn load_decoded(
-        &self,
-        read: ReadSnapshot,
-        mut posts: Vec<CompactPost>,
-        threads: usize,
-        allow_bulk: bool,
-        building: Instant,
-    ) -> Result<LoadReport, SnapshotError> {
-        let restored = self.restore_tombstones_and_facts(&read);
-        let now = self.now_secs();
-        let total_posts = posts.len() as u64;
-        posts.retain(|p| !self.expired(p.created_at, now));
-        let threads = threads.max(1);
-        let built = self.build_loaded(&read, &posts, threads, allow_bulk, |posts| {
-            in_timeline_order(posts, threads)
-        });
-        Ok(read.report(restored, built, total_posts, building))
-    }
-
-    /// Restores the snapshot's live tombstones and its facts: how many of each.
-    fn restore_tombstones_and_facts(&self, read: &ReadSnapshot) -> (u64, u64) {
-        let g = self.guards();
-        let mut tombstones_loaded = 0;
-        for &(post_id, basis) in &read.tombstones {
-            tombstones_loaded += u64::from(self.restore_tombstone(post_id, basis, &g));
+        Err(_) => {
+            let bytes = file.metadata()?.len();
+            let input = io::BufReader::with_capacity(1 << 20, file);
+            load_stream(tables, input, threads, true, Some(bytes))
         }
-        let facts_loaded = self.restore_facts(&read.facts, &g) as u64;
-        (tombstones_loaded, facts_loaded)
-    }
-
-    /// Builds the store from `posts` (all unexpired), in the order `order_of` gives them, in
-    /// bulk when the store was fresh, else (or when the bulk build refuses) through the
-    /// per-post path: its insert report, and why it took the per-post path.
-    fn build_loaded<P: PostSource + ?Sized>(
-        &self,
-        read: &ReadSnapshot,
-        posts: &P,
-        threads: usize,
-        allow_bulk: bool,
-        order_of: impl FnOnce(&P) -> Vec<u32>,
-    ) -> (InsertReport, Option<BulkRefusal>) {
-        // Size the post index once for every post, rather than grow it ~20 times on the way
-        // (each growth stops both loading threads to rehash); on another thread while this
-        // one orders them, when there is one.
-        let order = std::thread::scope(|scope| {
-            let reserve = |posts: usize| self.posts.reserve(posts, &crossbeam_epoch::pin());
-            if threads == 1 {
-                reserve(posts.len());
-                return order_of(posts);
-            }
-            let count = posts.len();
-            let reserving = scope.spawn(move || reserve(count));
-            let order = order_of(posts);
-            if let Err(panic) = reserving.join() {
-                std::panic::resume_unwind(panic);
-            }
-            order
-        });
-        // With a loading thread on every core, a chunk made ahead only takes a core from them.
-        let every_core = threads >= std::thread::available_parallelism().map_or(1, |n| n.get());
-        if every_core {
-            self.arena.make_chunks_ahead(false);
-        }
-        let bulk = if !allow_bulk {
-            Err(BulkRefusal::PerPostRequested)
-        } else if read.fresh {
-            self.bulk_load(posts, &order, threads)
-        } else {
-            Err(BulkRefusal::StoreNotEmpty)
-        };
-        let built = match bulk {
-            Ok(inserts) => (inserts, None),
-            Err(reason) => (self.load_per_post(posts, &order, threads), Some(reason)),
-        };
-        if every_core {
-            self.arena.make_chunks_ahead(true);
-        }
-        built
-    }
-
-    /// Inserts `posts` through the ordinary insert path on `threads` threads, split by author,
-    /// each in `order`.
-    fn load_per_post<P: PostSource + ?Sized>(
-        &self,
-        posts: &P,
-        order: &[u32],
-        threads: usize,
-    ) -> InsertReport {
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|worker| scope.spawn(move || self.load_share(posts, order, worker, threads)))
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_default())
-                .fold(InsertReport::default(), |mut total, r| {
-                    add_report(&mut total, r);
-                    total
-                })
-        })
-    }
-
-    /// Inserts the posts of the authors that fall to `worker` (of `workers`), in `order`.
-    fn load_share<P: PostSource + ?Sized>(
-        &self,
-        posts: &P,
-        order: &[u32],
-        worker: usize,
-        workers: usize,
-    ) -> InsertReport {
-        const BATCH: usize = 4096;
-        let mut report = InsertReport::default();
-        let mut batch = Vec::with_capacity(BATCH);
-        let mine = order
-            .iter()
-            .map(|&i| posts.post(i as usize))
-            .filter(|p| author_share(p.author_id, workers) == worker);
-        for post in mine {
-            batch.push(post.to_light());
-            if batch.len() == BATCH {
-                add_report(&mut report, self.insert_posts(&batch));
-                batch.clear();
-            }
-        }
-        if !batch.is_empty() {
-            add_report(&mut report, self.insert_posts(&batch));
-        }
-        report
     }
 }
 
+/// Loads a snapshot held whole in memory into the store of `tables`, verified and decoded
+/// where it lies (`PostStore::load_snapshot_in_place`).
+pub(crate) fn load_in_place(
+    tables: &StoreTables,
+    bytes: &[u8],
+    threads: usize,
+    allow_bulk: bool,
+) -> Result<LoadReport, SnapshotError> {
+    let started = Instant::now();
+    let mut reader = SnapshotReader::new(bytes)?;
+    check_loadable(tables, &reader.header)?;
+    let fresh = tables.is_fresh();
+    let (mut tombstones, mut facts, mut unchecked) = (Vec::new(), Vec::new(), Vec::new());
+    let threads = threads.max(1);
+    loop {
+        match reader.next_chunk_in_place() {
+            Ok(InPlace::Tombstones(chunk)) => tombstones.extend(chunk),
+            Ok(InPlace::Facts(chunk)) => facts.extend(chunk),
+            Ok(InPlace::Posts(chunk)) => unchecked.push(chunk),
+            Ok(InPlace::End) => break,
+            Err(error) => {
+                // A bad posts chunk before this one is the first error, as in a stream.
+                check_posts_chunks(&unchecked, threads)?;
+                return Err(error);
+            }
+        }
+    }
+    check_posts_chunks(&unchecked, threads)?;
+    let chunks: Vec<&[u8]> = unchecked.iter().map(|chunk| chunk.records).collect();
+    let posts = MappedPosts::new(&chunks);
+    check_post_count(
+        chunks
+            .iter()
+            .map(|records| records.len() / POST_BYTES)
+            .sum(),
+    )?;
+    let read = ReadSnapshot::new(reader, tombstones, facts, fresh, started);
+    let building = Instant::now();
+    match posts {
+        Some(mut posts) if in_timeline_order_already(&posts, threads) => {
+            let restored = restore_tombstones_and_facts(tables, &read);
+            // In timeline order the expired posts are the oldest: a prefix.
+            let now = tables.now_secs();
+            let total_posts = posts.len() as u64;
+            posts.skip(first_unexpired(&posts, |t| tables.expired(t, now)));
+            let count = posts.len() as u32;
+            let built = build_loaded(tables, &read, &posts, threads, allow_bulk, |_| {
+                (0..count).collect()
+            });
+            Ok(read.report(restored, built, total_posts, building))
+        }
+        _ => {
+            let posts = chunks
+                .iter()
+                .flat_map(|records| records.chunks_exact(POST_BYTES))
+                .map(decode_checked_post)
+                .collect();
+            load_decoded(tables, read, posts, threads, allow_bulk, building)
+        }
+    }
+}
+
+/// Refuses a snapshot written with a shorter retention than this store's (it would lack
+/// posts this store keeps) or for another author shard.
+fn check_loadable(tables: &StoreTables, header: &SnapshotHeader) -> Result<(), SnapshotError> {
+    if header.retention_secs < tables.retention_secs() {
+        return Err(SnapshotError::Incompatible(format!(
+            "written with a retention of {} s, shorter than this store's {} s",
+            header.retention_secs,
+            tables.retention_secs()
+        )));
+    }
+    check_shard(tables, header.shard)
+}
+
+/// The build of a load whose posts were decoded into memory, which began at `building`:
+/// the expired posts dropped, the rest put in timeline order.
+fn load_decoded(
+    tables: &StoreTables,
+    read: ReadSnapshot,
+    mut posts: Vec<CompactPost>,
+    threads: usize,
+    allow_bulk: bool,
+    building: Instant,
+) -> Result<LoadReport, SnapshotError> {
+    let restored = restore_tombstones_and_facts(tables, &read);
+    let now = tables.now_secs();
+    let total_posts = posts.len() as u64;
+    posts.retain(|p| !tables.expired(p.created_at, now));
+    let threads = threads.max(1);
+    let built = build_loaded(tables, &read, &posts, threads, allow_bulk, |posts| {
+        in_timeline_order(posts, threads)
+    });
+    Ok(read.report(restored, built, total_posts, building))
+}
+
+/// Restores the snapshot's live tombstones and its facts: how many of each.
+fn restore_tombstones_and_facts(tables: &StoreTables, read: &ReadSnapshot) -> (u64, u64) {
+    let g = tables.guards();
+    let mut tombstones_loaded = 0;
+    for &(post_id, basis) in &read.tombstones {
+        tombstones_loaded += u64::from(tables.restore_tombstone(post_id, basis, &g));
+    }
+    let facts_loaded = tables.restore_facts(&read.facts, &g) as u64;
+    (tombstones_loaded, facts_loaded)
+}
+
+/// Builds the store from `posts` (all unexpired), in the order `order_of` gives them, in
+/// bulk when the store was fresh, else (or when the bulk build refuses) through the
+/// per-post path: its insert report, and why it took the per-post path.
+fn build_loaded<P: PostSource + ?Sized>(
+    tables: &StoreTables,
+    read: &ReadSnapshot,
+    posts: &P,
+    threads: usize,
+    allow_bulk: bool,
+    order_of: impl FnOnce(&P) -> Vec<u32>,
+) -> (InsertReport, Option<BulkRefusal>) {
+    // Size the post index once for every post, rather than grow it ~20 times on the way
+    // (each growth stops both loading threads to rehash); on another thread while this
+    // one orders them, when there is one.
+    let order = std::thread::scope(|scope| {
+        let reserve = |posts: usize| tables.reserve_posts(posts);
+        if threads == 1 {
+            reserve(posts.len());
+            return order_of(posts);
+        }
+        let count = posts.len();
+        let reserving = scope.spawn(move || reserve(count));
+        let order = order_of(posts);
+        if let Err(panic) = reserving.join() {
+            std::panic::resume_unwind(panic);
+        }
+        order
+    });
+    // With a loading thread on every core, a chunk made ahead only takes a core from them.
+    let every_core = threads >= std::thread::available_parallelism().map_or(1, |n| n.get());
+    if every_core {
+        tables.make_chunks_ahead(false);
+    }
+    let bulk = if !allow_bulk {
+        Err(BulkRefusal::PerPostRequested)
+    } else if read.fresh {
+        bulk_load(tables, posts, &order, threads)
+    } else {
+        Err(BulkRefusal::StoreNotEmpty)
+    };
+    let built = match bulk {
+        Ok(inserts) => (inserts, None),
+        Err(reason) => (load_per_post(tables, posts, &order, threads), Some(reason)),
+    };
+    if every_core {
+        tables.make_chunks_ahead(true);
+    }
+    built
+}
+
+/// Inserts `posts` through the ordinary insert path on `threads` threads, split by author,
+/// each in `order`.
+fn load_per_post<P: PostSource + ?Sized>(
+    tables: &StoreTables,
+    posts: &P,
+    order: &[u32],
+    threads: usize,
+) -> InsertReport {
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|worker| scope.spawn(move || load_share(tables, posts, order, worker, threads)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_default())
+            .fold(InsertReport::default(), |mut total, r| {
+                add_report(&mut total, r);
+                total
+            })
+    })
+}
+
+/// Inserts the posts of the authors that fall to `worker` (of `workers`), in `order`.
+fn load_share<P: PostSource + ?Sized>(
+    tables: &StoreTables,
+    posts: &P,
+    order: &[u32],
+    worker: usize,
+    workers: usize,
+) -> InsertReport {
+    const BATCH: usize = 4096;
+    let mut report = InsertReport::default();
+    let mut batch = Vec::with_capacity(BATCH);
+    let mine = order
+        .iter()
+        .map(|&i| posts.post(i as usize))
+        .filter(|p| author_share(p.author_id, workers) == worker);
+    for post in mine {
+        batch.push(post.to_light());
+        if batch.len() == BATCH {
+            add_report(&mut report, write::insert_posts(tables, &batch, |_, _| {}));
+            batch.clear();
+        }
+    }
+    if !batch.is_empty() {
+        add_report(&mut report, write::insert_posts(tables, &batch, |_, _| {}));
+    }
+    report
+}
+
 /// Refuses a snapshot written by another shard (or by a shard for a full store, or the other
-/// way round) than `store` is.
-pub fn check_shard(written_by: Option<ShardId>, store: &PostStore) -> Result<(), SnapshotError> {
+/// way round) than the store of `tables` is.
+pub(crate) fn check_shard(
+    tables: &StoreTables,
+    written_by: Option<ShardId>,
+) -> Result<(), SnapshotError> {
     let shown = |shard: Option<ShardId>| match shard {
         Some(shard) => format!("author shard {shard}"),
         None => "a full store".to_owned(),
     };
-    let this = store.shard_id();
-    if written_by != this || (this.is_none() && store.directory.is_some()) {
+    let this = tables.shard_id();
+    let unnamed_shard = this.is_none() && tables.is_shard();
+    if written_by != this || unnamed_shard {
         return Err(SnapshotError::Incompatible(format!(
             "written by {}, this store is {}",
             shown(written_by),
-            if this.is_none() && store.directory.is_some() {
+            if unnamed_shard {
                 "an author shard without a shard id".to_owned()
             } else {
                 shown(this)

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::format::*;
 use crate::arena::SlotId;
 use crate::directory::FACT_SHARDS;
-use crate::store::PostStore;
+use crate::tables::StoreTables;
 
 /// What writing a snapshot did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,153 +53,147 @@ impl<W: Write> ChunkWriter<W> {
     }
 }
 
-impl PostStore {
-    /// Writes a snapshot of this store to `out` while it keeps serving (see the module docs).
-    ///
-    /// `meta.offsets` must have been taken *before* this call: they are what a loader replays
-    /// from. Posts expired at the start of the scan are left out. The scan holds no lock and no
-    /// epoch pin (every slot read is validated): no reader or writer waits for it. Besides
-    /// its 2 MiB chunk buffer it holds 8 bytes per post while it runs, to write the posts in
-    /// timeline order. `out` is written in chunks of at most 2 MiB; the caller does the
-    /// buffering, `fsync` and renaming.
-    pub fn write_snapshot(
-        &self,
-        meta: &SnapshotMeta,
-        out: impl Write,
-    ) -> Result<SnapshotSummary, SnapshotError> {
-        let started = Instant::now();
-        let now = self.now_secs();
-        if self.directory.is_some() && self.shard_id().is_none() {
-            return Err(SnapshotError::Incompatible(
-                "an author shard built without its shard id (with_author_shard) cannot be snapshotted".into(),
-            ));
+/// Writes a snapshot of the store of `tables` to `out` while it keeps serving
+/// (`PostStore::write_snapshot`).
+pub(crate) fn write_snapshot(
+    tables: &StoreTables,
+    meta: &SnapshotMeta,
+    out: impl Write,
+) -> Result<SnapshotSummary, SnapshotError> {
+    let started = Instant::now();
+    let now = tables.now_secs();
+    if tables.is_shard() && tables.shard_id().is_none() {
+        return Err(SnapshotError::Incompatible(
+            "an author shard built without its shard id (with_author_shard) cannot be snapshotted"
+                .into(),
+        ));
+    }
+    let header = SnapshotHeader {
+        format_version: FORMAT_VERSION,
+        layout_hash: layout_hash(),
+        retention_secs: tables.retention_secs(),
+        created_at_secs: now,
+        meta: meta.clone(),
+        shard: tables.shard_id(),
+    };
+    let encoded = encode_header(&header)?;
+    let mut writer = ChunkWriter {
+        out,
+        counts: SnapshotCounts {
+            bytes: encoded.len() as u64,
+            ..SnapshotCounts::default()
+        },
+        buf: Vec::with_capacity(POST_BYTES * POSTS_PER_CHUNK),
+    };
+    writer.out.write_all(&encoded)?;
+    // Tombstones first: a post deleted while the scan runs then either is in the scan and
+    // has its tombstone after it in time (the replay deletes it again), or is not.
+    let tombstones = tables.live_tombstones(now);
+    for chunk in tombstones.chunks(TOMBSTONES_PER_CHUNK) {
+        for &(post_id, basis) in chunk {
+            writer.buf.extend_from_slice(&post_id.to_le_bytes());
+            writer.buf.extend_from_slice(&basis.to_le_bytes());
         }
-        let header = SnapshotHeader {
-            format_version: FORMAT_VERSION,
-            layout_hash: layout_hash(),
-            retention_secs: self.retention_secs(),
-            created_at_secs: now,
-            meta: meta.clone(),
-            shard: self.shard_id(),
-        };
-        let encoded = encode_header(&header)?;
-        let mut writer = ChunkWriter {
-            out,
-            counts: SnapshotCounts {
-                bytes: encoded.len() as u64,
-                ..SnapshotCounts::default()
-            },
-            buf: Vec::with_capacity(POST_BYTES * POSTS_PER_CHUNK),
-        };
-        writer.out.write_all(&encoded)?;
-        // Tombstones first: a post deleted while the scan runs then either is in the scan and
-        // has its tombstone after it in time (the replay deletes it again), or is not.
-        let tombstones = self.live_tombstones(now);
-        for chunk in tombstones.chunks(TOMBSTONES_PER_CHUNK) {
-            for &(post_id, basis) in chunk {
+        writer.write(KIND_TOMBSTONES, chunk.len())?;
+        writer.counts.tombstones += chunk.len() as u64;
+    }
+    // The fact directory, one table at a time (each copied under its read lock).
+    let mut facts = Vec::new();
+    for table in 0..FACT_SHARDS {
+        facts.clear();
+        tables.copy_facts(table, now, &mut facts);
+        for chunk in facts.chunks(FACTS_PER_CHUNK) {
+            for &(post_id, packed, parent) in chunk {
                 writer.buf.extend_from_slice(&post_id.to_le_bytes());
-                writer.buf.extend_from_slice(&basis.to_le_bytes());
+                writer.buf.extend_from_slice(&packed.to_le_bytes());
+                writer.buf.extend_from_slice(&parent.to_le_bytes());
             }
-            writer.write(KIND_TOMBSTONES, chunk.len())?;
-            writer.counts.tombstones += chunk.len() as u64;
+            writer.write(KIND_FACTS, chunk.len())?;
+            writer.counts.facts += chunk.len() as u64;
         }
-        // The fact directory, one table at a time (each copied under its read lock).
-        let mut facts = Vec::new();
-        for table in 0..FACT_SHARDS {
-            facts.clear();
-            self.copy_facts(table, now, &mut facts);
-            for chunk in facts.chunks(FACTS_PER_CHUNK) {
-                for &(post_id, packed, parent) in chunk {
-                    writer.buf.extend_from_slice(&post_id.to_le_bytes());
-                    writer.buf.extend_from_slice(&packed.to_le_bytes());
-                    writer.buf.extend_from_slice(&parent.to_le_bytes());
-                }
-                writer.write(KIND_FACTS, chunk.len())?;
-                writer.counts.facts += chunk.len() as u64;
-            }
-        }
-        self.write_posts_in_timeline_order(now, &mut writer)?;
-        let counts = writer.counts;
-        for n in [counts.tombstones, counts.posts, counts.chunks, counts.facts] {
-            writer.buf.extend_from_slice(&n.to_le_bytes());
-        }
-        writer.write(KIND_END, 0)?;
-        writer.out.flush()?;
-        Ok(SnapshotSummary {
-            header,
-            counts: writer.counts,
-            duration: started.elapsed(),
-        })
     }
+    write_posts_in_timeline_order(tables, now, &mut writer)?;
+    let counts = writer.counts;
+    for n in [counts.tombstones, counts.posts, counts.chunks, counts.facts] {
+        writer.buf.extend_from_slice(&n.to_le_bytes());
+    }
+    writer.write(KIND_END, 0)?;
+    writer.out.flush()?;
+    Ok(SnapshotSummary {
+        header,
+        counts: writer.counts,
+        duration: started.elapsed(),
+    })
+}
 
-    /// The posts part of a snapshot: every post live and unexpired at `now`, in timeline order
-    /// (`created_at`, then post id), so that a load reads them in the order it builds them
-    /// and needs no sort of its own (see `in_timeline_order`).
-    ///
-    /// Two passes over the arena, neither holding an epoch pin (arena chunks are never freed
-    /// while the store lives): the first scans it for each live post's second and slot (8
-    /// bytes a post, sorted), the second reads the slots back in that order, a second's posts
-    /// at a time, sorted by id. A slot whose post is gone by then (deleted after the recorded
-    /// offsets, so the replay from them deletes it again, or expired, which a load skips
-    /// anyway) is left out; if the slot holds a newer post by then, that one is written when
-    /// it is of the same second (the replay would bring it anyway) and left out otherwise.
-    /// A post is in one slot for its whole life, so none is written twice.
-    fn write_posts_in_timeline_order<W: Write>(
-        &self,
-        now: i64,
-        writer: &mut ChunkWriter<W>,
-    ) -> Result<(), SnapshotError> {
-        let live = self.arena.live();
-        let mut keys: Vec<u64> = Vec::with_capacity(live + live / 64 + 1024);
-        for index in 0..self.arena.scan_chunks() {
-            self.arena.scan_chunk(index, |slot, post| {
-                if !self.expired(post.created_at, now) {
-                    keys.push(u64::from(post.created_at) << 32 | u64::from(slot));
-                }
-            });
-        }
-        keys.sort_unstable();
-        let second_of = |key: u64| (key >> 32) as u32;
-        let mut second = Vec::new();
-        let mut in_chunk = 0;
-        for (i, &key) in keys.iter().enumerate() {
-            // The slots are read in no order the hardware can guess: ask for them ahead.
-            if let Some(&ahead) = keys.get(i + WRITE_READ_AHEAD) {
-                crate::prefetch::prefetch(self.arena.slot_ptr(ahead as SlotId));
+/// The posts part of a snapshot: every post live and unexpired at `now`, in timeline order
+/// (`created_at`, then post id), so that a load reads them in the order it builds them
+/// and needs no sort of its own (see `in_timeline_order`).
+///
+/// Two passes over the arena, neither holding an epoch pin (arena chunks are never freed
+/// while the store lives): the first scans it for each live post's second and slot (8
+/// bytes a post, sorted), the second reads the slots back in that order, a second's posts
+/// at a time, sorted by id. A slot whose post is gone by then (deleted after the recorded
+/// offsets, so the replay from them deletes it again, or expired, which a load skips
+/// anyway) is left out; if the slot holds a newer post by then, that one is written when
+/// it is of the same second (the replay would bring it anyway) and left out otherwise.
+/// A post is in one slot for its whole life, so none is written twice.
+fn write_posts_in_timeline_order<W: Write>(
+    tables: &StoreTables,
+    now: i64,
+    writer: &mut ChunkWriter<W>,
+) -> Result<(), SnapshotError> {
+    let live = tables.live_posts();
+    let mut keys: Vec<u64> = Vec::with_capacity(live + live / 64 + 1024);
+    for index in 0..tables.scan_chunks() {
+        tables.scan_chunk(index, |slot, post| {
+            if !tables.expired(post.created_at, now) {
+                keys.push(u64::from(post.created_at) << 32 | u64::from(slot));
             }
-            if let Some(post) = self.arena.read_live(key as SlotId)
-                && post.created_at == second_of(key)
-            {
-                second.push(post);
-            }
-            let last_of_second = keys
-                .get(i + 1)
-                .is_none_or(|&next| second_of(next) != second_of(key));
-            if !last_of_second {
-                continue;
-            }
-            second.sort_unstable_by_key(|p| p.post_id);
-            for post in second.drain(..) {
-                encode_post(&post, &mut writer.buf);
-                in_chunk += 1;
-                if in_chunk == POSTS_PER_CHUNK {
-                    writer.write(KIND_POSTS, in_chunk)?;
-                    writer.counts.posts += in_chunk as u64;
-                    in_chunk = 0;
-                }
-            }
-        }
-        if in_chunk > 0 {
-            writer.write(KIND_POSTS, in_chunk)?;
-            writer.counts.posts += in_chunk as u64;
-        }
-        Ok(())
+        });
     }
+    keys.sort_unstable();
+    let second_of = |key: u64| (key >> 32) as u32;
+    let mut second = Vec::new();
+    let mut in_chunk = 0;
+    for (i, &key) in keys.iter().enumerate() {
+        // The slots are read in no order the hardware can guess: ask for them ahead.
+        if let Some(&ahead) = keys.get(i + WRITE_READ_AHEAD) {
+            tables.prefetch_record(ahead as SlotId);
+        }
+        if let Some(post) = tables.read_live(key as SlotId)
+            && post.created_at == second_of(key)
+        {
+            second.push(post);
+        }
+        let last_of_second = keys
+            .get(i + 1)
+            .is_none_or(|&next| second_of(next) != second_of(key));
+        if !last_of_second {
+            continue;
+        }
+        second.sort_unstable_by_key(|p| p.post_id);
+        for post in second.drain(..) {
+            encode_post(&post, &mut writer.buf);
+            in_chunk += 1;
+            if in_chunk == POSTS_PER_CHUNK {
+                writer.write(KIND_POSTS, in_chunk)?;
+                writer.counts.posts += in_chunk as u64;
+                in_chunk = 0;
+            }
+        }
+    }
+    if in_chunk > 0 {
+        writer.write(KIND_POSTS, in_chunk)?;
+        writer.counts.posts += in_chunk as u64;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::PostStore;
     use crate::arena::CompactPost;
     use crate::post::LightPost;
     use crate::snapshot::tests::{delete_every, posts_of};

@@ -11,7 +11,7 @@ use thunder_engine::config::{
     MAX_INPUT_LIST_SIZE, MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_POSTS_TO_RETURN,
     MAX_REPLY_POSTS_PER_AUTHOR, MAX_VIDEOS_TO_RETURN,
 };
-use thunder_engine::{FeedQuery, PostStore, QueryOutcome};
+use thunder_engine::{FeedQuery, PerAuthorLimits, PostStore, QueryOutcome};
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 
 use crate::convert::post_to_proto;
@@ -116,9 +116,14 @@ impl ValidatedRequest {
                 .min(MAX_RESULTS_LIMIT),
         };
         let limits = req.per_author_limits.unwrap_or_default();
-        let clamp = |limit: Option<u32>, cap: usize| {
-            limit.map_or(cap, |n| usize::try_from(n).unwrap_or(cap).min(cap))
+        // An absent limit asks for the cap.
+        let asked = |limit: Option<u32>| {
+            limit.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
         };
+        let per_author = PerAuthorLimits::clamped(
+            asked(limits.max_posts_per_author),
+            asked(limits.max_replies_reposts_per_author),
+        );
         if !KNOWN_ALGORITHMS.contains(&req.algorithm.as_str())
             && let Some(suppressed) = REQUEST_WARNINGS.allow()
         {
@@ -133,14 +138,8 @@ impl ValidatedRequest {
             authors: Vec::new(),
             exclude,
             max_results,
-            max_originals_per_author: clamp(
-                limits.max_posts_per_author,
-                MAX_ORIGINAL_POSTS_PER_AUTHOR,
-            ),
-            max_secondary_per_author: clamp(
-                limits.max_replies_reposts_per_author,
-                MAX_REPLY_POSTS_PER_AUTHOR,
-            ),
+            max_originals_per_author: per_author.originals,
+            max_secondary_per_author: per_author.secondary,
             is_video: req.is_video_request,
             debug: req.debug,
             following_was_empty,

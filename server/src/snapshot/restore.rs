@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use thunder_engine::PostStore;
-use thunder_engine::snapshot::{PartitionOffset, check_shard, read_header};
+use thunder_engine::snapshot::{PartitionOffset, read_header};
 
 use super::{SnapshotArgs, list};
 use crate::admin::metrics::Metrics;
@@ -65,7 +65,7 @@ fn restore(
             tracing::error!(path = %shown, written_for = %header.meta.source, topic, "snapshot skipped: written for another topic");
             continue;
         }
-        if let Err(error) = check_shard(header.shard, store) {
+        if let Err(error) = store.check_snapshot_shard(header.shard) {
             tracing::error!(path = %shown, %error, "snapshot skipped: written for another author shard (--shard)");
             continue;
         }
