@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use prost::Message;
 use thunder_proto::GetInNetworkPostsRequest;
-use thunder_server::demo;
+use thunder_workload::{DEMO_SCALE, SynthConfig};
 
 /// Which request of the demo workload to write.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub struct FrameArgs {
     #[arg(long, value_enum)]
     kind: FrameKind,
     /// Demo workload scale of the server the request is for (`--demo-scale`).
-    #[arg(long, default_value_t = demo::DEFAULT_SCALE)]
+    #[arg(long, default_value_t = DEMO_SCALE)]
     scale: u32,
     /// Followed authors of a full or empty request.
     #[arg(long, default_value_t = 2000)]
@@ -39,8 +39,9 @@ pub struct FrameArgs {
 
 /// The request `args` describe.
 fn request(args: &FrameArgs) -> anyhow::Result<GetInNetworkPostsRequest> {
-    // Author ids do not depend on the workload's end time.
-    let workload = demo::workload(args.scale, 0);
+    // The demo's workload (the server's `demo::workload`); author ids do not depend on its
+    // end time.
+    let workload = SynthConfig::feed_2d(args.scale, 0);
     let to_u64 = |ids: &[i64]| -> anyhow::Result<Vec<u64>> {
         ids.iter()
             .map(|&id| u64::try_from(id).context("negative demo id"))

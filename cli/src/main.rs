@@ -1,8 +1,9 @@
 //! `thunder-cli`: command-line client of thunder. One module per subcommand.
 //!
 //! A crate of its own, so that the server links neither thunder-client (`query --shards`) nor
-//! the CLI's commands; from thunder-server it takes what it shares with the server: the Kafka
-//! connection flags and the event producer (`produce`), the demo's workload (`frame`).
+//! the CLI's commands; it does not link the server either: the Kafka connection flags and the
+//! event producer (`produce`) are thunder-events', the demo's workload (`frame`) is
+//! thunder-workload's, and `--version` is stamped by its own `build.rs` as the server's is.
 //!
 //! Commands print through `outln!` (`out.rs`), which exits quietly when standard output is a
 //! closed pipe.
@@ -21,7 +22,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "thunder-cli",
-    version = thunder_server::version::LONG_VERSION,
+    version = thunder_buildstamp::long_version!(),
     about = "Command-line client of thunder"
 )]
 struct Cli {

@@ -21,7 +21,7 @@ use thunder_engine::PostEvent;
 use thunder_engine::{DeleteEvent, LightPost};
 use thunder_workload::SynthConfig;
 
-use thunder_server::kafka::{EventProducer, KafkaClientArgs};
+use thunder_events::kafka::{EventProducer, KafkaClientArgs};
 
 /// Arguments of `thunder-cli produce`.
 #[derive(clap::Args, Clone, Debug)]
@@ -199,8 +199,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
 
 /// Runs `thunder-cli produce` on the calling thread.
 fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
-    let producer =
-        EventProducer::new(&args.kafka.to_kafka_args()).context("creating the Kafka producer")?;
+    let producer = EventProducer::new(&args.kafka).context("creating the Kafka producer")?;
     // Fail now, with the reason, rather than after the records' delivery timeout.
     producer
         .check_connection(Duration::from_millis(args.kafka_request_timeout_ms))

@@ -17,6 +17,7 @@ fn version_names_the_version_and_the_git_commit() {
     assert!(
         text.starts_with(&format!(
             "thunder-cli {} (git {}",
+            // What the server's `--version` names too (the same stamp, thunder-buildstamp).
             thunder_server::version::VERSION,
             thunder_server::version::GIT_SHA
         )),

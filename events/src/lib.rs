@@ -6,12 +6,16 @@
 //!   ([`DecodeError::OutOfContractId`], [`DecodeError::ZeroId`]).
 //! - [`wire`]: the wire types of `thunder-proto` to the engine's records and back; the eleven
 //!   fields of a post are listed once.
+//! - [`kafka`] (feature `kafka`): the Kafka connection flags and client configuration, the
+//!   security settings' checks, and the producer of event records.
 //!
-//! It links neither a Kafka client nor the server, so the fuzzers and tools that only read or
-//! write events need nothing more.
+//! Without the `kafka` feature it links neither a Kafka client nor the server, so the fuzzers
+//! and tools that only read or write events need nothing more.
 #![deny(missing_docs)]
 
 pub mod codec;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod wire;
 
 pub use codec::{

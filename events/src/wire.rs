@@ -3,7 +3,7 @@
 //!
 //! The engine's [`LightPost`], the answer's `pb::LightPost` and the event's
 //! `pb::TweetCreateEvent` carry the same eleven fields under the same names; they are listed
-//! once, in [`copy_post!`], and every conversion between two of them is that copy.
+//! once, in `copy_post!`, and every conversion between two of them is that copy.
 
 use thunder_engine::{DeleteEvent, LightPost};
 use thunder_proto as pb;

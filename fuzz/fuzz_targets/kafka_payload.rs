@@ -11,7 +11,8 @@ use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use thunder_engine::PostEvent;
 use thunder_engine::{FeedQuery, ManualClock, PostStore, StoreConfig};
-use thunder_server::kafka::{RecordBatch, create_event, decode_event, delete_envelope};
+use thunder_events::{create_event, decode_event, delete_envelope};
+use thunder_server::kafka::RecordBatch;
 
 /// The store's clock; a create is stored when it is at most a day older than this.
 const NOW_SECS: i64 = 1_700_000_000;

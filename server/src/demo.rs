@@ -13,8 +13,8 @@ use tokio::sync::watch;
 
 use crate::serve::following::StaticFollowing;
 
-/// Default workload scale: 10 000 authors and 200 000 posts, loaded in well under a second.
-pub const DEFAULT_SCALE: u32 = 100;
+/// Default workload scale ([`thunder_workload::DEMO_SCALE`]: 10 000 authors and 200 000 posts).
+pub const DEFAULT_SCALE: u32 = thunder_workload::DEMO_SCALE;
 /// Default live events per second after the backlog.
 pub const DEFAULT_EVENTS_PER_SEC: u32 = 50;
 /// Synthetic viewers whose follow lists back the fallback.

@@ -17,14 +17,7 @@ pub const RUSTC: &str = env!("THUNDER_RUSTC");
 pub const FEATURES: &str = env!("THUNDER_FEATURES");
 
 /// What `--version` prints after the program name: the version and the git commit.
-pub const LONG_VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (git ",
-    env!("THUNDER_GIT_SHA"),
-    ", rustc ",
-    env!("THUNDER_RUSTC"),
-    ")"
-);
+pub const LONG_VERSION: &str = thunder_buildstamp::long_version!();
 
 /// The first 12 hex digits of [`GIT_SHA`] (all of it when shorter, e.g. `unknown`).
 pub fn short_sha() -> &'static str {

@@ -18,7 +18,7 @@ fn producer_with(bootstrap: &str, topic: &str, codec: &str) -> EventProducer {
         ("compression.type".into(), codec.into()),
         ("linger.ms".into(), "20".into()),
     ];
-    EventProducer::new(&args).expect("producer")
+    EventProducer::new(&args.client).expect("producer")
 }
 
 /// Ingests `topic` from the start into a fresh store; returns it once `records` are applied.

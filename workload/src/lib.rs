@@ -47,6 +47,9 @@ use thunder_engine::{DeleteEvent, LightPost, PostEvent};
 pub const FEED_2D_AUTHORS: u64 = 1_000_000;
 /// Posts in the window at scale 1.
 pub const FEED_2D_POSTS: u64 = 20_000_000;
+/// Scale of the server's demo workload unless `--demo-scale` says otherwise: 10 000 authors and
+/// 200 000 posts, loaded in well under a second.
+pub const DEMO_SCALE: u32 = 100;
 /// Default seed of [`SynthConfig::feed_2d`].
 pub const DEFAULT_SEED: u64 = 0x0074_6875_6e64_6572;
 /// First author id; author ids are `AUTHOR_ID_BASE + permutation(rank)`.

@@ -1,12 +1,9 @@
 //! Command-line / environment configuration of the Kafka ingestion and the librdkafka
-//! client configuration built from it.
+//! consumer configuration built from it. The connection flags are
+//! [`thunder_events::kafka::KafkaClientArgs`], shared with the producer.
 
 use rdkafka::ClientConfig;
-
-use super::security::Findings;
-
-/// Default topic of the in-network post events (the reference's `IN_NETWORK_EVENTS_TOPIC`).
-pub const IN_NETWORK_EVENTS_TOPIC: &str = "innetwork_post";
+use thunder_events::kafka::{Findings, KafkaClientArgs, KafkaError};
 
 /// Kafka ingestion flags; every flag also reads a `THUNDER_*` environment variable.
 ///
@@ -109,181 +106,12 @@ pub struct KafkaArgs {
     pub kafka_catch_up_buffer_bytes: u64,
 }
 
-/// The Kafka connection flags alone (brokers, topic, security, `-X`): what a producer needs.
-/// [`KafkaArgs`] flattens them; `thunder-cli produce` takes them alone, so its help lists no
-/// consumer-only settings.
-#[derive(clap::Args, Clone)]
-pub struct KafkaClientArgs {
-    /// Bootstrap brokers, `host:port[,host:port...]`.
-    #[arg(long, env = "THUNDER_KAFKA_BROKERS")]
-    pub kafka_brokers: Option<String>,
-
-    /// Topic of protobuf `InNetworkEvent` records.
-    #[arg(long, env = "THUNDER_KAFKA_TOPIC", default_value = IN_NETWORK_EVENTS_TOPIC)]
-    pub kafka_topic: String,
-
-    /// librdkafka `security.protocol`: `plaintext`, `ssl` (TLS), `sasl_plaintext` or
-    /// `sasl_ssl` (SASL over TLS). The `sasl_*` ones need --kafka-sasl-mechanism.
-    #[arg(
-        long,
-        env = "THUNDER_KAFKA_SECURITY_PROTOCOL",
-        default_value = "plaintext"
-    )]
-    pub kafka_security_protocol: String,
-
-    /// librdkafka `sasl.mechanism`: `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER`
-    /// or `GSSAPI` (the last with the `gssapi` build feature). Required by the `sasl_*`
-    /// protocols.
-    #[arg(long, env = "THUNDER_KAFKA_SASL_MECHANISM")]
-    pub kafka_sasl_mechanism: Option<String>,
-
-    /// librdkafka `sasl.username` (PLAIN and SCRAM).
-    #[arg(long, env = "THUNDER_KAFKA_SASL_USERNAME")]
-    pub kafka_sasl_username: Option<String>,
-
-    /// librdkafka `sasl.password` (PLAIN and SCRAM). Give it in the environment variable: on
-    /// the command line any local user can read it.
-    #[arg(long, env = "THUNDER_KAFKA_SASL_PASSWORD", hide_env_values = true)]
-    pub kafka_sasl_password: Option<String>,
-
-    /// librdkafka `ssl.ca.location`: CA bundle (PEM file or directory) to verify the brokers'
-    /// certificates with; unset: the system's CAs. The broker's host name is verified against
-    /// its certificate (`-X ssl.endpoint.identification.algorithm=none` turns that off).
-    #[arg(long, env = "THUNDER_KAFKA_SSL_CA_LOCATION")]
-    pub kafka_ssl_ca_location: Option<String>,
-
-    /// librdkafka `ssl.certificate.location`: client certificate (PEM) for brokers that
-    /// require one; with --kafka-ssl-key-location.
-    #[arg(long, env = "THUNDER_KAFKA_SSL_CERTIFICATE_LOCATION")]
-    pub kafka_ssl_certificate_location: Option<String>,
-
-    /// librdkafka `ssl.key.location`: the client certificate's private key (PEM).
-    #[arg(long, env = "THUNDER_KAFKA_SSL_KEY_LOCATION")]
-    pub kafka_ssl_key_location: Option<String>,
-
-    /// librdkafka `ssl.key.password`: passphrase of an encrypted private key. Give it in the
-    /// environment variable, not on the command line.
-    #[arg(long, env = "THUNDER_KAFKA_SSL_KEY_PASSWORD", hide_env_values = true)]
-    pub kafka_ssl_key_password: Option<String>,
-
-    /// Extra librdkafka property `KEY=VALUE`, repeatable; applied last, so it overrides
-    /// everything above. In the environment variable, separate pairs with `;`.
-    #[arg(
-        short = 'X',
-        long = "kafka-property",
-        env = "THUNDER_KAFKA_PROPERTIES",
-        value_name = "KEY=VALUE",
-        value_delimiter = ';',
-        value_parser = parse_property
-    )]
-    pub kafka_properties: Vec<(String, String)>,
-}
-
-impl KafkaClientArgs {
-    /// These connection settings with the consumer settings at their defaults, for the code
-    /// that takes [`KafkaArgs`] ([`super::EventProducer::new`], [`KafkaArgs::client_config`]).
-    pub fn to_kafka_args(&self) -> KafkaArgs {
-        KafkaArgs {
-            client: self.clone(),
-            ..KafkaArgs::default()
-        }
-    }
-
-    /// Connection settings shared by consumers, producers and admin clients: brokers,
-    /// security and the `-X` properties. Fails when no brokers are configured or the security
-    /// settings are inconsistent ([`KafkaClientArgs::security_settings`]: e.g. a `sasl_*`
-    /// protocol without a mechanism).
-    pub fn client_config(&self) -> Result<ClientConfig, super::error::KafkaError> {
-        let brokers = self
-            .kafka_brokers
-            .as_deref()
-            .filter(|b| !b.trim().is_empty())
-            .ok_or(super::error::KafkaError::NoBrokers)?;
-        let problems = self.security_settings().problems;
-        if !problems.is_empty() {
-            return Err(super::error::KafkaError::InvalidConfig(problems.join("; ")));
-        }
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", brokers)
-            .set("security.protocol", &self.kafka_security_protocol);
-        // librdkafka's default too, said here so no build or version can turn it off unseen.
-        config.set("ssl.endpoint.identification.algorithm", "https");
-        let flags = [
-            ("sasl.mechanism", &self.kafka_sasl_mechanism),
-            ("sasl.username", &self.kafka_sasl_username),
-            ("sasl.password", &self.kafka_sasl_password),
-            ("ssl.ca.location", &self.kafka_ssl_ca_location),
-            (
-                "ssl.certificate.location",
-                &self.kafka_ssl_certificate_location,
-            ),
-            ("ssl.key.location", &self.kafka_ssl_key_location),
-            ("ssl.key.password", &self.kafka_ssl_key_password),
-        ];
-        for (key, value) in flags {
-            if let Some(value) = value {
-                config.set(key, value);
-            }
-        }
-        for (key, value) in &self.kafka_properties {
-            config.set(key, value);
-        }
-        Ok(config)
-    }
-}
-
-impl Default for KafkaClientArgs {
-    fn default() -> Self {
-        Self {
-            kafka_brokers: None,
-            kafka_topic: IN_NETWORK_EVENTS_TOPIC.to_owned(),
-            kafka_security_protocol: "plaintext".to_owned(),
-            kafka_sasl_mechanism: None,
-            kafka_sasl_username: None,
-            kafka_sasl_password: None,
-            kafka_ssl_ca_location: None,
-            kafka_ssl_certificate_location: None,
-            kafka_ssl_key_location: None,
-            kafka_ssl_key_password: None,
-            kafka_properties: Vec::new(),
-        }
-    }
-}
-
-/// Debug output goes through [`KafkaArgs`]'s, which hides the secrets.
-impl std::fmt::Debug for KafkaClientArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.to_kafka_args().fmt(f)
-    }
-}
-
-/// Debug output hides the SASL password and `-X` values of keys that look secret, so the
+/// Debug output hides the secrets of the connection flags (see [`KafkaClientArgs`]'s), so the
 /// arguments can be logged.
 impl std::fmt::Debug for KafkaArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redacted = |key: &str| {
-            let key = key.to_ascii_lowercase();
-            key.contains("password") || key.contains("secret") || key.contains("key")
-        };
-        let properties: Vec<(&str, &str)> = self
-            .client
-            .kafka_properties
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str(),
-                    if redacted(k) {
-                        "<redacted>"
-                    } else {
-                        v.as_str()
-                    },
-                )
-            })
-            .collect();
         f.debug_struct("KafkaArgs")
-            .field("kafka_brokers", &self.client.kafka_brokers)
-            .field("kafka_topic", &self.client.kafka_topic)
+            .field("client", &self.client)
             .field("kafka_group_id", &self.kafka_group_id)
             .field("kafka_num_threads", &self.kafka_num_threads)
             .field("kafka_batch_size", &self.kafka_batch_size)
@@ -299,38 +127,6 @@ impl std::fmt::Debug for KafkaArgs {
                 "kafka_catch_up_buffer_bytes",
                 &self.kafka_catch_up_buffer_bytes,
             )
-            .field(
-                "kafka_security_protocol",
-                &self.client.kafka_security_protocol,
-            )
-            .field("kafka_sasl_mechanism", &self.client.kafka_sasl_mechanism)
-            .field("kafka_sasl_username", &self.client.kafka_sasl_username)
-            .field(
-                "kafka_sasl_password",
-                &self
-                    .client
-                    .kafka_sasl_password
-                    .as_ref()
-                    .map(|_| "<redacted>"),
-            )
-            .field("kafka_ssl_ca_location", &self.client.kafka_ssl_ca_location)
-            .field(
-                "kafka_ssl_certificate_location",
-                &self.client.kafka_ssl_certificate_location,
-            )
-            .field(
-                "kafka_ssl_key_location",
-                &self.client.kafka_ssl_key_location,
-            )
-            .field(
-                "kafka_ssl_key_password",
-                &self
-                    .client
-                    .kafka_ssl_key_password
-                    .as_ref()
-                    .map(|_| "<redacted>"),
-            )
-            .field("kafka_properties", &properties)
             .finish()
     }
 }
@@ -397,19 +193,10 @@ impl KafkaArgs {
         found
     }
 
-    /// Connection settings shared by consumers, producers and admin clients: brokers,
-    /// security and the `-X` properties. Fails when no brokers are configured.
-    pub fn client_config(&self) -> Result<ClientConfig, super::error::KafkaError> {
-        self.client.client_config()
-    }
-
     /// Consumer configuration: no group management, no commits, the given group id, fetch
     /// limits consistent with each other (`fetch_limits.rs`).
-    pub(crate) fn consumer_config(
-        &self,
-        group_id: &str,
-    ) -> Result<ClientConfig, super::error::KafkaError> {
-        let mut config = self.client_config()?;
+    pub(crate) fn consumer_config(&self, group_id: &str) -> Result<ClientConfig, KafkaError> {
+        let mut config = self.client.client_config()?;
         config
             .set("group.id", group_id)
             .set("enable.auto.commit", "false")
@@ -434,16 +221,6 @@ fn brokers_of_the_server(arg: clap::Arg) -> clap::Arg {
     }
     let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
     arg.help(format!("{help}. Unset: no Kafka ingestion"))
-}
-
-/// Parses one `KEY=VALUE` librdkafka property.
-fn parse_property(raw: &str) -> Result<(String, String), String> {
-    match raw.split_once('=') {
-        Some((key, value)) if !key.trim().is_empty() => {
-            Ok((key.trim().to_owned(), value.to_owned()))
-        }
-        _ => Err(format!("expected KEY=VALUE, got `{raw}`")),
-    }
 }
 
 #[cfg(test)]
@@ -503,22 +280,16 @@ mod tests {
         assert_eq!(config.get("group.id"), Some("g"));
         assert_eq!(config.get("fetch.max.bytes"), Some("1048576"));
         assert_eq!(config.get("receive.message.max.bytes"), Some("2162688"));
-        assert!(Cli::try_parse_from(["thunder", "-X", "novalue"]).is_err());
     }
 
+    /// The consumer's arguments print the connection flags through their redacting `Debug`.
     #[test]
-    fn debug_hides_secrets() {
-        let args = KafkaArgs {
-            client: KafkaClientArgs {
-                kafka_sasl_password: Some("hunter2".into()),
-                kafka_properties: vec![("ssl.key.password".into(), "s3cret".into())],
-                ..KafkaClientArgs::default()
-            },
-            ..KafkaArgs::default()
-        };
+    fn debug_hides_the_connection_secrets() {
+        let mut args = KafkaArgs::default();
+        args.client.kafka_sasl_password = Some("hunter2".into());
         let shown = format!("{args:?}");
         assert!(
-            !shown.contains("hunter2") && !shown.contains("s3cret"),
+            !shown.contains("hunter2") && shown.contains("<redacted>"),
             "{shown}"
         );
     }
@@ -582,15 +353,10 @@ mod tests {
             "linger.ms=1",
         ])
         .expect("parses");
-        let args = parsed.kafka.to_kafka_args();
-        assert_eq!(args.client.kafka_topic, "t");
-        let config = args.client_config().expect("config");
-        assert_eq!(config.get("bootstrap.servers"), Some("127.0.0.1:9092"));
-        assert_eq!(config.get("linger.ms"), Some("1"));
-    }
-
-    #[test]
-    fn no_brokers_is_an_error() {
-        assert!(KafkaArgs::default().client_config().is_err());
+        assert_eq!(parsed.kafka.kafka_topic, "t");
+        assert_eq!(
+            parsed.kafka.kafka_properties,
+            [("linger.ms".into(), "1".into())]
+        );
     }
 }

@@ -75,17 +75,14 @@
 
 mod config;
 mod connection;
-mod error;
 mod fetch_limits;
 mod gate;
 mod heap;
 mod ingest;
 mod metrics;
-mod producer;
 mod progress;
 mod records;
 mod resume;
-mod security;
 mod stall;
 mod supervisor;
 mod throttle;
@@ -99,21 +96,22 @@ use rdkafka::consumer::BaseConsumer;
 use thunder_engine::PostStore;
 use tokio::sync::watch;
 
-pub use config::{IN_NETWORK_EVENTS_TOPIC, KafkaArgs, KafkaClientArgs};
+pub use config::KafkaArgs;
 pub use connection::{
     ConnectionError, REASONS as CONNECTION_ERROR_REASONS, last_error as last_connection_error,
 };
-pub use error::KafkaError;
 pub use gate::CatchUpState;
-pub use producer::{EventProducer, ProducerStats};
 pub use progress::IngestStats;
 pub use records::{BatchOutcome, RecordBatch};
 pub use resume::{AppliedOffsets, PartitionWatermarks, Restore, TopicStart};
-pub use security::{
-    EXPIRY_WARNING_DAYS, Findings, SecurityProtocol, builtin_features, certificate_dates,
+pub use supervisor::split_partitions;
+// The connection flags, their security checks, the producer and the error type are the
+// events crate's (`thunder_events::kafka`), shared with `thunder-cli produce`.
+pub use thunder_events::kafka::{
+    EXPIRY_WARNING_DAYS, EventProducer, Findings, IN_NETWORK_EVENTS_TOPIC, KafkaClientArgs,
+    KafkaError, ProducerStats, SecurityProtocol, builtin_features, certificate_dates,
     read_certificates,
 };
-pub use supervisor::split_partitions;
 pub use thunder_events::{
     DecodeError, create_event, decode_event, delete_envelope, delete_event, light_post,
 };

@@ -248,7 +248,7 @@ pub fn kafka_args(bootstrap: &str, topic: &str) -> KafkaArgs {
 
 /// A producer to `topic` on `bootstrap`.
 pub fn producer(bootstrap: &str, topic: &str) -> EventProducer {
-    EventProducer::new(&kafka_args(bootstrap, topic)).expect("producer")
+    EventProducer::new(&kafka_args(bootstrap, topic).client).expect("producer")
 }
 
 /// Unix seconds now.

@@ -1,6 +1,6 @@
-//! The one error type of Kafka ingestion and the producer.
+//! The one error type of thunder's Kafka clients: the server's ingestion and the producer.
 
-/// Errors of the Kafka ingestion and producer.
+/// Errors of the Kafka clients.
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
     /// `--kafka-brokers` is not set.

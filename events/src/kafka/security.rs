@@ -11,7 +11,7 @@ use openssl::asn1::Asn1Time;
 use openssl::pkey::{PKey, Private};
 use openssl::x509::X509;
 
-use super::config::KafkaClientArgs;
+use super::client::KafkaClientArgs;
 
 /// A certificate that expires within this many days is warned about.
 pub const EXPIRY_WARNING_DAYS: u32 = 30;

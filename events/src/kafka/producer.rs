@@ -17,9 +17,9 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Message as _};
 use thunder_engine::{DeleteEvent, LightPost};
 
-use super::config::KafkaArgs;
+use super::client::KafkaClientArgs;
 use super::error::KafkaError;
-use thunder_events::{create_event, delete_envelope};
+use crate::codec::{create_event, delete_envelope};
 
 /// Delivery reports of an [`EventProducer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,13 +89,13 @@ impl std::fmt::Debug for EventProducer {
 }
 
 impl EventProducer {
-    /// A producer to `args.client.kafka_topic` with the connection settings of `args`
-    /// (brokers, security, `-X` properties).
-    pub fn new(args: &KafkaArgs) -> Result<Self, KafkaError> {
+    /// A producer to `args.kafka_topic` with the connection settings of `args` (brokers,
+    /// security, `-X` properties).
+    pub fn new(args: &KafkaClientArgs) -> Result<Self, KafkaError> {
         let mut config = args.client_config()?;
         // Batch a little for throughput; `-X` still overrides.
         config.set("linger.ms", "5");
-        for (key, value) in &args.client.kafka_properties {
+        for (key, value) in &args.kafka_properties {
             config.set(key, value);
         }
         let counts = Arc::new(DeliveryCounts::default());
@@ -103,7 +103,7 @@ impl EventProducer {
         Ok(Self {
             producer,
             counts,
-            topic: args.client.kafka_topic.clone(),
+            topic: args.kafka_topic.clone(),
         })
     }
 

@@ -1,0 +1,5 @@
+//! Stamps the build (`--version`): see thunder-buildstamp.
+
+fn main() {
+    thunder_buildstamp::stamp();
+}
