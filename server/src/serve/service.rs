@@ -19,8 +19,6 @@ use thunder_engine::{LightPost, PostStore};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
-use crate::admin::count_histogram::Stage;
-use crate::admin::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 use crate::error::ServiceError;
 use crate::serve::admission::Admission;
 use crate::serve::arrival::Accepted;
@@ -29,6 +27,8 @@ use crate::serve::following::FollowingSource;
 use crate::serve::log_limit::{LogLimit, for_log};
 use crate::serve::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
 use crate::serve::request::ValidatedRequest;
+use crate::telemetry::count_histogram::Stage;
+use crate::telemetry::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
 /// encoding and the trip back, so a partial answer arrives before the client gives up.
