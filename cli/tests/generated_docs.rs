@@ -10,7 +10,7 @@ use std::process::Command;
 
 use clap::CommandFactory;
 use thunder_server::Args;
-use thunder_server::admin::metrics::Metrics;
+use thunder_server::telemetry::metrics::Metrics;
 
 const REGENERATE: &str = "THUNDER_REGENERATE_DOCS";
 
@@ -155,7 +155,7 @@ fn render_configuration() -> String {
 fn render_metrics() -> String {
     let mut out = String::from(
         "# Metrics\n\n\
-         <!-- Generated from the registry (server/src/admin/metrics.rs) by cli/tests/generated_docs.rs;\n     \
+         <!-- Generated from the registry (server/src/telemetry/metrics.rs) by cli/tests/generated_docs.rs;\n     \
          do not edit. Regenerate: THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs -->\n\n\
          `thunder-server` exports these on the admin port at `/metrics` (Prometheus text format).\n\
          A histogram's series are `<name>_bucket{le}`, `<name>_sum` and `<name>_count`. A labelled\n\

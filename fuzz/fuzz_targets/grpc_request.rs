@@ -1,8 +1,8 @@
 //! Arbitrary `GetInNetworkPostsRequest` bytes through the server's decoder (which must give
 //! prost's answer: the same request, or an error where prost errs), then request validation
 //! and the store query against a small pre-filled store, without a network: either
-//! `handle_request` or the tonic service method itself (admission, `grpc-timeout`, follow-graph
-//! fallback, blocking query task).
+//! `handle_request` or the service's answer (admission, `grpc-timeout`, follow-graph fallback,
+//! blocking query task), encoded by the server's codec and read back with prost.
 //!
 //! Input: byte 0 selects the path and the service's situation, byte 1 is the length `n` of a
 //! `grpc-timeout` header value (`n % 16` bytes; 0: no header), then the header bytes, then the
@@ -27,16 +27,15 @@ use prost::Message;
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
 use thunder_engine::seen::SEEN_FILTER_MAX_BYTES;
 use thunder_engine::{LightPost, ManualClock, PagePosition, PostStore, SeenFilter};
-use thunder_proto::GetInNetworkPostsRequest;
-use thunder_proto::in_network_posts_service_server::InNetworkPostsService;
+use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 use thunder_server::serve::admission::Admission;
-use thunder_server::serve::codec::decode_request;
+use thunder_server::serve::codec::{DecodedRequest, decode_request};
 use thunder_server::convert::post_from_proto;
 use thunder_server::serve::cursor::{Cursor, CursorKey};
 use thunder_server::serve::following::{FollowingSource, StaticFollowing};
 use thunder_server::handle_request;
 use thunder_server::serve::request::{BLACKLISTED_AUTHORS, ValidatedRequest};
-use thunder_server::serve::service::ThunderService;
+use thunder_server::serve::service::{ThunderService, log_failure};
 use tonic::Code;
 use tonic::metadata::MetadataValue;
 
@@ -175,13 +174,20 @@ fn serve(
     };
     let request_timeout = situation.zero_request_timeout.then_some(Duration::ZERO);
     let service = ThunderService::new(store(), admission, following, request_timeout);
-    let mut request = tonic::Request::new(req);
+    let mut request = tonic::Request::new(DecodedRequest::new(req));
     if let Some(value) = timeout {
         request.metadata_mut().insert("grpc-timeout", value);
     }
-    runtime()
-        .block_on(service.get_in_network_posts(request))
-        .map(|r| unpack(r.into_inner()))
+    // The server's one response path: the codec's bytes (what the client receives), read
+    // back with prost.
+    let answer = runtime()
+        .block_on(service.answer(request))
+        .map_err(log_failure)?;
+    let mut bytes = Vec::with_capacity(answer.posts.encoded_len());
+    answer.posts.encode_to(&mut bytes);
+    let response = GetInNetworkPostsResponse::decode(bytes.as_slice())
+        .expect("prost decodes the codec's response");
+    Ok(unpack(response))
 }
 
 fuzz_target!(|data: &[u8]| {

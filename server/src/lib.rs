@@ -16,18 +16,25 @@
 //! The store is fed by Kafka ([`kafka`]) or, without brokers, by the synthetic [`demo`] source.
 //!
 //! # Layout
-//! One wing a concern; the lifecycle sits at the top.
-//! - [`serve`]: the `GetInNetworkPosts` path, from the accepted connection to the encoded
-//!   answer (listener, gRPC service, admission, overload control, validation, codec, cursors).
-//! - [`admin`]: the admin HTTP port (metrics, health and readiness, profiles, the status page).
-//! - [`kafka`]: ingestion, the only way posts reach the store in production.
-//! - [`snapshot`]: the server's snapshots: when they are written, the admin trigger, and the
-//!   restore at start-up (the file format is `thunder_engine::snapshot`'s).
-//! - [`config`]: the command-line flags, `--check-config` and the TLS files.
-//! - Top level: [`lifecycle`] (boot and graceful stop of both listeners), `maintenance` (the
-//!   store's background trim and statistics gauges), [`demo`] (the synthetic event source),
-//!   [`shard`] (the author shard of this process), [`convert`] (wire types to engine records),
-//!   [`version`] (what the binary is: version, git commit, compiler) and [`error`].
+//! One wing a concern, on floors: a module imports only from its own floor or below, and no
+//! two modules import each other (`tests/module_graph.rs` checks both).
+//! - [`config`] on top: the command-line flags (into every wing's options, the lifecycle's
+//!   included) and `--check-config`.
+//! - [`lifecycle`] (boot and graceful stop of both listeners), then [`admin`]: the admin HTTP
+//!   port (routes, the status page, profiles).
+//! - The wings, side by side:
+//!   - [`serve`]: the `GetInNetworkPosts` path, from the accepted connection to the encoded
+//!     answer (listener, gRPC service, admission, overload control, validation, codec,
+//!     cursors, the TLS files).
+//!   - [`kafka`]: ingestion, the only way posts reach the store in production.
+//!   - [`snapshot`]: the server's snapshots: when they are written, the admin trigger, and the
+//!     restore at start-up (the file format is `thunder_engine::snapshot`'s).
+//!   - `maintenance` (the store's background trim and statistics gauges), [`demo`] (the
+//!     synthetic event source), [`shard`] (the author shard of this process).
+//! - [`telemetry`] on the ground floor: the metric registry, readiness and the resource
+//!   collectors, which every wing records into.
+//! - Under it all: [`convert`] (wire types to engine records), [`version`] (what the binary
+//!   is: version, git commit, compiler) and [`error`].
 #![deny(missing_docs)]
 
 pub mod admin;
@@ -41,6 +48,7 @@ pub(crate) mod maintenance;
 pub mod serve;
 pub mod shard;
 pub mod snapshot;
+pub mod telemetry;
 pub mod version;
 
 pub use config::Args;

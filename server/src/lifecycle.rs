@@ -11,11 +11,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 
-use crate::admin::metrics::Metrics;
-use crate::admin::readiness::Readiness;
 use crate::admin::routes::{self, AdminAccess};
 use crate::admin::status::StatusSampler;
-use crate::config::tls::TlsFiles;
 use crate::error::StartupError;
 use crate::maintenance;
 use crate::serve::admission::Admission;
@@ -25,6 +22,9 @@ use crate::serve::grpc::{AnswerPosts, PostsServer};
 use crate::serve::listener::{BoundedListener, ConnKind, ConnLimits};
 use crate::serve::overload::{Overload, OverloadConfig};
 use crate::serve::service::ThunderService;
+use crate::serve::tls::TlsFiles;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::readiness::Readiness;
 
 /// Default largest accepted (decoded) request message: 4 MiB, far above the ~200 KB of two
 /// full 10000-id lists.

@@ -77,10 +77,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     );
     let options = args.server_options()?;
     snapshot::check_mode(args.snapshot.snapshot_dir.as_deref(), args.demo_mode())?;
-    thunder_server::admin::resources::install(
-        args.memory_limit_bytes,
-        args.snapshot.snapshot_dir.as_deref(),
-    );
+    thunder_server::telemetry::metrics::Metrics::global()
+        .resources
+        .install(
+            args.memory_limit_bytes,
+            args.snapshot.snapshot_dir.as_deref(),
+        );
     if let Some(secret) = &args.cursor_secret {
         thunder_server::serve::cursor::CursorKey::install(secret.as_bytes());
     }

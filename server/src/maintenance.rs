@@ -8,7 +8,7 @@ use thunder_engine::config::TRIM_FRACTION;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use crate::admin::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 
 /// How often one author shard is trimmed at the default retention (the reference's
 /// `start_auto_trim(2)`), and at most at any retention ([`trim_interval_for`]).

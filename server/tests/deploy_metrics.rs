@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_server::admin::metrics::Metrics;
+use thunder_server::telemetry::metrics::Metrics;
 use thunder_testbed::repo::{root, yaml_documents};
 use thunder_testbed::server_process::ServerProcess;
 

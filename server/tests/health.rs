@@ -1,7 +1,7 @@
 //! Readiness (gRPC health and /readyz), liveness (/healthz) and reflection.
 
 use thunder_server::ServerOptions;
-use thunder_server::admin::readiness::LIVENESS_SERVICE;
+use thunder_server::telemetry::readiness::LIVENESS_SERVICE;
 use thunder_testbed::{TestServer, store};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;

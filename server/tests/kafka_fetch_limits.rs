@@ -10,8 +10,8 @@
 //! small limits (a few hundred kB against a backlog of a few MB) rather than with 100 MB of
 //! data.
 
-use thunder_server::admin::metrics::Metrics;
 use thunder_server::kafka::{self, KafkaArgs};
+use thunder_server::telemetry::metrics::Metrics;
 use thunder_testbed::kafka::*;
 
 /// Limits far below what one fetch of the backlog returns from this broker.

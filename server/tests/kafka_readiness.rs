@@ -112,7 +112,7 @@ fn a_small_backlog_is_entirely_visible_when_health_turns_serving_and_a_stall_tur
         );
         // Not ready, but alive: a liveness probe must not restart the replica.
         assert_eq!(
-            health_of(grpc, thunder_server::admin::readiness::LIVENESS_SERVICE).await,
+            health_of(grpc, thunder_server::telemetry::readiness::LIVENESS_SERVICE).await,
             Some(ServingStatus::Serving as i32)
         );
         assert_eq!(

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_server::admin::metrics::Metrics;
 use thunder_server::serve::listener::ConnLimits;
+use thunder_server::telemetry::metrics::Metrics;
 use thunder_server::{FollowingSource, ServerOptions};
 use thunder_testbed::in_process::SlowFollowing;
 use thunder_testbed::{PATIENCE, TestServer, original, request, store};

@@ -74,7 +74,7 @@ async fn every_exported_family_is_in_docs_metrics_md() {
         exported_reasons.contains(&"no_slot"),
         "{exported_reasons:?}"
     );
-    let known: Vec<&str> = thunder_server::admin::metrics::drop_reasons().collect();
+    let known: Vec<&str> = thunder_server::telemetry::metrics::drop_reasons().collect();
     for reason in exported_reasons.iter().chain(&known) {
         assert!(
             help.contains(reason),

@@ -3,7 +3,7 @@
 
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::ServerOptions;
-use thunder_server::config::tls::TlsFiles;
+use thunder_server::serve::tls::TlsFiles;
 use thunder_testbed::pki::{new_pki, write};
 use thunder_testbed::{PATIENCE, TestServer, original, request, store};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};

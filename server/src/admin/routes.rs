@@ -32,10 +32,10 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use ring::hmac;
 
-use crate::admin::metrics;
 use crate::admin::profiling;
-use crate::admin::readiness::Readiness;
-use crate::admin::status::StatusSampler;
+use crate::admin::status::{ENDPOINTS, StatusSampler};
+use crate::telemetry::metrics;
+use crate::telemetry::readiness::Readiness;
 
 /// The header every state-changing admin request must carry, with the value `1`.
 pub const ADMIN_HEADER: &str = "x-thunder-admin";
@@ -328,20 +328,6 @@ pub fn router(
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
 }
-
-/// The endpoints, one a line (`/endpoints`, `/?format=text`, and on the status page).
-pub const ENDPOINTS: &str = "thunder admin endpoints\n\
-GET  /                                   status page (HTML; ?format=text: this list)\n\
-GET  /endpoints                          this list\n\
-GET  /metrics                            Prometheus text\n\
-GET  /healthz                            the process is up (liveness)\n\
-GET  /readyz                             200 once caught up, 503 before (readiness)\n\
-GET  /debug/pprof/profile?seconds=N      CPU profile, gzipped pprof (N <= 60) [privileged]\n\
-GET  /debug/pprof/flamegraph?seconds=N   the same as an SVG flamegraph [privileged]\n\
-POST /admin/snapshot                     write a snapshot now (with --snapshot-dir; needs the\n\
-                                         header X-Thunder-Admin: 1) [privileged]\n\
-[privileged]: with --admin-token, send Authorization: Bearer <token>; without one, only a\n\
-loopback admin listener serves them (a listener reachable from other hosts is read-only)\n";
 
 /// Query of `/`.
 #[derive(Debug, serde::Deserialize)]

@@ -21,9 +21,22 @@ use prometheus::proto::{MetricFamily, MetricType};
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use crate::admin::metrics::Metrics;
-use crate::admin::readiness::Readiness;
-use crate::admin::routes::ENDPOINTS;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::readiness::Readiness;
+
+/// The endpoints, one a line (`/endpoints`, `/?format=text`, and on the status page).
+pub const ENDPOINTS: &str = "thunder admin endpoints\n\
+GET  /                                   status page (HTML; ?format=text: this list)\n\
+GET  /endpoints                          this list\n\
+GET  /metrics                            Prometheus text\n\
+GET  /healthz                            the process is up (liveness)\n\
+GET  /readyz                             200 once caught up, 503 before (readiness)\n\
+GET  /debug/pprof/profile?seconds=N      CPU profile, gzipped pprof (N <= 60) [privileged]\n\
+GET  /debug/pprof/flamegraph?seconds=N   the same as an SVG flamegraph [privileged]\n\
+POST /admin/snapshot                     write a snapshot now (with --snapshot-dir; needs the\n\
+                                         header X-Thunder-Admin: 1) [privileged]\n\
+[privileged]: with --admin-token, send Authorization: Bearer <token>; without one, only a\n\
+loopback admin listener serves them (a listener reachable from other hosts is read-only)\n";
 
 /// How often the page reloads itself, in seconds.
 pub const REFRESH_SECS: u32 = 5;

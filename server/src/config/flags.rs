@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use thunder_engine::config::DEFAULT_RETENTION_SECS;
 
-use crate::config::tls::TlsFiles;
 use crate::error::StartupError;
 use crate::kafka::KafkaArgs;
 use crate::lifecycle::{DEFAULT_MAX_DECODING_MESSAGE_BYTES, ServerOptions};
+use crate::serve::tls::TlsFiles;
 use crate::{demo, maintenance};
 
 /// Default of `--shutdown-delay-secs`: longer than the few seconds an endpoint removal takes to

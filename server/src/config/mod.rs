@@ -1,4 +1,5 @@
-//! Configuration: the command-line flags and what is checked about them before serving.
+//! Configuration: the command-line flags and what is checked about them before serving. It
+//! sits on the top floor: the flags become every wing's options, the lifecycle's included.
 //!
 //! # Files
 //! - `flags.rs`: [`Args`], every flag of `thunder-server` (each also read from a `THUNDER_*`
@@ -8,11 +9,8 @@
 //! - `check.rs`: `thunder-server --check-config` ([`check::run`]): every problem a
 //!   configuration has that can be found without serving, and the effective configuration with
 //!   its secrets masked.
-//! - `tls.rs`: the certificate, key and client CA of the gRPC port ([`tls::TlsFiles`]): mTLS
-//!   with them, plaintext h2c without.
 
 pub mod check;
 pub(crate) mod flags;
-pub mod tls;
 
 pub use flags::{Args, LogFormat};

@@ -10,17 +10,8 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-/// `kafka_connection_errors_total` reason of a failed TLS handshake.
-pub const TLS: &str = "tls";
-/// ... of SASL authentication refused.
-pub const AUTHENTICATION: &str = "authentication";
-/// ... of a broker name that does not resolve.
-pub const RESOLVE: &str = "resolve";
-/// ... of a connection refused, reset, timed out or closed by the broker.
-pub const TRANSPORT: &str = "transport";
-
-/// Every reason, exported at zero from the start.
-pub const REASONS: [&str; 4] = [TLS, AUTHENTICATION, RESOLVE, TRANSPORT];
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::kafka_connection::{AUTHENTICATION, RESOLVE, TLS, TRANSPORT};
 
 /// The latest connection failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,7 +45,8 @@ pub fn classify(message: &str) -> &'static str {
 /// Counts a librdkafka `FAIL` log line and keeps it as the latest; returns its reason.
 pub(crate) fn record(message: &str) -> &'static str {
     let reason = classify(message);
-    super::metrics::kafka()
+    Metrics::global()
+        .kafka
         .connection_errors
         .with_label_values(&[reason])
         .inc();

@@ -16,11 +16,12 @@ use thunder_engine::PostStore;
 use super::fetch_limits::{raised_receive_max_bytes, receive_max_bytes};
 use super::gate::partition_caught_up;
 use super::heap;
-use super::metrics;
-use super::progress::{PartitionState, Shared};
+use super::partition::PartitionState;
+use super::progress::Shared;
 use super::records::RecordBatch;
 use super::throttle::{LOG_INTERVAL, LogThrottle, ThrottledContext};
 use super::window;
+use crate::telemetry::metrics::Metrics;
 
 /// Longest single poll, so the thread notices shutdown and flushes idle batches promptly.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -222,7 +223,8 @@ impl IngestThread {
         }
         consumer.assign(&assignment)?;
         let limit = receive_limit.unwrap_or_else(|| receive_max_bytes(&self.consumer_config));
-        metrics::kafka()
+        Metrics::global()
+            .kafka
             .consumer_receive_max_bytes
             .with_label_values(&[&self.index.to_string()])
             .set(i64::try_from(limit).unwrap_or(i64::MAX));
@@ -234,7 +236,7 @@ impl IngestThread {
             .partitions
             .iter()
             .map(|owned| Position {
-                next: super::supervisor::start_marker(owned.start),
+                next: super::partition::start_marker(owned.start),
                 at_end: false,
                 last_timestamp: None,
                 last_len: 0,
@@ -325,12 +327,12 @@ impl IngestThread {
                         RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::LogTruncation,
                     ),
                 )) => {
-                    metrics::kafka().poll_errors.inc();
+                    Metrics::global().kafka.poll_errors.inc();
                     tracing::warn!(thread = self.index, topic = %self.topic, %error, "a Kafka position is outside the partition's log; checking the positions");
                     check_offsets_at.get_or_insert_with(Instant::now);
                 }
                 Some(Err(error)) => {
-                    metrics::kafka().poll_errors.inc();
+                    Metrics::global().kafka.poll_errors.inc();
                     if matches!(
                         error,
                         KafkaError::MessageConsumption(
@@ -359,7 +361,7 @@ impl IngestThread {
                     .then(|| consumer.context().oversized_responses.take())
                     .flatten();
                     if let Some(response_bytes) = oversized {
-                        metrics::kafka().oversized_fetch_responses.inc();
+                        Metrics::global().kafka.oversized_fetch_responses.inc();
                         if let Some(raised) = raised_receive_max_bytes(
                             receive_limit,
                             response_bytes,
@@ -745,7 +747,8 @@ impl IngestThread {
                     // duplicates, deletes only refresh their tombstones).
                     let since = self.first_offset_since(consumer, owned, last_read);
                     let resume = since.min(log_end).min(position).max(0);
-                    metrics::kafka()
+                    Metrics::global()
+                        .kafka
                         .log_truncations
                         .with_label_values(&[&self.topic, &owned.partition.to_string()])
                         .inc();
@@ -910,7 +913,8 @@ impl IngestThread {
         let outcome = batch.apply(&self.store);
         drop(permit);
         self.publish(positions);
-        metrics::kafka()
+        Metrics::global()
+            .kafka
             .messages_consumed
             .inc_by(outcome.records as u64);
         self.shared.counters.record(&outcome);

@@ -79,7 +79,7 @@ mod fetch_limits;
 mod gate;
 mod heap;
 mod ingest;
-mod metrics;
+mod partition;
 mod progress;
 mod records;
 mod resume;
@@ -97,9 +97,7 @@ use thunder_engine::PostStore;
 use tokio::sync::watch;
 
 pub use config::KafkaArgs;
-pub use connection::{
-    ConnectionError, REASONS as CONNECTION_ERROR_REASONS, last_error as last_connection_error,
-};
+pub use connection::{ConnectionError, last_error as last_connection_error};
 pub use gate::CatchUpState;
 pub use progress::IngestStats;
 pub use records::{BatchOutcome, RecordBatch};
@@ -214,7 +212,9 @@ pub fn start_with(
     {
         tracing::warn!("Kafka security settings: {warning}");
     }
-    metrics::init();
+    // Every metric registered now, so the Kafka ones are exported, at zero, before the first
+    // event.
+    crate::telemetry::metrics::Metrics::global();
     let group_id = format!("{}-{}", args.kafka_group_id, uuid::Uuid::new_v4());
     let consumer_config = args.consumer_config(&group_id)?;
     // Creating the metadata client validates every property now rather than in a thread.

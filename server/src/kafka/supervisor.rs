@@ -14,11 +14,12 @@ use thunder_engine::{PostStore, Store};
 use super::config::KafkaArgs;
 use super::gate::{CatchUpState, partition_lag};
 use super::ingest::{IngestThread, OwnedPartition};
-use super::metrics;
-use super::progress::{PartitionState, Shared};
+use super::partition::{PartitionState, start_marker};
+use super::progress::Shared;
 use super::resume::{Restore, TopicStart};
 use super::stall::{PartitionCheck, StallTracker};
 use super::throttle::{LOG_INTERVAL, ThrottledContext};
+use crate::telemetry::metrics::Metrics;
 
 /// Longest wait between two attempts to read the topic's metadata or start offsets.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(10);
@@ -333,7 +334,7 @@ impl Supervisor {
         watermarks: &[(i64, i64)],
     ) {
         let topic = self.args.client.kafka_topic.as_str();
-        let kafka = metrics::kafka();
+        let kafka = &Metrics::global().kafka;
         for ((partition, start), &(low, high)) in partitions.iter().zip(starts).zip(watermarks) {
             let labels = [topic, &partition.to_string()];
             kafka
@@ -406,7 +407,8 @@ impl Supervisor {
                 ) {
                     Ok((low, high)) => {
                         let lag = partition_lag(low, high, next);
-                        metrics::kafka()
+                        Metrics::global()
+                            .kafka
                             .partition_lag
                             .with_label_values(&labels)
                             .set(lag);
@@ -428,11 +430,15 @@ impl Supervisor {
                         }
                         // No stale lag: the sample is gone until a refresh succeeds, and the
                         // refresh age says for how long.
-                        let _ = metrics::kafka().partition_lag.remove_label_values(&labels);
+                        let _ = Metrics::global()
+                            .kafka
+                            .partition_lag
+                            .remove_label_values(&labels);
                         None
                     }
                 };
-                metrics::kafka()
+                Metrics::global()
+                    .kafka
                     .partition_lag_refresh_age
                     .with_label_values(&labels)
                     .set(refreshed_at[index].elapsed().as_secs_f64());
@@ -443,7 +449,8 @@ impl Supervisor {
                 if tracker.observe(index, check, Instant::now()) {
                     changed = true;
                     let stalled = tracker.stalled(index);
-                    metrics::kafka()
+                    Metrics::global()
+                        .kafka
                         .partition_stalled
                         .with_label_values(&[topic, &label])
                         .set(i64::from(stalled));
@@ -479,15 +486,6 @@ impl Supervisor {
                 return;
             }
         }
-    }
-}
-
-/// The next-offset value that stands for a start position before anything was read.
-pub(super) fn start_marker(start: Offset) -> i64 {
-    match start {
-        Offset::Offset(offset) => offset,
-        Offset::End => i64::MAX,
-        _ => -1,
     }
 }
 

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use super::gate::{partition_caught_up, partition_lag};
-use super::progress::PartitionState;
+use super::partition::PartitionState;
 
 /// Default `--kafka-catch-up-buffer-bytes` (1 GiB): the most the window holds whatever the
 /// backlog, about two partitions of a 20M-post topic of eight.

@@ -4,8 +4,8 @@ use std::num::NonZeroU32;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
-use crate::admin::metrics::Metrics;
 use crate::error::ServiceError;
+use crate::telemetry::metrics::Metrics;
 
 /// Global rate limit of `GetInNetworkPosts` calls (GCRA, burst = one second's quota), as in
 /// the reference: not per caller.

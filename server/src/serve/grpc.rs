@@ -22,12 +22,12 @@ use tonic::codegen::{BoxFuture, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Code, Status};
 
-use crate::admin::metrics::{Metrics, RequestSummary};
 use crate::error::ServiceError;
 use crate::serve::arrival::Accepted;
 use crate::serve::codec::{DecodedRequest, PostsAnswer, PostsCodec};
 use crate::serve::listener::ConnInfo;
 use crate::serve::service::{Answer, ThunderService, log_failure, with_degrade_header};
+use crate::telemetry::metrics::{Metrics, RequestSummary};
 
 /// Path of the one method.
 pub const METHOD_PATH: &str = "/thunder.v1.InNetworkPostsService/GetInNetworkPosts";

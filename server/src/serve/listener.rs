@@ -40,8 +40,8 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Sleep};
 
-use crate::admin::metrics::Metrics;
 use crate::serve::write_batch::WriteBatch;
+use crate::telemetry::metrics::Metrics;
 
 /// On shutdown, a gRPC connection without calls is closed this long after its last call
 /// ended (time for that call's answer to be flushed); the server's GOAWAY closes responsive

@@ -20,8 +20,9 @@
 //! 6. `codec.rs` encodes the answer straight from the store's posts into tonic's buffer, byte
 //!    for byte what prost would write.
 //!
-//! With mTLS on, `tls_accept.rs` runs each connection's TLS handshake ([`tls_accept`]), so
-//! that a failed one is counted and logged with its reason.
+//! With mTLS on (the certificate, key and client CA of `tls.rs`, [`tls::TlsFiles`]),
+//! `tls_accept.rs` runs each connection's TLS handshake ([`tls_accept`]), so that a failed one
+//! is counted and logged with its reason.
 //!
 //! `log_limit.rs` keeps the per-request logs a client can trigger short and rate-limited.
 //!
@@ -41,5 +42,6 @@ pub(crate) mod log_limit;
 pub mod overload;
 pub mod request;
 pub mod service;
+pub mod tls;
 pub mod tls_accept;
 pub(crate) mod write_batch;

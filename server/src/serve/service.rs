@@ -16,14 +16,9 @@ use std::time::{Duration, Instant};
 
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
 use thunder_engine::{LightPost, PostStore};
-use thunder_proto::in_network_posts_service_server::InNetworkPostsService;
-use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
-use crate::admin::count_histogram::Stage;
-use crate::admin::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
-use crate::convert::post_to_proto;
 use crate::error::ServiceError;
 use crate::serve::admission::Admission;
 use crate::serve::arrival::Accepted;
@@ -32,6 +27,8 @@ use crate::serve::following::FollowingSource;
 use crate::serve::log_limit::{LogLimit, for_log};
 use crate::serve::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
 use crate::serve::request::ValidatedRequest;
+use crate::telemetry::count_histogram::Stage;
+use crate::telemetry::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
 /// encoding and the trip back, so a partial answer arrives before the client gives up.
@@ -343,26 +340,6 @@ pub fn with_degrade_header<T>(message: T, level: DegradeLevel) -> Response<T> {
             .insert(DEGRADED_HEADER, MetadataValue::from(u32::from(level)));
     }
     response
-}
-
-#[tonic::async_trait]
-impl InNetworkPostsService for ThunderService {
-    /// The prost-typed path (the fast server path is [`crate::serve::grpc::PostsServer`]).
-    async fn get_in_network_posts(
-        &self,
-        request: Request<GetInNetworkPostsRequest>,
-    ) -> Result<Response<GetInNetworkPostsResponse>, Status> {
-        match self.answer(request.map(DecodedRequest::new)).await {
-            Ok(answer) => {
-                let response = GetInNetworkPostsResponse {
-                    posts: answer.posts.posts.iter().map(post_to_proto).collect(),
-                    next_cursor: answer.posts.next_cursor,
-                };
-                Ok(with_degrade_header(response, answer.level))
-            }
-            Err(error) => Err(log_failure(error)),
-        }
-    }
 }
 
 /// Logs a failed call at debug level (refusals under load are not logged) and turns it into

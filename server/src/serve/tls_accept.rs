@@ -22,10 +22,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use crate::admin::metrics::Metrics;
-use crate::config::tls::TlsFiles;
 use crate::error::StartupError;
 use crate::serve::log_limit::LogLimit;
+use crate::serve::tls::TlsFiles;
+use crate::telemetry::metrics::{Metrics, TLS_FAILURE_REASONS};
 
 /// Log lines about failed handshakes per second at most.
 pub const LOG_LINES_PER_SEC: u32 = 10;
@@ -66,15 +66,7 @@ impl TlsFailure {
 
     /// The metric label.
     pub fn label(self) -> &'static str {
-        match self {
-            Self::NoClientCertificate => "no_client_certificate",
-            Self::BadClientCertificate => "bad_client_certificate",
-            Self::NotTls => "not_tls",
-            Self::ClientAlert => "client_alert",
-            Self::Protocol => "protocol",
-            Self::Timeout => "timeout",
-            Self::Closed => "closed",
-        }
+        TLS_FAILURE_REASONS[self as usize]
     }
 
     /// The reason of a failed `accept` (tokio-rustls wraps rustls' errors in `io::Error`).
@@ -217,6 +209,14 @@ mod tests {
             TlsFailure::of(&io::Error::from(io::ErrorKind::TimedOut)),
             TlsFailure::Timeout
         );
+        assert_eq!(
+            TlsFailure::NoClientCertificate.label(),
+            "no_client_certificate"
+        );
+        assert_eq!(TlsFailure::Closed.label(), "closed");
+        for (i, failure) in TlsFailure::ALL.into_iter().enumerate() {
+            assert_eq!(failure as usize, i, "{failure:?}");
+        }
         let labels: std::collections::BTreeSet<_> =
             TlsFailure::ALL.iter().map(|f| f.label()).collect();
         assert_eq!(labels.len(), TlsFailure::ALL.len());

@@ -11,8 +11,8 @@ use thunder_engine::PostStore;
 use thunder_engine::snapshot::{PartitionOffset, read_header};
 
 use super::{SnapshotArgs, list};
-use crate::admin::metrics::Metrics;
 use crate::kafka::{Restore, TopicStart};
+use crate::telemetry::metrics::Metrics;
 
 /// The start-up restore handed to the Kafka supervisor (see the module docs). `None` without
 /// `--snapshot-dir`.

@@ -17,9 +17,9 @@ use tokio::task::JoinHandle;
 
 use super::pacing::{Paced, lower_current_thread_priority};
 use super::{EXTENSION, KEEP, SnapshotArgs, list, unix_now};
-use crate::admin::metrics::Metrics;
 use crate::error::StartupError;
 use crate::kafka::AppliedOffsets;
+use crate::telemetry::metrics::Metrics;
 
 /// Why a snapshot was not written.
 #[derive(Debug, thiserror::Error)]

@@ -6,16 +6,14 @@
 //! - `snapshot_volume_size_bytes` and `snapshot_volume_free_bytes`: `statvfs` of the filesystem
 //!   holding `--snapshot-dir`, at each scrape; absent without a snapshot directory.
 //!
-//! [`ResourceCollector`] is part of [`Metrics`] and exports nothing until [`install`] hands it
-//! the start-up settings.
+//! [`ResourceCollector`] is part of [`Metrics`](crate::telemetry::metrics::Metrics) and exports
+//! nothing until [`ResourceCollector::install`] hands it the start-up settings.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Gauge, Metric, MetricFamily, MetricType};
-
-use crate::admin::metrics::{Metrics, family_descs};
 
 /// A limit this large or larger means "no limit": cgroup v1 writes the largest page-aligned
 /// `i64` (9223372036854771712) for an unlimited group.
@@ -253,25 +251,41 @@ impl Collector for ResourceCollector {
     }
 }
 
-/// Reads the memory limit (`--memory-limit-bytes`, else the cgroup's), logs it, and has the
-/// process's registry export it and the space of `snapshot_dir`'s volume. Called once at
-/// start-up.
-pub fn install(memory_limit_flag: Option<u64>, snapshot_dir: Option<&Path>) {
-    let limit = MemoryLimit::detect(memory_limit_flag);
-    match &limit {
-        MemoryLimit::Flag(bytes) => {
-            tracing::info!(bytes, "memory limit from --memory-limit-bytes");
+impl ResourceCollector {
+    /// Reads the memory limit (`--memory-limit-bytes`, else the cgroup's), logs it, and
+    /// exports it and the space of `snapshot_dir`'s volume (the process's collector is
+    /// `Metrics::global().resources`). Called once at start-up.
+    pub fn install(&self, memory_limit_flag: Option<u64>, snapshot_dir: Option<&Path>) {
+        let limit = MemoryLimit::detect(memory_limit_flag);
+        match &limit {
+            MemoryLimit::Flag(bytes) => {
+                tracing::info!(bytes, "memory limit from --memory-limit-bytes");
+            }
+            MemoryLimit::Cgroup { bytes, file } => {
+                tracing::info!(bytes, file = %file.display(), "memory limit from the cgroup");
+            }
+            MemoryLimit::Unlimited => {
+                tracing::info!("no memory limit found (memory_limit_bytes not exported)");
+            }
         }
-        MemoryLimit::Cgroup { bytes, file } => {
-            tracing::info!(bytes, file = %file.display(), "memory limit from the cgroup");
-        }
-        MemoryLimit::Unlimited => {
-            tracing::info!("no memory limit found (memory_limit_bytes not exported)");
-        }
+        self.configure(limit.bytes(), snapshot_dir.map(Path::to_path_buf));
     }
-    Metrics::global()
-        .resources
-        .configure(limit.bytes(), snapshot_dir.map(Path::to_path_buf));
+}
+
+/// The descriptions of a hand-written collector's unlabelled `families` (name, type, help).
+pub(crate) fn family_descs(families: &[(&str, &str, &str)]) -> Vec<prometheus::core::Desc> {
+    families
+        .iter()
+        .filter_map(|(name, _, help)| {
+            prometheus::core::Desc::new(
+                (*name).to_owned(),
+                (*help).to_owned(),
+                Vec::new(),
+                std::collections::HashMap::new(),
+            )
+            .ok()
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@ use prometheus::{
 };
 use thunder_engine::{DropReason, LightPost, StoreStats};
 
-use crate::admin::count_histogram::{CountHistogramVec, Stage};
-use crate::admin::resources::ResourceCollector;
+use crate::telemetry::count_histogram::{CountHistogramVec, Stage};
+use crate::telemetry::resources::{ResourceCollector, family_descs};
 
 /// Every metric of the process.
 #[derive(Clone, Debug)]
@@ -94,7 +94,7 @@ pub struct Metrics {
     /// one at a cap.
     pub connections_evicted: IntCounterVec,
     /// `grpc_tls_handshake_failures_total{reason}`: connections to the gRPC port closed because
-    /// their TLS handshake failed, by [`crate::serve::tls_accept::TlsFailure`] (every reason
+    /// their TLS handshake failed, by [`TLS_FAILURE_REASONS`] (every reason
     /// exported at zero from the start).
     pub tls_handshake_failures: IntCounterVec,
     /// `thunder_build_info{version,git_sha,rustc,features}`: 1, labelled with what the binary
@@ -172,6 +172,34 @@ pub struct KafkaMetrics {
     /// reported, by reason (`tls`, `authentication`, `resolve`, `transport`); exported at zero.
     pub connection_errors: IntCounterVec,
 }
+
+/// The `kafka_connection_errors_total` reasons (librdkafka's reports are sorted into them by
+/// `kafka/connection.rs`).
+pub mod kafka_connection {
+    /// `kafka_connection_errors_total` reason of a failed TLS handshake.
+    pub const TLS: &str = "tls";
+    /// ... of SASL authentication refused.
+    pub const AUTHENTICATION: &str = "authentication";
+    /// ... of a broker name that does not resolve.
+    pub const RESOLVE: &str = "resolve";
+    /// ... of a connection refused, reset, timed out or closed by the broker.
+    pub const TRANSPORT: &str = "transport";
+
+    /// Every reason, exported at zero from the start.
+    pub const REASONS: [&str; 4] = [TLS, AUTHENTICATION, RESOLVE, TRANSPORT];
+}
+
+/// The `grpc_tls_handshake_failures_total` reasons, in the order the help lists them and of
+/// `serve::tls_accept::TlsFailure`'s variants, whose labels they are.
+pub const TLS_FAILURE_REASONS: [&str; 7] = [
+    "no_client_certificate",
+    "bad_client_certificate",
+    "not_tls",
+    "client_alert",
+    "protocol",
+    "timeout",
+    "closed",
+];
 
 /// The `kafka_events_dropped_total` reason of events rejected at decode (an id the contract
 /// cannot express: negative, or a post or author id of 0); the other reasons are
@@ -349,9 +377,7 @@ impl Metrics {
                 "grpc_tls_handshake_failures_total",
                 &format!(
                     "Connections to the gRPC port whose TLS handshake failed, by reason ({})",
-                    crate::serve::tls_accept::TlsFailure::ALL
-                        .map(crate::serve::tls_accept::TlsFailure::label)
-                        .join(", ")
+                    TLS_FAILURE_REASONS.join(", ")
                 ),
                 &["reason"],
             ),
@@ -403,10 +429,8 @@ impl Metrics {
         for level in DEGRADE_LEVEL_LABELS {
             metrics.degrade_levels.with_label_values(&[level]);
         }
-        for failure in crate::serve::tls_accept::TlsFailure::ALL {
-            metrics
-                .tls_handshake_failures
-                .with_label_values(&[failure.label()]);
+        for reason in TLS_FAILURE_REASONS {
+            metrics.tls_handshake_failures.with_label_values(&[reason]);
         }
         metrics
             .build_info
@@ -534,8 +558,8 @@ impl Metrics {
 
 thread_local! {
     /// Posts per author of one answer, for [`Metrics::record_found_posts`]; reused per thread.
-    static AUTHOR_COUNTS: std::cell::RefCell<crate::admin::author_counts::AuthorCounts> =
-        std::cell::RefCell::new(crate::admin::author_counts::AuthorCounts::default());
+    static AUTHOR_COUNTS: std::cell::RefCell<crate::telemetry::author_counts::AuthorCounts> =
+        std::cell::RefCell::new(crate::telemetry::author_counts::AuthorCounts::default());
 }
 
 impl KafkaMetrics {
@@ -604,7 +628,7 @@ impl KafkaMetrics {
         for reason in drop_reasons() {
             metrics.events_dropped.with_label_values(&[reason]);
         }
-        for reason in crate::kafka::CONNECTION_ERROR_REASONS {
+        for reason in kafka_connection::REASONS {
             metrics.connection_errors.with_label_values(&[reason]);
         }
         metrics
@@ -986,22 +1010,6 @@ impl Collector for ProcessCollector {
     }
 }
 
-/// The descriptions of a hand-written collector's unlabelled `families` (name, type, help).
-pub(crate) fn family_descs(families: &[(&str, &str, &str)]) -> Vec<prometheus::core::Desc> {
-    families
-        .iter()
-        .filter_map(|(name, _, help)| {
-            prometheus::core::Desc::new(
-                (*name).to_owned(),
-                (*help).to_owned(),
-                Vec::new(),
-                std::collections::HashMap::new(),
-            )
-            .ok()
-        })
-        .collect()
-}
-
 fn exp_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {
     prometheus::exponential_buckets(start, factor, count).unwrap_or_default()
 }
@@ -1101,10 +1109,7 @@ mod tests {
             .iter()
             .find(|f| f.name() == "grpc_tls_handshake_failures_total")
             .expect("exported");
-        assert_eq!(
-            failures.get_metric().len(),
-            crate::serve::tls_accept::TlsFailure::ALL.len()
-        );
+        assert_eq!(failures.get_metric().len(), TLS_FAILURE_REASONS.len());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Instant;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::admin::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 
 /// gRPC health service name of liveness: SERVING from start-up until shutdown, whatever the
 /// catch-up state (the readiness names are `""` and `thunder.v1.InNetworkPostsService`).
