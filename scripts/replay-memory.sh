@@ -3,6 +3,8 @@
 # above the store it builds, and where it settles once caught up.
 #
 #   scripts/replay-memory.sh [--settle SECS] [--check] [--mock-broker] [SCALE] [-- SERVER_ARGS...]
+#       --settle: seconds from ready to the settled reading (default 10, at least 6: the store's
+#       gauges are refreshed every 5 s, so the reading follows a refresh made once caught up).
 #       SCALE: the synthetic feed-2d backlog divided by this (default 10: 100k authors, about
 #       2M posts; 1 is full scale, 20M posts). SERVER_ARGS go to thunder-server as they are
 #       (e.g. `-- -X queued.max.messages.kbytes=4096`). With --check, exits 1 when the peak or
@@ -174,6 +176,9 @@ import json, sys, time, urllib.request
 
 pid, admin, started, settle, scale, check = sys.argv[1:]
 started, settle = float(started), float(settle)
+# The post_store_* gauges are refreshed every 5 s (STATS_INTERVAL in server/src/maintenance.rs),
+# not when the server turns ready: read them, and the settled RSS, at least one refresh after it.
+settle = max(settle, 6.0)
 base = f"http://127.0.0.1:{admin}"
 MIB = 1 << 20
 
@@ -229,6 +234,10 @@ m = metrics()
 store = (m['post_store_arena_bytes{kind="reserved"}'] + m["post_store_timeline_bytes"]
          + m["post_store_index_bytes"])
 posts = m["post_store_total_posts"]
+if posts == 0 or store == 0:
+    print("replay-memory: the store gauges are still empty once settled (no refresh since ready?)",
+          file=sys.stderr)
+    sys.exit(2)
 replay = ready_at - started
 peak_bound = 1.5 * store + 128 * MIB
 settled_bound = 1.25 * store + 128 * MIB

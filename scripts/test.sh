@@ -123,7 +123,7 @@ ldd "$release/bin/thunder-server" | awk '{print "  " $1}'
 
 step "Replay memory (a cold replay of 1M posts stays within 1.5x its store + 128 MiB, 1.25x once caught up)"
 # Through the test broker, which answers with whole backlogs: the worst case. About 30 s.
-scripts/replay-memory.sh --settle 3 --check 20
+scripts/replay-memory.sh --settle 6 --check 20
 
 if [ "${THUNDER_SOAK:-1}" != "0" ]; then
     step "Short soak (live feed, query load, fresh replica and snapshot restart compared)"
