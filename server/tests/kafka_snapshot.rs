@@ -15,7 +15,7 @@ use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_testbed::kafka::*;
 use thunder_testbed::metrics::in_text;
 use thunder_testbed::process::binary;
-use thunder_testbed::server_process::{ServerProcess, ask, start_server, wait_serving};
+use thunder_testbed::server_process::{ServerProcess, answers, ask, start_server, wait_serving};
 use thunder_testkit::model::answers_agree;
 
 /// Longer than the backlog's two days, so no post sits at the retention edge while the two
@@ -206,23 +206,6 @@ fn restart_from_a_snapshot_after_kill_9_answers_like_a_full_replay() {
     assert!(ok, "{report}");
 }
 
-/// Every viewer's answers (normal and video) from one server.
-async fn answers_of(
-    server: &ServerProcess,
-    viewers: &[(i64, Vec<i64>)],
-) -> Vec<Vec<thunder_engine::LightPost>> {
-    let mut client = InNetworkPostsServiceClient::connect(format!("http://{}", server.grpc))
-        .await
-        .expect("connect");
-    let mut answers = Vec::new();
-    for (viewer, following) in viewers {
-        for video in [false, true] {
-            answers.push(ask(&mut client, *viewer, following, video).await);
-        }
-    }
-    answers
-}
-
 /// An author shard (`--shard 0/2`) restarted after SIGKILL from the snapshot it wrote answers
 /// exactly as it did before (its authors' posts and its facts of the other shard's posts, which
 /// decide reply visibility and repost video eligibility, are restored); a server of another
@@ -261,7 +244,7 @@ fn a_shard_restarts_from_its_own_snapshot_and_answers_like_before() {
         wait_serving(first.grpc).await;
         let taken = thunder_testbed::admin_post(first.admin, "/admin/snapshot").await;
         assert_eq!(taken.status, 200, "{}", taken.text());
-        answers_of(&first, &viewers).await
+        answers(first.grpc, &viewers).await
     });
     drop(first); // SIGKILL: no snapshot at shutdown.
     let files = snapshots_in(dir.path());
@@ -292,7 +275,7 @@ fn a_shard_restarts_from_its_own_snapshot_and_answers_like_before() {
             metric(&metrics, "kafka_messages_consumed_total") < total as f64,
             "the restarted shard replayed the topic"
         );
-        let after = answers_of(&restarted, &viewers).await;
+        let after = answers(restarted.grpc, &viewers).await;
         let mut compared = 0;
         for (i, (got, want)) in after.iter().zip(&before).enumerate() {
             let max_results = if i % 2 == 1 {

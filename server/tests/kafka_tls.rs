@@ -19,14 +19,13 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_testbed::http_get;
 use thunder_testbed::kafka::proxy::{Endpoint, KafkaProxy};
 use thunder_testbed::kafka::{Broker, create_topic, now_secs};
 use thunder_testbed::metrics::in_text;
 use thunder_testbed::pki::{Ca, server_config};
 use thunder_testbed::process::binary;
-use thunder_testbed::server_process::{ServerProcess, ask, health};
+use thunder_testbed::server_process::{ServerProcess, answers, health};
 use tonic_health::pb::health_check_response::ServingStatus;
 
 /// How long a replica may take to become ready, or to report a refused connection.
@@ -197,23 +196,6 @@ impl Replica {
 }
 
 /// The posts each replica answers for `viewers` (feed and videos), in order.
-async fn answers(
-    replica: &Replica,
-    viewers: &[(i64, Vec<i64>)],
-) -> Vec<Vec<thunder_engine::LightPost>> {
-    let mut client =
-        InNetworkPostsServiceClient::connect(format!("http://{}", replica.server.grpc))
-            .await
-            .expect("connect");
-    let mut all = Vec::new();
-    for (viewer, following) in viewers {
-        for video in [false, true] {
-            all.push(ask(&mut client, *viewer, following, video).await);
-        }
-    }
-    all
-}
-
 fn viewers() -> Vec<(i64, Vec<i64>)> {
     let config = thunder_workload::SynthConfig::feed_2d(SCALE.parse().expect("scale"), now_secs());
     config
@@ -298,13 +280,13 @@ fn replicas_over_tls_answer_like_a_plaintext_one() {
             replica.wait_serving().await;
         }
         let viewers = viewers();
-        let want = answers(&plain, &viewers).await;
+        let want = answers(plain.server.grpc, &viewers).await;
         let posts: usize = want.iter().map(Vec::len).sum();
         assert!(posts > 100, "the plaintext replica answers {posts} posts");
         assert!(want.iter().any(Vec::is_empty) || posts > 0);
         for replica in [&over_tls, &over_mtls] {
             assert!(
-                answers(replica, &viewers).await == want,
+                answers(replica.server.grpc, &viewers).await == want,
                 "a TLS replica answers differently"
             );
             let refused = replica.connection_errors("tls").await;
@@ -471,7 +453,7 @@ fn sasl_logins_succeed_and_a_wrong_password_is_refused() {
         let mut first = None;
         for replica in [&plain, &scram256, &scram512] {
             replica.wait_serving().await;
-            let got = answers(replica, &viewers).await;
+            let got = answers(replica.server.grpc, &viewers).await;
             assert!(got.iter().map(Vec::len).sum::<usize>() > 0, "no posts");
             assert!(
                 first.get_or_insert_with(|| got.clone()) == &got,

@@ -168,6 +168,21 @@ pub async fn wait_serving(grpc: SocketAddr) -> bool {
     }
 }
 
+/// Every viewer's feed and videos from the server at `grpc`, in the order of `viewers`: what
+/// two replicas are compared on.
+pub async fn answers(grpc: SocketAddr, viewers: &[(i64, Vec<i64>)]) -> Vec<Vec<LightPost>> {
+    let mut client = InNetworkPostsServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("connect");
+    let mut all = Vec::new();
+    for (viewer, following) in viewers {
+        for video in [false, true] {
+            all.push(ask(&mut client, *viewer, following, video).await);
+        }
+    }
+    all
+}
+
 /// Asks the server for `viewer`'s feed (or videos) of `following`.
 pub async fn ask(
     client: &mut InNetworkPostsServiceClient<tonic::transport::Channel>,
