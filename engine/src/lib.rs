@@ -92,6 +92,7 @@ pub mod seen;
 
 mod arena;
 mod authors;
+pub mod base;
 mod bulk;
 mod counter;
 mod directory;

@@ -775,6 +775,15 @@ impl StoreTables {
         self.pending_videos.insert(source, waiting, &g.maps);
     }
 
+    /// Every repost waiting for its source, as `(source, repost)` (for base files).
+    pub(crate) fn waiting_reposts(&self) -> Vec<(i64, PendingRepost)> {
+        let waiting = self.pending_videos.pin();
+        waiting
+            .iter()
+            .flat_map(|(&source, reposts)| reposts.iter().map(move |&r| (source, r)))
+            .collect()
+    }
+
     /// Forgets the sources every waiting repost of which has expired at `g.now`.
     pub(crate) fn expire_waiting(&self, g: &Guards<'_>) {
         self.pending_videos.retain(

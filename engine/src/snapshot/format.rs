@@ -8,7 +8,8 @@ use crate::shard::ShardId;
 
 /// The first eight bytes of every snapshot.
 pub const MAGIC: [u8; 8] = *b"THUNDSNP";
-/// The format version this build writes and reads.
+/// The format version of a snapshot the bulk build loads (a base file, version 3, shares its
+/// header: `crate::base`).
 pub const FORMAT_VERSION: u32 = 2;
 /// The record layouts of this format version; its CRC32C is the header's layout hash, so a
 /// build whose records differ refuses the file instead of misreading it.
@@ -113,7 +114,10 @@ pub enum SnapshotError {
     #[error("not a thunder snapshot (bad magic)")]
     BadMagic,
     /// Written by a build with another format version.
-    #[error("format version {found}, this build reads version {FORMAT_VERSION}")]
+    #[error(
+        "format version {found}, this build reads versions {FORMAT_VERSION} and {}",
+        crate::base::BASE_FORMAT_VERSION
+    )]
     UnsupportedVersion {
         /// The file's version.
         found: u32,
@@ -177,7 +181,7 @@ pub(super) fn le_i64(bytes: &[u8], at: usize) -> i64 {
     i64::from_le_bytes(word)
 }
 
-pub(super) fn encode_header(header: &SnapshotHeader) -> Result<Vec<u8>, SnapshotError> {
+pub(crate) fn encode_header(header: &SnapshotHeader) -> Result<Vec<u8>, SnapshotError> {
     let source = header.meta.source.as_bytes();
     let source_len = u16::try_from(source.len())
         .map_err(|_| SnapshotError::Incompatible("source name longer than 65535 bytes".into()))?;
@@ -215,8 +219,9 @@ pub(super) fn encode_header(header: &SnapshotHeader) -> Result<Vec<u8>, Snapshot
     Ok(out)
 }
 
-/// Reads and checks a snapshot's header: magic, version, checksum and layout hash. Leaves
-/// `input` at the first chunk. Returns the header and its size in bytes.
+/// Reads and checks a snapshot's or a base file's header: magic, version (2 or 3), checksum and
+/// the layout hash of that version. Leaves `input` after the header. Returns the header and
+/// its size in bytes.
 pub fn read_header(input: &mut impl Read) -> Result<(SnapshotHeader, u64), SnapshotError> {
     let mut fixed = [0u8; 16];
     read_exact(input, &mut fixed, "the header")?;
@@ -226,11 +231,11 @@ pub fn read_header(input: &mut impl Read) -> Result<(SnapshotHeader, u64), Snaps
     let mut word = [0u8; 4];
     word.copy_from_slice(&fixed[8..12]);
     let format_version = u32::from_le_bytes(word);
-    if format_version != FORMAT_VERSION {
-        return Err(SnapshotError::UnsupportedVersion {
-            found: format_version,
-        });
-    }
+    let expected_layout = match format_version {
+        FORMAT_VERSION => layout_hash(),
+        crate::base::BASE_FORMAT_VERSION => crate::base::base_layout_hash(),
+        found => return Err(SnapshotError::UnsupportedVersion { found }),
+    };
     word.copy_from_slice(&fixed[12..16]);
     let body_len = u32::from_le_bytes(word);
     if body_len > MAX_HEADER_BODY {
@@ -248,10 +253,10 @@ pub fn read_header(input: &mut impl Read) -> Result<(SnapshotHeader, u64), Snaps
     }
     let mut cursor = Cursor(&body);
     let layout = cursor.u32()?;
-    if layout != layout_hash() {
+    if layout != expected_layout {
         return Err(SnapshotError::LayoutMismatch {
             found: layout,
-            expected: layout_hash(),
+            expected: expected_layout,
         });
     }
     let retention_secs = cursor.i64()?;

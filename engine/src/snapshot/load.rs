@@ -299,7 +299,10 @@ pub(crate) fn load_in_place(
 
 /// Refuses a snapshot written with a shorter retention than this store's (it would lack
 /// posts this store keeps) or for another author shard.
-fn check_loadable(tables: &StoreTables, header: &SnapshotHeader) -> Result<(), SnapshotError> {
+pub(crate) fn check_loadable(
+    tables: &StoreTables,
+    header: &SnapshotHeader,
+) -> Result<(), SnapshotError> {
     if header.retention_secs < tables.retention_secs() {
         return Err(SnapshotError::Incompatible(format!(
             "written with a retention of {} s, shorter than this store's {} s",

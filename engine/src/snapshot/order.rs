@@ -141,7 +141,7 @@ const MAX_ORDER_THREADS: usize = 16;
 
 /// `work` of each of `items`, the first on this thread and each other on a thread of its own;
 /// the results in the items' order.
-fn on_each<I, R>(items: I, work: impl Fn(I::Item) -> R + Sync) -> Vec<R>
+pub(crate) fn on_each<I, R>(items: I, work: impl Fn(I::Item) -> R + Sync) -> Vec<R>
 where
     I: IntoIterator,
     I::Item: Send,

@@ -1,0 +1,248 @@
+//! A loaded base file: its bytes (a read-only mapping of the file, or a copy in huge-page
+//! memory), where its sections lie, and the lookups the store makes in it: an author's
+//! directory line, a post's record, a record's author. Everything here reads a file that
+//! `verify.rs` accepted.
+
+use super::format::*;
+use crate::snapshot::SnapshotHeader;
+
+/// How a base file's bytes are held while the store uses them.
+pub enum BasePages {
+    /// A read-only shared mapping of the file: its pages are the kernel's page cache (4 KiB
+    /// pages), shared with any other process that maps it, and nothing is copied at load.
+    Mapped,
+    /// The file copied into anonymous memory advised onto 2 MiB huge pages: fewer TLB misses
+    /// on the query's random reads, at the price of a copy (fresh memory) at load.
+    HugeCopy,
+}
+
+/// The bytes of a base file.
+pub(crate) enum BaseBytes {
+    Mapped(memmap2::Mmap),
+    /// A copy in anonymous memory from `huge_memory::allocate_zeroed` (`len` bytes used).
+    Anonymous {
+        start: std::ptr::NonNull<u8>,
+        len: usize,
+        layout: std::alloc::Layout,
+    },
+    /// Held in a vector of words (8-byte aligned), for bytes given in memory.
+    Owned(Vec<u64>, usize),
+}
+
+// SAFETY: `Anonymous` owns its region exclusively and only hands out shared byte slices of
+// it (never written after the copy), as `Owned` owns its vector.
+unsafe impl Send for BaseBytes {}
+// SAFETY: as above: shared access is read-only.
+unsafe impl Sync for BaseBytes {}
+
+impl BaseBytes {
+    /// `bytes` copied into an 8-byte aligned buffer of their own.
+    pub(crate) fn copy_of(bytes: &[u8]) -> Self {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+            let mut full = [0u8; 8];
+            full[..chunk.len()].copy_from_slice(chunk);
+            *word = u64::from_ne_bytes(full);
+        }
+        Self::Owned(words, bytes.len())
+    }
+
+    /// `bytes` copied into fresh anonymous memory advised onto huge pages; `None` when no
+    /// such memory can be had.
+    pub(crate) fn huge_copy_of(bytes: &[u8]) -> Option<Self> {
+        const HUGE: usize = 2 << 20;
+        let layout =
+            std::alloc::Layout::from_size_align(bytes.len().max(1).next_multiple_of(HUGE), HUGE)
+                .ok()?;
+        let start = std::ptr::NonNull::new(crate::huge_memory::allocate_zeroed(layout)?)?;
+        // SAFETY: the region is `layout.size() >= bytes.len()` bytes, freshly mapped and ours
+        // alone, and does not overlap `bytes`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), start.as_ptr(), bytes.len());
+        }
+        Some(Self::Anonymous {
+            start,
+            len: bytes.len(),
+            layout,
+        })
+    }
+
+    /// Bytes of memory the process holds for this copy (0 for a mapping: those pages are
+    /// the page cache's).
+    pub(crate) fn anonymous_bytes(&self) -> usize {
+        match self {
+            Self::Mapped(_) => 0,
+            Self::Anonymous { layout, .. } => layout.size(),
+            Self::Owned(words, _) => words.len() * 8,
+        }
+    }
+}
+
+impl std::ops::Deref for BaseBytes {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Mapped(map) => map,
+            // SAFETY: the region holds `len` initialised bytes (copied in at construction)
+            // and lives until `self` is dropped.
+            Self::Anonymous { start, len, .. } => unsafe {
+                std::slice::from_raw_parts(start.as_ptr(), *len)
+            },
+            // SAFETY: the vector holds `words.len() * 8 >= len` initialised bytes; a `u64`
+            // slice reads as bytes.
+            Self::Owned(words, len) => unsafe {
+                std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), *len)
+            },
+        }
+    }
+}
+
+impl Drop for BaseBytes {
+    fn drop(&mut self) {
+        if let Self::Anonymous { start, layout, .. } = self {
+            // SAFETY: the region came from `allocate_zeroed` with this layout, and `&mut self`
+            // means no slice of it is left.
+            unsafe { crate::huge_memory::free(start.as_ptr(), *layout) };
+        }
+    }
+}
+
+/// A verified base file and where its sections lie.
+pub(crate) struct BaseFile {
+    pub(crate) bytes: BaseBytes,
+    pub(crate) header: SnapshotHeader,
+    pub(crate) footer: Footer,
+    /// Byte ranges of the sections, as `(start, len)`.
+    pub(crate) spans: [(usize, usize); 7],
+    /// Directory lines and index buckets.
+    pub(crate) lines: usize,
+    pub(crate) buckets: usize,
+}
+
+impl std::fmt::Debug for BaseFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BaseFile")
+            .field("bytes", &self.bytes.len())
+            .field("lines", &self.lines)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BaseFile {
+    /// The bytes of `section`.
+    #[inline]
+    pub(crate) fn section(&self, section: Section) -> &[u8] {
+        let (start, len) = self.spans[section as usize];
+        &self.bytes[start..start + len]
+    }
+
+    /// Posts (records) the base holds.
+    pub(crate) fn posts(&self) -> u64 {
+        self.footer.span(Section::Records).count
+    }
+
+    /// The bytes of directory line `line`.
+    #[inline]
+    pub(crate) fn line_bytes(&self, line: usize) -> &[u8] {
+        let at = self.spans[Section::Directory as usize].0 + line * LINE_BYTES;
+        &self.bytes[at..at + LINE_BYTES]
+    }
+
+    /// Directory line `line`.
+    #[inline]
+    pub(crate) fn line(&self, line: usize) -> Line {
+        Line::decode(self.line_bytes(line))
+    }
+
+    /// The address of `author_id`'s home line (for a prefetch).
+    #[inline]
+    pub(crate) fn home_ptr(&self, author_id: i64) -> *const u8 {
+        let home = directory_home(author_id, self.lines as u64) as usize;
+        self.line_bytes(home).as_ptr()
+    }
+
+    /// The line of `author_id`, if the base holds the author.
+    #[inline]
+    pub(crate) fn find_line(&self, author_id: i64) -> Option<usize> {
+        let mut at = directory_home(author_id, self.lines as u64) as usize;
+        // Verified: every author is found before an unused line, so this ends.
+        for _ in 0..self.lines {
+            let bytes = self.line_bytes(at);
+            if Line::flag_byte(bytes) & 1 == 0 {
+                return None;
+            }
+            if le_i64(bytes, 0) == author_id {
+                return Some(at);
+            }
+            at = if at + 1 == self.lines { 0 } else { at + 1 };
+        }
+        None
+    }
+
+    /// The bytes from granule `granule` of the records section to its end.
+    #[inline]
+    pub(crate) fn record_bytes_at(&self, granule: u64) -> &[u8] {
+        let (start, len) = self.spans[Section::Records as usize];
+        let at = (granule as usize * GRANULE_BYTES).min(len);
+        &self.bytes[start + at..start + len]
+    }
+
+    /// Entry `index` of the videos references (a granule).
+    #[inline]
+    pub(crate) fn video_ref(&self, index: usize) -> u64 {
+        u64::from(le_u32(self.section(Section::Videos), index * 4))
+    }
+
+    /// The address of index bucket `bucket` (for a prefetch).
+    #[inline]
+    pub(crate) fn bucket_ptr(&self, post_id: i64) -> *const u8 {
+        let (bucket, _) = post_home(post_id, self.buckets as u64);
+        self.section(Section::Posts)[bucket as usize * LINE_BYTES..].as_ptr()
+    }
+
+    /// The granule of `post_id`'s record, if the base holds it (whatever has happened to it
+    /// since: see `state.rs`).
+    #[inline]
+    pub(crate) fn find_post(&self, post_id: i64) -> Option<u64> {
+        let index = self.section(Section::Posts);
+        let words = self.buckets * BUCKET_WORDS;
+        let (bucket, tag) = post_home(post_id, self.buckets as u64);
+        let mut word = bucket as usize * BUCKET_WORDS;
+        // Verified: every post is found before an empty word, so this ends.
+        for _ in 0..words {
+            let value = le_u64(index, word * 8);
+            if value == 0 {
+                return None;
+            }
+            if (value >> 32) as u32 == tag {
+                let granule = value & u64::from(u32::MAX);
+                let record = self.record_bytes_at(granule);
+                // Always a whole record once the file is verified; checked for the
+                // verification itself, which looks posts up before it knows that.
+                if record.len() >= 16 && record_key(record).1 == post_id {
+                    return Some(granule);
+                }
+            }
+            word = if word + 1 == words { 0 } else { word + 1 };
+        }
+        None
+    }
+
+    /// The line whose records hold granule `granule` (of a record the base holds): the last
+    /// line whose records start at or before it (the offsets never decrease along the
+    /// directory, and a line's records end where the next line's start).
+    pub(crate) fn line_of_granule(&self, granule: u64) -> usize {
+        let (mut low, mut high) = (0, self.lines);
+        while high - low > 1 {
+            let mid = low + (high - low) / 2;
+            if u64::from(le_u32(self.line_bytes(mid), 8)) <= granule {
+                low = mid;
+            } else {
+                high = mid;
+            }
+        }
+        low
+    }
+}

@@ -1,0 +1,310 @@
+//! [`Base`]: a verified base file with its mutable state, and what the store asks of it: a
+//! post's record if it is still stored, an author's runs as they stand, and the changes the
+//! write path makes (a delete, a cap eviction, a trim), each keeping the file's timelines and
+//! the state consistent the way the head's timelines and arena are kept.
+
+use super::file::{BaseBytes, BaseFile};
+use super::format::*;
+use super::state::{BaseState, RunState};
+use super::verify;
+use crate::arena::CompactPost;
+use crate::snapshot::{SnapshotError, SnapshotHeader};
+
+/// The originals, secondary and videos runs, in a line's order (and the records only the
+/// videos run holds, `VIDEO_ONLY`, which are no timeline of their own).
+pub(crate) const ORIGINALS: usize = 0;
+pub(crate) const SECONDARY: usize = 1;
+pub(crate) const VIDEOS: usize = 2;
+pub(crate) use super::format::VIDEO_ONLY;
+
+/// A base: the file and its state.
+#[derive(Debug)]
+pub(crate) struct Base {
+    pub(crate) file: BaseFile,
+    pub(crate) state: BaseState,
+    /// Entries the file holds in runs of each kind.
+    entries: [usize; 3],
+    /// Authors the file holds.
+    authors: usize,
+}
+
+/// One run of one author as it stands: where its entries are and which are live.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    /// The line (and its author) the run belongs to.
+    pub(crate) line: usize,
+    /// Which run: `ORIGINALS`, `SECONDARY` or `VIDEOS`.
+    pub(crate) kind: usize,
+    /// Entries `0..end` are in the timeline unless gone (the rest were cut).
+    pub(crate) end: usize,
+    /// Entries in the timeline: `end` minus the gone ones before it.
+    pub(crate) live: usize,
+    /// Whether any entry before `end` can be gone (else none is checked).
+    pub(crate) dirty: bool,
+}
+
+impl Base {
+    /// Opens the base file in `bytes` for a store whose timelines hold at most `cap` entries
+    /// (see `verify.rs`), checking it on `threads` threads.
+    pub(crate) fn open(
+        bytes: BaseBytes,
+        threads: usize,
+        cap: usize,
+    ) -> Result<Self, SnapshotError> {
+        let (file, findings) = verify::open(bytes, threads, cap)?;
+        let granules = file.section(Section::Records).len() / GRANULE_BYTES;
+        let state = BaseState::new(granules, file.lines);
+        for post_id in findings.unconfirmed {
+            state.note_changed(post_id);
+        }
+        let (mut entries, mut authors) = ([0; 3], 0);
+        for line in 0..file.lines {
+            let line = file.line(line);
+            authors += usize::from(line.used);
+            for (kind, entries) in entries.iter_mut().enumerate() {
+                *entries += usize::from(line.lens[kind]);
+            }
+        }
+        Ok(Self {
+            file,
+            state,
+            entries,
+            authors,
+        })
+    }
+
+    /// The header the file was written with.
+    pub(crate) fn header(&self) -> &SnapshotHeader {
+        &self.file.header
+    }
+
+    /// Authors the file holds.
+    pub(crate) fn authors(&self) -> usize {
+        self.authors
+    }
+
+    /// Posts the base still stores.
+    pub(crate) fn stored_posts(&self) -> usize {
+        self.file.posts() as usize - self.state.gone_posts()
+    }
+
+    /// Entries of run `kind` still in the timelines, over every author.
+    pub(crate) fn live_entries(&self, kind: usize) -> usize {
+        self.entries[kind] - self.state.left(kind)
+    }
+
+    // Lookups.
+
+    /// The line of `author_id`, if the base holds the author.
+    #[inline]
+    pub(crate) fn line_of(&self, author_id: i64) -> Option<usize> {
+        self.file.find_line(author_id)
+    }
+
+    /// The record at `granule` of line `line`'s author.
+    #[inline]
+    pub(crate) fn record(&self, line: &Line, granule: u64) -> BaseRecord {
+        decode_checked_record(self.file.record_bytes_at(granule), line.author_id)
+    }
+
+    /// `post_id`'s granule and record if the base still stores it (its author looked up from
+    /// the granule: for a delete or a lookup from the head, not for the query's streams).
+    pub(crate) fn stored(&self, post_id: i64) -> Option<(u64, BaseRecord)> {
+        let granule = self.file.find_post(post_id)?;
+        if self.state.is_gone(granule) {
+            return None;
+        }
+        let line = self.file.line(self.file.line_of_granule(granule));
+        Some((granule, self.record(&line, granule)))
+    }
+
+    /// Whether the base holds a record of `post_id`, stored or gone.
+    pub(crate) fn holds(&self, post_id: i64) -> bool {
+        self.file.find_post(post_id).is_some()
+    }
+
+    /// What records embed of `post_id` (its facts, as a parent or a source) still holds,
+    /// unless it was noted as changed: check the tombstones too (a delete does not note it).
+    #[inline]
+    pub(crate) fn embedded_holds(&self, post_id: i64) -> bool {
+        !self.state.may_have_changed(post_id)
+    }
+
+    /// Run `kind` of line `line` as it stands.
+    #[inline]
+    pub(crate) fn run(&self, line: usize, lens: &[u16; 4], kind: usize) -> Run {
+        let len = usize::from(lens[kind]);
+        if !self.state.is_dirty(line) {
+            return Run {
+                line,
+                kind,
+                end: len,
+                live: len,
+                dirty: false,
+            };
+        }
+        let state = self.state.run(line, kind);
+        let end = len.saturating_sub(usize::from(state.cut));
+        Run {
+            line,
+            kind,
+            end,
+            live: end.saturating_sub(usize::from(state.removed)),
+            dirty: true,
+        }
+    }
+
+    /// The granule of entry `index` of run `kind` of `line`.
+    #[inline]
+    pub(crate) fn entry_granule(&self, line: &Line, kind: usize, index: usize) -> u64 {
+        match kind {
+            VIDEOS => self.file.video_ref(line.videos as usize + index),
+            run => line.run_start(run) + index as u64 * line.stride(run),
+        }
+    }
+
+    /// The record run (`ORIGINALS`, `SECONDARY` or `VIDEO_ONLY`) and index of the record at
+    /// `granule` of `line`.
+    fn locate(line: &Line, granule: u64) -> (usize, usize) {
+        let run = if granule >= line.run_start(VIDEO_ONLY) {
+            VIDEO_ONLY
+        } else if granule >= line.run_start(SECONDARY) {
+            SECONDARY
+        } else {
+            ORIGINALS
+        };
+        let index = (granule - line.run_start(run)) / line.stride(run).max(1);
+        (run, index as usize)
+    }
+
+    /// The index of the record at `granule` (of key `key`) in `line`'s videos run, if there.
+    fn video_index(&self, line: &Line, key: (u32, i64), granule: u64) -> Option<usize> {
+        let (mut low, mut high) = (0, usize::from(line.lens[VIDEOS]));
+        while low < high {
+            let mid = low + (high - low) / 2;
+            let at = self.entry_granule(line, VIDEOS, mid);
+            let found = record_key(self.file.record_bytes_at(at));
+            match key.cmp(&found) {
+                std::cmp::Ordering::Equal => return (at == granule).then_some(mid),
+                // Newest first: a larger key is earlier.
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Less => low = mid + 1,
+            }
+        }
+        None
+    }
+
+    /// Whether entry `index` of run `kind` is inside the run's live part.
+    fn inside(&self, line: usize, lens: &[u16; 4], kind: usize, index: usize) -> bool {
+        index < usize::from(lens[kind]).saturating_sub(usize::from(self.state.run(line, kind).cut))
+    }
+
+    /// Whether the record at `granule` of `line` (of `key`) is still held by a timeline other
+    /// than `kind`'s, whose entry of it is being cut.
+    fn held_elsewhere(&self, at: usize, line: &Line, kind: usize, granule: u64) -> bool {
+        let key = record_key(self.file.record_bytes_at(granule));
+        if kind == VIDEOS {
+            match Self::locate(line, granule) {
+                (VIDEO_ONLY, _) => false,
+                (primary, index) => self.inside(at, &line.lens, primary, index),
+            }
+        } else {
+            self.video_index(line, key, granule)
+                .is_some_and(|index| self.inside(at, &line.lens, VIDEOS, index))
+        }
+    }
+
+    // Changes (the write path's; each under the line's lock).
+
+    /// Deletes `post_id` from the base if it still stores it: its record gone, its entries out
+    /// of every timeline. The removed post (for the delete's report and its tombstone).
+    pub(crate) fn delete(&self, post_id: i64) -> Option<CompactPost> {
+        let granule = self.file.find_post(post_id)?;
+        if self.state.is_gone(granule) {
+            return None;
+        }
+        let at = self.file.line_of_granule(granule);
+        let line = self.file.line(at);
+        let _lock = self.state.lock(at);
+        if self.state.is_gone(granule) {
+            return None;
+        }
+        let record = self.record(&line, granule).post;
+        self.state.mark_dirty(at);
+        let (primary, index) = Self::locate(&line, granule);
+        let mut runs = Vec::with_capacity(2);
+        if primary != VIDEO_ONLY {
+            runs.push((primary, index));
+        }
+        if let Some(index) = self.video_index(&line, (record.created_at, post_id), granule) {
+            runs.push((VIDEOS, index));
+        }
+        for (kind, index) in runs {
+            if self.inside(at, &line.lens, kind, index) {
+                let mut state = self.state.run(at, kind);
+                state.removed += 1;
+                self.state.set_run(at, kind, state);
+            }
+        }
+        self.state.set_gone(granule);
+        Some(record)
+    }
+
+    /// The key of the oldest entry of run `kind` of `line` still in its timeline.
+    pub(crate) fn oldest_live(&self, at: usize, kind: usize) -> Option<(u32, i64)> {
+        let line = self.file.line(at);
+        let run = self.run(at, &line.lens, kind);
+        (0..run.end).rev().find_map(|index| {
+            let granule = self.entry_granule(&line, kind, index);
+            (!(run.dirty && self.state.is_gone(granule)))
+                .then(|| record_key(self.file.record_bytes_at(granule)))
+        })
+    }
+
+    /// Cuts the oldest entries of run `kind` of line `at` while `cut(key)` says so (the cap's
+    /// eviction of one entry, or a trim of the expired ones): gone entries on the way are
+    /// passed over, a record no timeline holds any more becomes gone. `(entries cut, records
+    /// freed)`, gone entries not counted. Holds the line's lock.
+    pub(crate) fn cut_oldest(
+        &self,
+        at: usize,
+        kind: usize,
+        mut cut: impl FnMut((u32, i64)) -> bool,
+    ) -> (usize, usize) {
+        let line = self.file.line(at);
+        let _lock = self.state.lock(at);
+        let mut state: RunState = self.state.run(at, kind);
+        let (mut entries, mut freed) = (0, 0);
+        let mut marked = false;
+        loop {
+            let end = usize::from(line.lens[kind]).saturating_sub(usize::from(state.cut));
+            let Some(index) = end.checked_sub(1) else {
+                break;
+            };
+            let granule = self.entry_granule(&line, kind, index);
+            let gone = self.state.is_gone(granule);
+            let key = record_key(self.file.record_bytes_at(granule));
+            if !gone && !cut(key) {
+                break;
+            }
+            if !marked {
+                self.state.mark_dirty(at);
+                marked = true;
+            }
+            state.cut += 1;
+            if gone {
+                state.removed = state.removed.saturating_sub(1);
+                self.state.set_run(at, kind, state);
+                continue;
+            }
+            self.state.set_run(at, kind, state);
+            entries += 1;
+            if !self.held_elsewhere(at, &line, kind, granule) {
+                self.state.note_changed(key.1);
+                self.state.set_gone(granule);
+                freed += 1;
+            }
+        }
+        (entries, freed)
+    }
+}
