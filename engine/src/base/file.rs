@@ -181,12 +181,14 @@ impl BaseFile {
         None
     }
 
-    /// The bytes from granule `granule` of the records section to its end.
+    /// The bytes from granule `granule` of the records section (clamped to its end) to the
+    /// end of the file: at least a whole record's worth (the footer follows the records), so
+    /// that decoding whatever lies there stays in the file.
     #[inline]
     pub(crate) fn record_bytes_at(&self, granule: u64) -> &[u8] {
         let (start, len) = self.spans[Section::Records as usize];
-        let at = (granule as usize * GRANULE_BYTES).min(len);
-        &self.bytes[start + at..start + len]
+        let at = (granule as usize).saturating_mul(GRANULE_BYTES).min(len);
+        &self.bytes[start + at..]
     }
 
     /// Entry `index` of the videos references (a granule).
@@ -202,32 +204,39 @@ impl BaseFile {
         self.section(Section::Posts)[bucket as usize * LINE_BYTES..].as_ptr()
     }
 
-    /// The granule of `post_id`'s record, if the base holds it (whatever has happened to it
-    /// since: see `state.rs`).
+    /// The granules of the words of `post_id`'s probe whose tag is `post_id`'s, in probe
+    /// order, unverified: a lookup reads each one's record until one is `post_id`'s. Ends at
+    /// an empty word (every probe meets one: the index is never full), or after every word.
     #[inline]
-    pub(crate) fn find_post(&self, post_id: i64) -> Option<u64> {
+    fn candidates(&self, post_id: i64) -> impl Iterator<Item = u64> + '_ {
         let index = self.section(Section::Posts);
         let words = self.buckets * BUCKET_WORDS;
         let (bucket, tag) = post_home(post_id, self.buckets as u64);
         let mut word = bucket as usize * BUCKET_WORDS;
-        // Verified: every post is found before an empty word, so this ends.
-        for _ in 0..words {
-            let value = le_u64(index, word * 8);
-            if value == 0 {
-                return None;
-            }
-            if (value >> 32) as u32 == tag {
-                let granule = value & u64::from(u32::MAX);
-                let record = self.record_bytes_at(granule);
-                // Always a whole record once the file is verified; checked for the
-                // verification itself, which looks posts up before it knows that.
-                if record.len() >= 16 && record_key(record).1 == post_id {
-                    return Some(granule);
-                }
-            }
-            word = if word + 1 == words { 0 } else { word + 1 };
-        }
-        None
+        (0..words)
+            .map(move |_| {
+                let value = le_u64(index, word * 8);
+                word = if word + 1 == words { 0 } else { word + 1 };
+                value
+            })
+            .take_while(|&value| value != 0)
+            .filter(move |&value| (value >> 32) as u32 == tag)
+            .map(|value| value & u64::from(u32::MAX))
+    }
+
+    /// The granule of `post_id`'s record, if the base holds it (whatever has happened to it
+    /// since: see `state.rs`).
+    #[inline]
+    pub(crate) fn find_post(&self, post_id: i64) -> Option<u64> {
+        self.candidates(post_id)
+            .find(|&granule| record_key(self.record_bytes_at(granule)).1 == post_id)
+    }
+
+    /// The first of `post_id`'s [`candidates`](Self::candidates) (for a prefetch of the
+    /// record a lookup is about to read).
+    #[inline]
+    pub(crate) fn first_candidate(&self, post_id: i64) -> Option<u64> {
+        self.candidates(post_id).next()
     }
 
     /// The line whose records hold granule `granule` (of a record the base holds): the last

@@ -48,13 +48,8 @@ pub(crate) fn write_base(
 ) -> Result<BaseSummary, SnapshotError> {
     let started = Instant::now();
     let now = tables.now_secs();
-    let header = crate::snapshot::header_for(
-        tables,
-        meta,
-        now,
-        BASE_FORMAT_VERSION,
-        base_layout_hash(),
-    )?;
+    let header =
+        crate::snapshot::header_for(tables, meta, now, BASE_FORMAT_VERSION, base_layout_hash())?;
     let mut writer = BaseWriter::start(out, &header)?;
     // Tombstones first (module docs).
     writer.tombstones(&tables.live_tombstones(now))?;

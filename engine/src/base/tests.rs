@@ -104,7 +104,14 @@ pub(crate) fn write(runs: &[(i64, AuthorRuns)]) -> Vec<u8> {
 }
 
 fn open(bytes: &[u8]) -> Base {
-    Base::open(BaseBytes::copy_of(bytes), 2, 5000).expect("opens")
+    checked(bytes, 5000).expect("opens")
+}
+
+/// Opens `bytes` and checks every record.
+fn checked(bytes: &[u8], cap: usize) -> Result<Base, crate::snapshot::SnapshotError> {
+    let base = Base::open(BaseBytes::copy_of(bytes), 2, cap)?;
+    base.check_records(2)?;
+    Ok(base)
 }
 
 #[test]
@@ -115,7 +122,7 @@ fn a_written_base_opens_and_finds_every_author_and_post() {
     assert_eq!(base.header(), &header());
     assert_eq!(
         base.stored_posts(),
-        runs.iter().map(|(a, _)| *a as usize + 1).sum()
+        runs.iter().map(|(a, _)| *a as usize + 1).sum::<usize>()
     );
     for (author, author_runs) in &runs {
         let at = base.line_of(*author).expect("author found");
@@ -169,7 +176,11 @@ fn a_delete_leaves_every_run_and_an_eviction_frees_what_no_run_holds() {
     assert_eq!((run(ORIGINALS).live, run(VIDEOS).live), (5, 2));
     assert!(run(ORIGINALS).dirty);
     // The cap evicts the oldest original (600): the videos run still holds it.
-    assert_eq!(base.cut_oldest(at, ORIGINALS, |_| true), (5, 3), "604 gone: passed over");
+    assert_eq!(
+        base.cut_oldest(at, ORIGINALS, |_| true),
+        (5, 3),
+        "604 gone: passed over"
+    );
     assert_eq!(
         run(ORIGINALS).live,
         0,
@@ -193,6 +204,7 @@ fn every_damaged_byte_and_every_truncation_is_refused() {
     for at in 0..bytes.len() {
         let mut damaged = bytes.clone();
         damaged[at] ^= 0x20;
+        // The checksums alone refuse it: the structure is never read.
         assert!(
             Base::open(BaseBytes::copy_of(&damaged), 1, 5000).is_err(),
             "byte {at} of {}",
@@ -200,17 +212,14 @@ fn every_damaged_byte_and_every_truncation_is_refused() {
         );
     }
     for len in 0..bytes.len() {
-        assert!(
-            Base::open(BaseBytes::copy_of(&bytes[..len]), 1, 5000).is_err(),
-            "cut at {len}"
-        );
+        assert!(checked(&bytes[..len], 5000).is_err(), "cut at {len}");
     }
 }
 
 #[test]
 fn a_run_longer_than_the_cap_is_refused() {
     let bytes = write(&sample_runs(5));
-    let error = Base::open(BaseBytes::copy_of(&bytes), 1, 4).unwrap_err();
+    let error = checked(&bytes, 4).unwrap_err();
     assert!(error.to_string().contains("cap"), "{error}");
 }
 
@@ -344,7 +353,7 @@ fn a_store_written_as_a_base_holds_exactly_its_timelines_and_records() {
     for (cap, seed) in [(5000, 1), (3, 2), (1, 3)] {
         let (_, store) = sample_store(3000, 40, cap, seed);
         let bytes = base_of(&store, None);
-        let base = Base::open(BaseBytes::copy_of(&bytes), 2, cap).expect("opens");
+        let base = checked(&bytes, cap).expect("opens");
         assert_eq!(base_timelines(&base), store_timelines(&store), "cap {cap}");
         assert_eq!(base.stored_posts(), store.stats().posts);
         // A base written from a store holding only that base (its small sections restored
@@ -364,7 +373,7 @@ fn a_store_written_as_a_base_holds_exactly_its_timelines_and_records() {
         .expect("loads");
         assert_eq!(report.tombstones_loaded, store.stats().tombstones as u64);
         let rewritten = base_of(&again, Some(&loaded));
-        let reopened = Base::open(BaseBytes::copy_of(&rewritten), 2, cap).expect("opens");
+        let reopened = checked(&rewritten, cap).expect("opens");
         for section in [
             Section::Records,
             Section::Videos,

@@ -44,19 +44,17 @@ pub(crate) struct Run {
 }
 
 impl Base {
-    /// Opens the base file in `bytes` for a store whose timelines hold at most `cap` entries
-    /// (see `verify.rs`), checking it on `threads` threads.
+    /// Opens the base file in `bytes` for a store whose timelines hold at most `cap` entries,
+    /// checking its checksums and structure on `threads` threads (`verify.rs`): safe to
+    /// read from at once; [`check_records`](Self::check_records) checks the rest.
     pub(crate) fn open(
         bytes: BaseBytes,
         threads: usize,
         cap: usize,
     ) -> Result<Self, SnapshotError> {
-        let (file, findings) = verify::open(bytes, threads, cap)?;
+        let file = verify::open(bytes, threads, cap)?;
         let granules = file.section(Section::Records).len() / GRANULE_BYTES;
         let state = BaseState::new(granules, file.lines);
-        for post_id in findings.unconfirmed {
-            state.note_changed(post_id);
-        }
         let (mut entries, mut authors) = ([0; 3], 0);
         for line in 0..file.lines {
             let line = file.line(line);
@@ -71,6 +69,18 @@ impl Base {
             entries,
             authors,
         })
+    }
+
+    /// Checks every record of the file (`verify::check_records`) on `threads` threads, and
+    /// notes the referenced posts whose embedded facts it could not confirm (they are looked
+    /// up from then on). An error says the file cannot be trusted: it was made so on purpose,
+    /// since its checksums hold.
+    pub(crate) fn check_records(&self, threads: usize) -> Result<(), SnapshotError> {
+        let findings = verify::check_records(&self.file, threads)?;
+        for post_id in findings.unconfirmed {
+            self.state.note_changed(post_id);
+        }
+        Ok(())
     }
 
     /// The header the file was written with.

@@ -1,34 +1,46 @@
-//! Opening a base file: every byte checked against its block checksum on all the load's
-//! threads, then every structure the store will read without checking again (the sections'
-//! bounds, each directory line against its runs, each record, each run's order, the post
-//! index against every record), so that a damaged or hostile file is refused with the reason
-//! and never read out of bounds or answered from wrongly.
+//! Opening a base file, in two steps.
+//!
+//! [`open`]: every byte checked against its block checksum on all the load's threads, then
+//! every structure the store reads without checking again, so that no read can leave the file
+//! or panic whatever the file holds: the sections' bounds, each directory line's lengths and
+//! strides, the lines tiling the records and videos sections exactly, every videos reference
+//! on a record of its own author. That reads the directory and the references, not the
+//! records: a store can serve from the file at once.
+//!
+//! [`check_records`]: what a file whose checksums hold can only get wrong if it was made so on
+//! purpose, read from every record: each record valid, of its run's kind, each run strictly
+//! newest first and headed by its line's newest key, every author where a lookup finds it,
+//! every record found by the post index at its own place and the index holding nothing else,
+//! the videos runs in order and only of videos; and the facts records embed of their parent
+//! or source compared with that record, those that cannot be confirmed noted (a file written
+//! while the store changed can hold such). It reads everything, about a second of CPU at 20M
+//! posts, so the server runs it beside the serving store (see `PostStore::check_base`).
 
 use std::ops::Range;
 
 use super::file::{BaseBytes, BaseFile};
 use super::format::*;
+use crate::prefetch::prefetch;
+use crate::snapshot::{SnapshotError, SnapshotHeader, on_each, read_header};
 
 /// The videos run's place in a line's lengths and newest keys.
 const VIDEOS_RUN: usize = 2;
-use crate::snapshot::{SnapshotError, SnapshotHeader, on_each, read_header};
 
-/// What opening a file found besides the file itself: the ids of referenced posts whose
-/// embedded facts could not be confirmed (the referenced post is not in the base, or differs;
-/// a file written while the store changed can hold such references), which the store must
-/// look up instead of trusting.
+/// What checking the records found besides errors: the ids of referenced posts whose
+/// embedded facts could not be confirmed (the referenced post is not in the base, or
+/// differs), which the store must look up instead of trusting.
 #[derive(Debug, Default)]
 pub(crate) struct Findings {
     pub(crate) unconfirmed: Vec<i64>,
 }
 
-/// Opens the base file in `bytes` for a store whose timelines hold at most `cap` entries,
-/// checking everything on `threads` threads.
+/// Opens the base file in `bytes` for a store whose timelines hold at most `cap` entries:
+/// checksums and structure (module docs), on `threads` threads.
 pub(crate) fn open(
     bytes: BaseBytes,
     threads: usize,
     cap: usize,
-) -> Result<(BaseFile, Findings), SnapshotError> {
+) -> Result<BaseFile, SnapshotError> {
     let threads = threads.max(1);
     let (footer, footer_at) = Footer::decode(&bytes)?;
     check_blocks(&bytes[..footer_at], &footer.blocks, threads)?;
@@ -48,8 +60,8 @@ pub(crate) fn open(
         buckets,
     };
     check_small_sections(&file)?;
-    let findings = check_authors(&file, threads, cap)?;
-    Ok((file, findings))
+    check_lines(&file, threads, cap)?;
+    Ok(file)
 }
 
 /// The header of a base file, without checking the rest (a start-up choosing between files).
@@ -152,17 +164,15 @@ fn check_small_sections(file: &BaseFile) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// Checks every directory line with its runs and records on `threads` threads (see
-/// [`check_line`]), then that the lines tile the records and videos sections exactly and hold
-/// as many posts as the post index.
-fn check_authors(file: &BaseFile, threads: usize, cap: usize) -> Result<Findings, SnapshotError> {
-    let records = file.section(Section::Records);
-    let total_granules = (records.len() / GRANULE_BYTES) as u64;
+/// Checks every directory line's structure on `threads` threads ([`check_line`]) and that
+/// the lines tile the records and videos sections exactly.
+fn check_lines(file: &BaseFile, threads: usize, cap: usize) -> Result<(), SnapshotError> {
+    let total_granules = (file.section(Section::Records).len() / GRANULE_BYTES) as u64;
     let total_videos = file.footer.span(Section::Videos).count;
-    let per_range = on_ranges(file.lines, threads, |range| {
-        let mut checked = RangeChecked::default();
+    let ends = on_ranges(file.lines, threads, |range| {
         let first = file.line(range.start);
         let mut offsets = (u64::from(first.records), u64::from(first.videos));
+        let mut posts = 0u64;
         for at in range {
             let line = file.line(at);
             if (u64::from(line.records), u64::from(line.videos)) != offsets {
@@ -170,33 +180,35 @@ fn check_authors(file: &BaseFile, threads: usize, cap: usize) -> Result<Findings
                     "directory line {at}: its runs are out of place"
                 )));
             }
-            check_line(file, at, &line, cap, &mut checked)?;
             offsets.0 += line.record_granules();
-            offsets.1 += u64::from(line.lens[2]);
+            offsets.1 += u64::from(line.lens[VIDEOS_RUN]);
             if offsets.0 > total_granules || offsets.1 > total_videos {
                 return Err(corrupt(format!(
                     "directory line {at}: runs past their section"
                 )));
             }
+            check_line(file, at, &line, cap)?;
+            posts += [0, 1, VIDEO_ONLY]
+                .iter()
+                .map(|&run| u64::from(line.lens[run]))
+                .sum::<u64>();
         }
-        checked.ends = offsets;
-        Ok(checked)
+        Ok((offsets, posts))
     })?;
+    // Each range starts where the one before ended, the first at 0, the last at the ends.
+    let per = file.lines.div_ceil(threads.max(1)).max(1);
     let mut expected = (0u64, 0u64);
-    let mut findings = Findings::default();
     let mut posts = 0u64;
-    let mut first_line = 0;
-    for checked in per_range {
-        let line = file.line(first_line);
+    for (i, (end, range_posts)) in ends.into_iter().enumerate() {
+        let line = file.line(i * per);
         if (u64::from(line.records), u64::from(line.videos)) != expected {
             return Err(corrupt(format!(
-                "directory line {first_line}: its runs are out of place"
+                "directory line {}: its runs are out of place",
+                i * per
             )));
         }
-        expected = checked.ends;
-        posts += checked.posts;
-        first_line += checked.lines;
-        findings.unconfirmed.extend(checked.unconfirmed);
+        expected = end;
+        posts += range_posts;
     }
     if expected != (total_granules, total_videos) {
         return Err(corrupt("the directory does not cover every record"));
@@ -204,45 +216,16 @@ fn check_authors(file: &BaseFile, threads: usize, cap: usize) -> Result<Findings
     if posts != file.posts() {
         return Err(corrupt("the records section holds another number of posts"));
     }
-    let used_words = file
-        .section(Section::Posts)
-        .chunks_exact(8)
-        .filter(|word| le_u64(word, 0) != 0)
-        .count() as u64;
-    // Every record was found through its own word, and there are no other words.
-    if used_words != posts {
-        return Err(corrupt("the post index holds words for no record"));
-    }
-    Ok(findings)
+    Ok(())
 }
 
-/// What checking a range of lines found.
-#[derive(Default)]
-struct RangeChecked {
-    lines: usize,
-    posts: u64,
-    /// The records and videos offsets after the range.
-    ends: (u64, u64),
-    unconfirmed: Vec<i64>,
-}
-
-/// Checks line `at`: an unused line is all zero but for its offsets; a used one is where a
-/// lookup finds it (no unused line and no other line of its author between its home and it),
-/// and its runs are within the cap, of valid strides, their records valid, of the right kind,
-/// strictly newest first, headed by the line's newest keys, each found by the post index; its
-/// videos references point at its own records, eligible, strictly newest first. Embedded facts
-/// are compared with the referenced record; those that cannot be confirmed are noted.
-fn check_line(
-    file: &BaseFile,
-    at: usize,
-    line: &Line,
-    cap: usize,
-    checked: &mut RangeChecked,
-) -> Result<(), SnapshotError> {
+/// Checks line `at`'s structure: an unused line is all zero but for its offsets; a used one
+/// has runs within the cap, a stride of a whole record for each non-empty run, no more
+/// video-only records than videos entries, and every videos reference on a record of one of
+/// its runs.
+fn check_line(file: &BaseFile, at: usize, line: &Line, cap: usize) -> Result<(), SnapshotError> {
     let bad = |what: &str| corrupt(format!("directory line {at}: {what}"));
-    checked.lines += 1;
-    let flags = Line::flag_byte(file.line_bytes(at));
-    if flags > 1 {
+    if Line::flag_byte(file.line_bytes(at)) > 1 {
         return Err(bad("unknown flags"));
     }
     if !line.used {
@@ -257,20 +240,17 @@ fn check_line(
             Err(bad("an unused line with content"))
         };
     }
-    // Found by a lookup of its author.
-    match file.find_line(line.author_id) {
-        Some(found) if found == at => {}
-        _ => return Err(bad("not where a lookup of its author finds it")),
-    }
     let videos = usize::from(line.lens[VIDEOS_RUN]);
-    // The keys of the originals, secondary and video-only runs.
-    let mut keys: [Vec<(u32, i64)>; 3] = Default::default();
-    for (slot, run) in [0, 1, VIDEO_ONLY].into_iter().enumerate() {
-        let (len, stride) = (usize::from(line.lens[run]), line.stride(run) as usize);
+    for run in [0, 1, VIDEOS_RUN, VIDEO_ONLY] {
+        let len = usize::from(line.lens[run]);
         let most = if run == VIDEO_ONLY { videos } else { cap };
         if len > most {
             return Err(bad("a run longer than this store's timeline cap"));
         }
+        if run == VIDEOS_RUN {
+            continue;
+        }
+        let stride = line.stride(run) as usize;
         let stride_ok = if len == 0 {
             stride == 0
         } else {
@@ -279,12 +259,135 @@ fn check_line(
         if !stride_ok {
             return Err(bad("a bad record stride"));
         }
+    }
+    for i in 0..videos {
+        let granule = file.video_ref(line.videos as usize + i);
+        let on_a_record = [0, 1, VIDEO_ONLY].into_iter().any(|run| {
+            let stride = line.stride(run);
+            granule
+                .checked_sub(line.run_start(run))
+                .is_some_and(|offset| {
+                    stride > 0
+                        && offset.is_multiple_of(stride)
+                        && offset / stride < u64::from(line.lens[run])
+                })
+        });
+        if !on_a_record {
+            return Err(bad("a videos entry that is not one of its records"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks every record (module docs) on `threads` threads: what it found, or why the file
+/// cannot be trusted.
+pub(crate) fn check_records(file: &BaseFile, threads: usize) -> Result<Findings, SnapshotError> {
+    let per_range = on_ranges(file.lines, threads, |range| {
+        let mut checked = RangeChecked::default();
+        for at in range {
+            check_line_records(file, at, &file.line(at), &mut checked)?;
+        }
+        checked.check_indexed(file)?;
+        checked.check_claims(file);
+        Ok(checked.unconfirmed)
+    })?;
+    let used_words = file
+        .section(Section::Posts)
+        .chunks_exact(8)
+        .filter(|word| le_u64(word, 0) != 0)
+        .count() as u64;
+    // Every record was found through its own word, and there are no other words.
+    if used_words != file.posts() {
+        return Err(corrupt("the post index holds words for no record"));
+    }
+    Ok(Findings {
+        unconfirmed: per_range.into_iter().flatten().collect(),
+    })
+}
+
+/// What checking the records of a range of lines found.
+#[derive(Default)]
+struct RangeChecked {
+    unconfirmed: Vec<i64>,
+    /// Records whose index word is still to be checked: `(post_id, granule)`.
+    indexed: Vec<(i64, u64)>,
+    /// Embedded facts still to be compared: `(referenced id, conversation id, facts,
+    /// is_parent)`.
+    claims: Vec<(i64, i64, Embedded, bool)>,
+}
+
+/// Lookups checked together: their buckets (and then their records) prefetched for the whole
+/// batch first, so that the misses of a batch overlap (a lookup at a time took about 200 ns a
+/// record at 2M posts, most of the check).
+const LOOKUP_BATCH: usize = 32;
+
+impl RangeChecked {
+    /// Checks the batched index words: each record found at its own granule by a lookup of
+    /// its id, and no other record of that id before it.
+    fn check_indexed(&mut self, file: &BaseFile) -> Result<(), SnapshotError> {
+        for &(post_id, _) in &self.indexed {
+            prefetch(file.bucket_ptr(post_id));
+        }
+        for &(post_id, granule) in &self.indexed {
+            if file.find_post(post_id) != Some(granule) {
+                return Err(corrupt(format!(
+                    "post {post_id}: a record the post index does not find"
+                )));
+            }
+        }
+        self.indexed.clear();
+        Ok(())
+    }
+
+    /// Compares the batched embedded facts with the records they describe.
+    fn check_claims(&mut self, file: &BaseFile) {
+        for &(id, ..) in &self.claims {
+            prefetch(file.bucket_ptr(id));
+        }
+        let candidates: Vec<Option<u64>> = self
+            .claims
+            .iter()
+            .map(|&(id, ..)| {
+                let candidate = file.first_candidate(id);
+                if let Some(granule) = candidate {
+                    prefetch(file.record_bytes_at(granule).as_ptr());
+                }
+                candidate
+            })
+            .collect();
+        for (&(id, conversation_id, embedded, is_parent), candidate) in
+            self.claims.iter().zip(candidates)
+        {
+            if !confirmed(file, id, candidate, conversation_id, embedded, is_parent) {
+                self.unconfirmed.push(id);
+            }
+        }
+        self.claims.clear();
+    }
+}
+
+/// Checks the records of line `at` (its structure checked by [`check_line`]).
+fn check_line_records(
+    file: &BaseFile,
+    at: usize,
+    line: &Line,
+    checked: &mut RangeChecked,
+) -> Result<(), SnapshotError> {
+    let bad = |what: &str| corrupt(format!("directory line {at}: {what}"));
+    if !line.used {
+        return Ok(());
+    }
+    match file.find_line(line.author_id) {
+        Some(found) if found == at => {}
+        _ => return Err(bad("not where a lookup of its author finds it")),
+    }
+    // The keys of the originals, secondary and video-only runs.
+    let mut keys: [Vec<(u32, i64)>; 3] = Default::default();
+    for (slot, run) in [0, 1, VIDEO_ONLY].into_iter().enumerate() {
+        let (len, stride) = (usize::from(line.lens[run]), line.stride(run) as usize);
         let start = line.run_start(run);
         let stride_bytes = stride * GRANULE_BYTES;
         let records = file.record_bytes_at(start);
-        if records.len() < len * stride_bytes {
-            return Err(bad("a run past the records section"));
-        }
         for i in 0..len {
             let bytes = &records[i * stride_bytes..(i + 1) * stride_bytes];
             let record = decode_record(bytes, stride_bytes, line.author_id)
@@ -301,51 +404,38 @@ fn check_line(
                 return Err(bad("a run out of order"));
             }
             keys[slot].push(key);
-            let granule = start + (i * stride) as u64;
-            if file.find_post(post.post_id) != Some(granule) {
-                return Err(bad("a record the post index does not find"));
+            checked
+                .indexed
+                .push((post.post_id, start + (i * stride) as u64));
+            if checked.indexed.len() == LOOKUP_BATCH {
+                checked.check_indexed(file)?;
             }
             for (id, embedded, is_parent) in [
                 (post.in_reply_to_post_id, record.parent, true),
                 (post.source_post_id, record.source, false),
             ] {
                 let Some(embedded) = embedded else { continue };
-                if !confirmed(file, id, post.conversation_id, embedded, is_parent)? {
-                    checked.unconfirmed.push(id);
+                checked
+                    .claims
+                    .push((id, post.conversation_id, embedded, is_parent));
+                if checked.claims.len() == LOOKUP_BATCH {
+                    checked.check_claims(file);
                 }
             }
         }
         if run != VIDEO_ONLY && line.newest[run] != keys[slot].first().copied().unwrap_or((0, 0)) {
             return Err(bad("newest keys that are not its runs'"));
         }
-        checked.posts += len as u64;
     }
-    // The videos run: references to its own records, every video-only record once.
-    if videos > cap {
-        return Err(bad("a run longer than this store's timeline cap"));
-    }
-    if line.videos as usize + videos > file.footer.span(Section::Videos).count as usize {
-        return Err(bad("a videos run past its section"));
-    }
+    // The videos run (its references are on its records): newest first, only of posts that
+    // can be videos, every video-only record once.
     let mut last: Option<(u32, i64)> = None;
     let mut video_only = 0;
-    for i in 0..videos {
+    for i in 0..usize::from(line.lens[VIDEOS_RUN]) {
         let granule = file.video_ref(line.videos as usize + i);
-        let found = [0, 1, VIDEO_ONLY]
-            .into_iter()
-            .enumerate()
-            .find_map(|(slot, run)| {
-                let stride = line.stride(run);
-                let offset = granule.checked_sub(line.run_start(run))?;
-                let index = offset / stride.max(1);
-                (stride > 0 && offset.is_multiple_of(stride) && (index as usize) < keys[slot].len())
-                    .then_some((slot, index as usize))
-            });
-        let Some((slot, index)) = found else {
-            return Err(bad("a videos entry that is not one of its records"));
-        };
-        video_only += usize::from(slot == 2);
-        let key = keys[slot][index];
+        video_only += usize::from(granule >= line.run_start(VIDEO_ONLY));
+        let post = decode_checked_record(file.record_bytes_at(granule), line.author_id).post;
+        let key = (post.created_at, post.post_id);
         if last.is_some_and(|newer| newer <= key) {
             return Err(bad("a videos run out of order"));
         }
@@ -353,14 +443,13 @@ fn check_line(
             return Err(bad("newest keys that are not its runs'"));
         }
         last = Some(key);
-        let post = decode_checked_record(file.record_bytes_at(granule), line.author_id).post;
         let candidate =
             !post.is_reply && (post.has_video || (post.is_retweet && post.source_post_id != 0));
         if !candidate {
             return Err(bad("a videos entry that cannot be a video"));
         }
     }
-    if videos == 0 && line.newest[VIDEOS_RUN] != (0, 0) {
+    if last.is_none() && line.newest[VIDEOS_RUN] != (0, 0) {
         return Err(bad("newest keys that are not its runs'"));
     }
     if video_only != usize::from(line.lens[VIDEO_ONLY]) {
@@ -370,22 +459,32 @@ fn check_line(
 }
 
 /// Whether the base's record of `id` (the parent of a reply whose conversation is
-/// `conversation_id`, or a repost's source) has the facts `embedded` says.
+/// `conversation_id`, or a repost's source) has the facts `embedded` says; `candidate` is
+/// the granule a lookup of `id` meets first, if any.
 fn confirmed(
     file: &BaseFile,
     id: i64,
+    candidate: Option<u64>,
     conversation_id: i64,
     embedded: Embedded,
     is_parent: bool,
-) -> Result<bool, SnapshotError> {
-    let Some(granule) = file.find_post(id) else {
-        return Ok(false);
+) -> bool {
+    let granule = match candidate {
+        Some(granule)
+            if decode_if_whole(file.record_bytes_at(granule))
+                .is_some_and(|r| r.post.post_id == id) =>
+        {
+            granule
+        }
+        _ => match file.find_post(id) {
+            Some(granule) => granule,
+            None => return false,
+        },
     };
-    // Its record is checked where its own line is; here only what the facts read, if the
+    // The record is checked where its own line is; here only what the facts read, if the
     // bytes there hold a whole record at all (a bad granule is refused by that check).
-    let bytes = file.record_bytes_at(granule);
-    let Some(record) = decode_if_whole(bytes) else {
-        return Ok(false);
+    let Some(record) = decode_if_whole(file.record_bytes_at(granule)) else {
+        return false;
     };
     let post = record.post;
     let facts = if is_parent {
@@ -401,5 +500,5 @@ fn confirmed(
             continues: false,
         }
     };
-    Ok(facts == embedded)
+    facts == embedded
 }
