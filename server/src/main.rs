@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use thunder_server::config::LogFormat;
 use thunder_server::kafka::{self, CatchUpState, KafkaIngest};
 use thunder_server::{Args, FollowingSource, demo, snapshot, version};
@@ -23,10 +23,11 @@ const INGEST_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 const CATCH_UP_INGEST_STOP_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(args.log_format);
     if args.check_config {
-        std::process::exit(thunder_server::config::check::run(&args));
+        std::process::exit(thunder_server::config::check::run(&args, &matches));
     }
     // Queries run on the worker that serves the call (`--worker-threads`).
     let runtime = tokio::runtime::Builder::new_multi_thread()

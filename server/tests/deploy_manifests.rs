@@ -58,11 +58,14 @@ fn flag<'a>(args: &'a [String], name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{name} not in the manifest's args"))
 }
 
+/// `thunder-server --check-config ARGS` with the two secrets the manifest takes from its
+/// Secret set in the environment, as the manifest sets them.
 fn check_config(args: &[String]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_thunder-server"))
         .arg("--check-config")
         .args(args)
         .env("THUNDER_CURSOR_SECRET", "manifest-test-secret")
+        .env("THUNDER_ADMIN_TOKEN", "manifest-test-token")
         .env("RUST_LOG", "warn")
         .output()
         .expect("run thunder-server --check-config")
@@ -364,11 +367,78 @@ fn check_config_accepts_the_manifest_args() {
     assert!(stdout.contains("kafka-0.kafka:9092"), "{stdout}");
     assert!(stdout.contains("mode: Kafka ingestion"), "{stdout}");
     assert!(
-        !stdout.contains("manifest-test-secret"),
+        !stdout.contains("manifest-test-secret") && !stdout.contains("manifest-test-token"),
         "secret shown: {stdout}"
     );
+    // Nothing to warn about in the shipped configuration.
+    assert!(stderr.is_empty(), "{stderr}");
     // Nothing was served and nothing was left in the snapshot directory.
     assert_eq!(std::fs::read_dir(snapshots.path()).expect("dir").count(), 0);
+}
+
+/// The command, `THUNDER_ADMIN_TOKEN=... thunder-server --check-config --admin-addr
+/// 0.0.0.0:8080`, for every secret flag at once (each flag clap marks as hiding its value),
+/// given once through its environment variable and once on the command line: no output of
+/// the process holds any of them.
+#[test]
+fn check_config_prints_no_secret_of_any_flag() {
+    use clap::CommandFactory as _;
+    let command = thunder_server::Args::command();
+    let secrets: Vec<(String, String)> = command
+        .get_arguments()
+        .filter(|arg| arg.is_hide_env_values_set())
+        .map(|arg| {
+            let env = arg.get_env().expect("a THUNDER_* variable");
+            (
+                arg.get_long().expect("a long flag").to_owned(),
+                env.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    assert!(secrets.len() >= 4, "{secrets:?}");
+    let marker = |flag: &str| format!("s3cr3t-of-{flag}");
+    let run = |through_env: bool| {
+        let mut check = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
+        check
+            .args(["--check-config", "--admin-addr", "0.0.0.0:8080"])
+            .args(["--kafka-brokers", "127.0.0.1:9"])
+            .env("RUST_LOG", "warn");
+        for (flag, variable) in &secrets {
+            if through_env {
+                check.env(variable, marker(flag));
+            } else {
+                check
+                    .env_remove(variable)
+                    .arg(format!("--{flag}={}", marker(flag)));
+            }
+        }
+        check.output().expect("run thunder-server --check-config")
+    };
+    for through_env in [true, false] {
+        let output = run(through_env);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+        for (flag, variable) in &secrets {
+            assert!(
+                !stdout.contains(&marker(flag)) && !stderr.contains(&marker(flag)),
+                "--{flag} shown:\n{stdout}\n{stderr}"
+            );
+            let line = stdout
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("--{flag} ")))
+                .unwrap_or_else(|| panic!("--{flag} not listed:\n{stdout}"));
+            let source = if through_env {
+                variable.as_str()
+            } else {
+                "command line"
+            };
+            assert!(
+                line.contains("<redacted>") && line.contains(source),
+                "{line}"
+            );
+        }
+    }
 }
 
 #[test]

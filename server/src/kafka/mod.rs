@@ -107,7 +107,7 @@ pub use supervisor::split_partitions;
 // events crate's (`thunder_events::kafka`), shared with `thunder-cli produce`.
 pub use thunder_events::kafka::{
     EXPIRY_WARNING_DAYS, EventProducer, Findings, IN_NETWORK_EVENTS_TOPIC, KafkaClientArgs,
-    KafkaError, ProducerStats, SecurityProtocol, builtin_features, certificate_dates,
+    KafkaError, ProducerStats, SecurityProtocol, builtin_features, certificate_dates, key_fits,
     read_certificates,
 };
 pub use thunder_events::{

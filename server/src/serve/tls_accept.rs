@@ -128,9 +128,35 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, StartupError> {
         .map_err(|e| StartupError::Tls(e.to_string()))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
-        .map_err(|e| tls_error("the key does not fit the certificate", &files.key, &e))?;
+        .map_err(|e| {
+            StartupError::Tls(format!(
+                "{} with {}: {}",
+                files.cert.display(),
+                files.key.display(),
+                certified_key_error(&e)
+            ))
+        })?;
     config.alpn_protocols.push(b"h2".to_vec());
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Why rustls refuses a certificate chain and key as the server's, in words: the key is not
+/// the certificate's, or the certificate is one rustls cannot use (an X.509 version 1 or 2
+/// certificate, which webpki refuses whatever the key).
+pub fn certified_key_error(error: &rustls::Error) -> String {
+    match error {
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+            "the key does not fit the certificate (it is not the key of its first certificate)"
+                .to_owned()
+        }
+        // webpki's error reaches rustls as an opaque `Other`; its name is its text.
+        other if format!("{other:?}").contains("UnsupportedCertVersion") => {
+            "the certificate is not X.509 version 3, the only version rustls and TLS clients \
+             accept: reissue it as version 3 with a subjectAltName naming the server"
+                .to_owned()
+        }
+        other => format!("rustls refuses the certificate and key: {other}"),
+    }
 }
 
 /// Runs the handshake of `io` from `peer` within `timeout`; a failure is counted, logged
