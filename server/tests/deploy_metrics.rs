@@ -331,10 +331,35 @@ fn every_alert_links_its_runbook_entry_absolutely_and_has_a_promtool_test() {
     // Per alert: whether some promtool test expects it firing, and some expects it silent.
     let mut fired = BTreeSet::new();
     let mut silent = BTreeSet::new();
+    // Without the label, the link is relative and the description says to set it.
+    let unset_warning = "{{ if not $externalLabels.runbook_base }} (The runbook link is \
+                         relative: set the external label runbook_base on the Prometheus \
+                         server, docs/operating.md, Alerting.){{ end }}";
+    let mut unset_tested = false;
     for group in tests[0]["tests"].as_array().expect("tests") {
-        let base = group["external_labels"]["runbook_base"]
-            .as_str()
-            .unwrap_or_else(|| panic!("test `{}` sets no runbook_base", group["name"]));
+        let Some(base) = group["external_labels"]["runbook_base"].as_str() else {
+            for case in group["alert_rule_test"]
+                .as_array()
+                .expect("alert_rule_test")
+            {
+                let name = case["alertname"].as_str().expect("alertname");
+                for alert in case["exp_alerts"].as_array().expect("exp_alerts") {
+                    let annotations = &alert["exp_annotations"];
+                    assert_eq!(
+                        annotations["runbook_url"],
+                        format!("docs/operating.md#runbook-{}", name.to_lowercase())
+                    );
+                    assert!(
+                        annotations["description"]
+                            .as_str()
+                            .is_some_and(|d| d.ends_with("runbook_base on the Prometheus server, docs/operating.md, Alerting.)")),
+                        "{annotations}"
+                    );
+                    unset_tested = true;
+                }
+            }
+            continue;
+        };
         assert!(base.starts_with("https://"), "{base}");
         for case in group["alert_rule_test"]
             .as_array()
@@ -364,17 +389,28 @@ fn every_alert_links_its_runbook_entry_absolutely_and_has_a_promtool_test() {
     for rule in &rules {
         let name = rule["alert"].as_str().expect("alert name");
         let anchor = format!("runbook-{}", name.to_lowercase());
-        // Absolute once Prometheus fills in its external label `runbook_base`.
+        // Absolute once Prometheus fills in its external label `runbook_base`, relative to
+        // the repository without it, and then the description says so.
         assert_eq!(
             rule["annotations"]["runbook_url"],
-            format!("{{{{ $externalLabels.runbook_base }}}}#{anchor}"),
+            format!(
+                "{{{{ with $externalLabels.runbook_base }}}}{{{{ . }}}}{{{{ else }}}}docs/operating.md{{{{ end }}}}#{anchor}"
+            ),
             "{name}"
+        );
+        assert!(
+            rule["annotations"]["description"]
+                .as_str()
+                .is_some_and(|d| d.ends_with(unset_warning)),
+            "{name}: {}",
+            rule["annotations"]["description"]
         );
         assert!(
             runbook.contains(&format!("<a id=\"{anchor}\"></a>\n### {name}\n")),
             "docs/operating.md has no runbook entry for {name}"
         );
         assert!(fired.contains(name), "no promtool test fires {name}");
+        assert!(unset_tested, "no promtool test runs without runbook_base");
         assert!(
             silent.contains(name),
             "no promtool test keeps {name} silent"
