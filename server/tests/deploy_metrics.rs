@@ -442,11 +442,11 @@ async fn small_demo(memory_limit: &str) -> ServerProcess {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
-    // A memory limit, so memory_limit_bytes is exported whatever this machine's cgroup says.
+/// A small demo server that has served one call, so the per-status and per-stage families
+/// have samples; with a memory limit, so memory_limit_bytes is exported whatever this
+/// machine's cgroup says.
+async fn demo_after_one_call() -> ServerProcess {
     let server = small_demo("4294967296").await;
-    // One call, so the per-status and per-stage families have samples.
     let mut client = InNetworkPostsServiceClient::connect(format!("http://{}", server.grpc))
         .await
         .expect("connect");
@@ -454,6 +454,12 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
         .get_in_network_posts(thunder_testbed::request(&[1, 2, 3]))
         .await
         .expect("a call");
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
+    let server = demo_after_one_call().await;
     // The store statistics are published every few seconds.
     let mut live = BTreeMap::new();
     let until = Instant::now() + thunder_testbed::PATIENCE;
@@ -573,6 +579,55 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
         eprintln!("{family}: checked against the {how}");
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `promtool check metrics` on a scrape of a demo server that served a call objects only to
+/// the reference's `_count` gauges, which docs/metrics.md names; histogram bounds and every
+/// other name pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_objects_only_to_the_reference_count_gauges() {
+    if !prometheus_installed() {
+        return;
+    }
+    let server = demo_after_one_call().await;
+    let scrape = thunder_testbed::http_get(server.admin, "/metrics")
+        .await
+        .text();
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    {
+        use std::io::Write as _;
+        let mut stdin = check.stdin.take().expect("stdin");
+        stdin
+            .write_all(scrape.as_bytes())
+            .expect("write the scrape");
+    }
+    let output = check.wait_with_output().expect("promtool ran");
+    let complaints = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let named: BTreeSet<&str> = complaints
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    let expected: BTreeSet<&str> = thunder_server::telemetry::reference_names::PROMTOOL_OBJECTS_TO
+        .into_iter()
+        .collect();
+    assert_eq!(named, expected, "{complaints}");
+    let docs = std::fs::read_to_string(root().join("docs/metrics.md")).expect("metrics.md");
+    for name in expected {
+        assert!(
+            docs.contains(&format!("| `{name}` (*reference*) | gauge |")),
+            "docs/metrics.md does not mark {name} as the reference's"
+        );
+    }
 }
 
 /// The Prometheus binaries, or `None` (the test is skipped) when they are not installed and

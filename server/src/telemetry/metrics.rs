@@ -1008,8 +1008,15 @@ impl Collector for ProcessCollector {
     }
 }
 
+/// `count` bucket bounds from `start`, each `factor` times the one before, rounded to four
+/// significant digits so that a scrape shows them as written (`le="0.0013"`, not the float
+/// noise `le="0.0013000000000000002"`); the reference's `exp(start, factor, count)` buckets.
 fn exp_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {
-    prometheus::exponential_buckets(start, factor, count).unwrap_or_default()
+    prometheus::exponential_buckets(start, factor, count)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|bound| format!("{bound:.3e}").parse().unwrap_or(bound))
+        .collect()
 }
 
 fn ratio_buckets() -> Vec<f64> {
@@ -1189,6 +1196,30 @@ mod tests {
             "{started}"
         );
         assert!(value("process_open_fds") >= 3.0);
+    }
+
+    #[test]
+    fn histogram_bounds_print_as_written() {
+        let (metrics, registry) = metrics();
+        // Every histogram family gets a sample, so each prints its buckets.
+        metrics.record_request(&RequestSummary::default());
+        let posts = [LightPost::original(1, 10, 1_000_000)];
+        metrics.record_found_posts(Stage::Scored, &posts, 1_000_060);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("encodes");
+        let mut bounds = 0;
+        for bound in text.split("le=\"").skip(1) {
+            let bound = bound.split('"').next().unwrap_or_default();
+            let digits = bound
+                .chars()
+                .filter(char::is_ascii_digit)
+                .collect::<String>();
+            let significant = digits.trim_start_matches('0').trim_end_matches('0');
+            assert!(significant.len() <= 6, "le=\"{bound}\"");
+            bounds += 1;
+        }
+        assert!(bounds > 100, "{bounds} bucket bounds");
     }
 
     #[test]
