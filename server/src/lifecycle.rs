@@ -203,7 +203,10 @@ impl RunningServer {
             }
             Ok(_) => true,
             Err(_) => {
-                tracing::warn!(timeout = ?self.drain_timeout, "drain timed out; closing connections");
+                tracing::warn!(
+                    timeout_secs = self.drain_timeout.as_secs_f64(),
+                    "drain timed out; closing connections"
+                );
                 grpc.abort();
                 false
             }

@@ -274,7 +274,7 @@ impl Supervisor {
         self.export_partition_gauges(&partitions, &starts, &watermarks);
         tracing::info!(
             topic = %self.args.client.kafka_topic,
-            end_offsets = ?partitions.iter().zip(&watermarks).map(|(p, (_, high))| (*p, *high)).collect::<Vec<_>>(),
+            end_offsets = %super::offsets_text(partitions.iter().zip(&watermarks).map(|(p, (_, high))| (*p, *high))),
             "Kafka catch-up goal recorded"
         );
 

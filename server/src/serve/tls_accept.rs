@@ -18,7 +18,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -29,6 +29,10 @@ use crate::telemetry::metrics::{Metrics, TLS_FAILURE_REASONS};
 
 /// Log lines about failed handshakes per second at most.
 pub const LOG_LINES_PER_SEC: u32 = 10;
+
+/// How long the connection of a refused handshake stays open to deliver the alert that says
+/// why ([`close_refused`]).
+const REFUSAL_LINGER: Duration = Duration::from_millis(250);
 
 /// Why a TLS handshake on the gRPC port failed: the `reason` label of
 /// `grpc_tls_handshake_failures_total`.
@@ -170,9 +174,12 @@ pub async fn handshake<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
-    let error = match tokio::time::timeout(timeout, acceptor.accept(io)).await {
+    let error = match tokio::time::timeout(timeout, acceptor.accept(io).into_fallible()).await {
         Ok(Ok(stream)) => return Some(stream),
-        Ok(Err(e)) => e,
+        Ok(Err((error, io))) => {
+            close_refused(io).await;
+            error
+        }
         Err(_) => io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"),
     };
     let failure = TlsFailure::of(&error);
@@ -193,6 +200,22 @@ where
         );
     }
     None
+}
+
+/// Closes the connection of a refused handshake so that the client learns why: rustls has
+/// written its alert (no client certificate, an unknown CA, ...) into the connection, which
+/// batches writes, so it is flushed, the write side shut, and what the client sent meanwhile
+/// read and dropped, so that the close does not reset the connection before the client has
+/// read the alert. At most [`REFUSAL_LINGER`].
+async fn close_refused<IO: AsyncRead + AsyncWrite + Unpin>(mut io: IO) {
+    let linger = async {
+        if io.flush().await.is_err() || io.shutdown().await.is_err() {
+            return;
+        }
+        let mut sink = [0u8; 4096];
+        while matches!(io.read(&mut sink).await, Ok(n) if n > 0) {}
+    };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, linger).await;
 }
 
 #[cfg(test)]
