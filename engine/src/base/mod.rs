@@ -57,6 +57,7 @@
 //! - `load.rs`: a file opened under a fresh store, its tombstones, waiting reposts and facts
 //!   restored into the head;
 //! - `state.rs`: what changed since the file was written (gone records, cut runs);
+//! - `read.rs`: what a query reads of a base (an author's runs as they stand, their entries);
 //! - `tier.rs`: [`Base`](tier::Base), file and state together, and the changes the write
 //!   path makes.
 
@@ -68,12 +69,13 @@ mod file;
 mod format;
 mod from_store;
 mod load;
+mod read;
 mod state;
 mod tier;
 mod verify;
 mod write;
 
-#[cfg(test)]
+#[cfg(all(test, not(thunder_loom)))]
 mod tests;
 
 pub use file::BasePages;

@@ -318,3 +318,133 @@ impl Base {
         (entries, freed)
     }
 }
+
+#[cfg(all(test, thunder_loom))]
+mod loom_models {
+    use super::*;
+    use crate::base::file::BaseBytes;
+    use crate::base::write::{AuthorRuns, BaseWriter};
+    use crate::snapshot::{SnapshotHeader, SnapshotMeta};
+    use loom::sync::Arc;
+    use loom::sync::atomic::{AtomicBool, Ordering};
+
+    const AUTHOR: i64 = 3;
+
+    /// A base of one author with three originals (ids 1, 2, 3, newest last), 2 also a video.
+    fn file() -> Vec<u8> {
+        let record = |post_id: i64| BaseRecord {
+            post: CompactPost {
+                post_id,
+                author_id: AUTHOR,
+                created_at: 100 + post_id as u32,
+                in_reply_to_post_id: 0,
+                in_reply_to_user_id: 0,
+                source_post_id: 0,
+                source_user_id: 0,
+                conversation_id: 0,
+                is_retweet: false,
+                is_reply: false,
+                has_video: post_id == 2,
+            },
+            parent: None,
+            source: None,
+        };
+        let header = SnapshotHeader {
+            format_version: BASE_FORMAT_VERSION,
+            layout_hash: base_layout_hash(),
+            retention_secs: 1000,
+            created_at_secs: 200,
+            meta: SnapshotMeta::default(),
+            shard: None,
+        };
+        let runs = AuthorRuns {
+            originals: vec![record(3), record(2), record(1)],
+            secondary: Vec::new(),
+            videos: vec![record(2)],
+        };
+        let mut bytes = Vec::new();
+        let mut writer = BaseWriter::start(&mut bytes, &header).unwrap();
+        writer.tombstones(&[]).unwrap();
+        writer.waiting(&[]).unwrap();
+        writer.facts(|_| false).unwrap();
+        writer.place_authors(&[AUTHOR], 3);
+        for (line, _) in writer.author_order() {
+            writer.author(line, &runs).unwrap();
+        }
+        writer.finish(16).unwrap();
+        bytes
+    }
+
+    /// What a query reads of the author's run `kind`: the ids it meets, and the live count.
+    fn read(base: &Base, kind: usize) -> (Vec<i64>, usize) {
+        let at = base.line_of(AUTHOR).unwrap();
+        let line = base.file.line(at);
+        let (run, live) = base.open_run(at, &line, kind);
+        let ids = (0..usize::from(run.end))
+            .filter_map(|index| base.entry(&run, index))
+            .map(|entry| entry.post_id)
+            .collect();
+        (ids, live)
+    }
+
+    /// A delete of a base post racing a query of its author: a query that starts after the
+    /// delete returned (it sees the delete's flag) never meets the post, in either timeline,
+    /// and counts one entry less; any query meets the other posts.
+    #[test]
+    fn loom_delete_racing_a_query() {
+        let bytes = file();
+        loom::model(move || {
+            let base = Arc::new(Base::open(BaseBytes::copy_of(&bytes), 1, 16).unwrap());
+            let deleted = Arc::new(AtomicBool::new(false));
+            let delete = {
+                let (base, deleted) = (base.clone(), deleted.clone());
+                loom::thread::spawn(move || {
+                    assert!(base.delete(2).is_some());
+                    deleted.store(true, Ordering::Release);
+                })
+            };
+            let after = deleted.load(Ordering::Acquire);
+            let (originals, live) = read(&base, ORIGINALS);
+            let (videos, videos_live) = read(&base, VIDEOS);
+            assert!(originals.contains(&3) && originals.contains(&1));
+            if after {
+                assert_eq!((originals, live), (vec![3, 1], 2));
+                assert_eq!((videos, videos_live), (vec![], 0));
+            }
+            delete.join().unwrap();
+            assert_eq!(read(&base, ORIGINALS), (vec![3, 1], 2));
+            assert_eq!(base.stored_posts(), 2);
+        });
+    }
+
+    /// A delete and a cap eviction of the same author at once (each under the line's lock),
+    /// with a query reading meanwhile: whatever the order, the oldest original (1) is evicted,
+    /// the deleted post (2) is gone from both timelines, and the counts agree with the runs.
+    #[test]
+    fn loom_delete_racing_an_eviction() {
+        let bytes = file();
+        loom::model(move || {
+            let base = Arc::new(Base::open(BaseBytes::copy_of(&bytes), 1, 16).unwrap());
+            let at = base.line_of(AUTHOR).unwrap();
+            let delete = {
+                let base = base.clone();
+                loom::thread::spawn(move || base.delete(2).is_some())
+            };
+            let evict = {
+                let base = base.clone();
+                loom::thread::spawn(move || {
+                    let mut first = true;
+                    base.cut_oldest(at, ORIGINALS, |_| std::mem::take(&mut first))
+                })
+            };
+            let (seen, _) = read(&base, ORIGINALS);
+            assert!(seen.contains(&3), "{seen:?}");
+            assert!(delete.join().unwrap());
+            let (entries, _) = evict.join().unwrap();
+            assert_eq!(entries, 1);
+            assert_eq!(read(&base, ORIGINALS), (vec![3], 1));
+            assert_eq!(read(&base, VIDEOS), (vec![], 0));
+            assert_eq!(base.stored_posts(), 1);
+        });
+    }
+}
