@@ -27,9 +27,14 @@
 //!   [`restore_facts`](StoreTables::restore_facts)).
 //!
 //! The first two pairs keep concurrent inserts and deletes honest (bug 20 of the reference):
-//! each side stores, then (after a SeqCst fence) loads what the other stores, so whichever of
-//! a create and its delete runs second sees the other's write: the create is either removed
-//! by the delete or undone by itself, never left live. The repost pair is ordered the same way.
+//! each side stores, then loads what the other stores, so whichever of a create and its
+//! delete runs second sees the other's write: the create is either removed by the delete or
+//! undone by itself, never left live. The repost pair is ordered the same way. Each pair is
+//! ordered twice: by a SeqCst fence on each side, between its store and its load, and by the
+//! post index's stripe lock, which the index write of one side and the index read of the
+//! other both take (`TagIndex::insert_with`, `remove_where`, `get_locked`). Either alone
+//! orders the pair; the fences keep it independent of how the index serialises its writers.
+//! The loom models at the end of this file run these races on the real write and read paths.
 //!
 //! Concurrency: any number of threads may call any method at once. Readers take no lock.
 //! Writers serialise per author only (the author's mutex guards its three timelines) and,
@@ -308,5 +313,221 @@ impl StoreTables {
         stats.video_entries = entries[Kind::Videos as usize];
         stats.tombstones = self.tombstones.recount();
         stats
+    }
+}
+
+/// Loom models of the orderings above, on the real write and read paths (`write.rs`,
+/// `query.rs`) over real tables (`RUSTFLAGS="--cfg thunder_loom" cargo test --lib loom`, see
+/// `crate::sync`): each explores the interleavings and weak-memory outcomes of two threads.
+/// What loom sees: the arena, the post and author indexes, the timelines' rings and summaries,
+/// the tombstone filter, the counters and every lock; what it does not: the papaya maps (the
+/// tombstones and the waiting reposts, whose operations it runs as if atomic) and
+/// crossbeam-epoch (a ring's buffer pointer). Under loom a freed slot is reused at once
+/// (`Arena::retire`), so a reader that races a delete also races the reuse of its slot.
+#[cfg(all(test, thunder_loom))]
+mod loom_tests {
+    use crate::clock::ManualClock;
+    use crate::feed_query::FeedQuery;
+    use crate::post::{DeleteEvent, LightPost};
+    use crate::report::{DeleteReport, InsertReport};
+    use crate::store::PostStore;
+    use crate::sync::atomic::{AtomicBool, Ordering};
+    use loom::sync::Arc;
+    use loom::thread::{self, JoinHandle};
+
+    const NOW: i64 = 1_000_000;
+    const RETENTION: i64 = 1000;
+
+    /// Runs `f` under loom. Each execution runs the write and read paths whole, some
+    /// thousands of steps: more than loom's default bound on one execution's branches (1000),
+    /// which `LOOM_MAX_BRANCHES` still overrides.
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
+            builder.max_branches = 20_000;
+        }
+        builder.check(f);
+    }
+
+    /// A store on a clock standing at `NOW`, and that clock.
+    fn store() -> (Arc<PostStore>, std::sync::Arc<ManualClock>) {
+        let clock = std::sync::Arc::new(ManualClock::new(NOW));
+        let store = PostStore::with_clock(RETENTION, clock.clone());
+        (Arc::new(store), clock)
+    }
+
+    fn delete(post_id: i64) -> DeleteEvent {
+        DeleteEvent {
+            post_id,
+            deleted_at: NOW,
+        }
+    }
+
+    /// Post 1 of author 10, a video, and post 2 of author 20, a repost of it without a video
+    /// of its own.
+    fn source_and_repost() -> (LightPost, LightPost) {
+        let source = LightPost {
+            has_video: true,
+            ..LightPost::original(1, 10, NOW - 5)
+        };
+        let repost = LightPost {
+            is_retweet: true,
+            source_post_id: Some(1),
+            source_user_id: Some(10),
+            ..LightPost::original(2, 20, NOW - 4)
+        };
+        (source, repost)
+    }
+
+    /// A thread that inserts `post` into `store`.
+    fn spawn_insert(store: &Arc<PostStore>, post: LightPost) -> JoinHandle<InsertReport> {
+        let store = Arc::clone(store);
+        thread::spawn(move || store.insert_posts(&[post]))
+    }
+
+    /// A thread that deletes `post_id` from `store`.
+    fn spawn_delete(store: &Arc<PostStore>, post_id: i64) -> JoinHandle<DeleteReport> {
+        let store = Arc::clone(store);
+        thread::spawn(move || store.mark_as_deleted(&[delete(post_id)]))
+    }
+
+    /// True if `store` holds a record of `post_id`.
+    fn is_stored(store: &PostStore, post_id: i64) -> bool {
+        let epoch = crossbeam_epoch::pin();
+        store.tables().posts.lookup(post_id, &epoch).is_some()
+    }
+
+    /// The posts the store answers for `author`'s feed (`videos`: its videos).
+    fn answer(store: &PostStore, author: i64, videos: bool) -> Vec<LightPost> {
+        let query = FeedQuery::new(0, std::slice::from_ref(&author));
+        let outcome = if videos {
+            store.get_videos_by_users(&query)
+        } else {
+            store.get_all_posts_by_users(&query)
+        };
+        outcome.posts
+    }
+
+    /// Every count the store keeps matches its contents, and once everything has expired and
+    /// been trimmed nothing is left: no record held by a timeline entry that is gone, no entry
+    /// whose record is gone.
+    fn check_consistent_and_empty_after_expiry(store: &PostStore, clock: &ManualClock) {
+        assert_eq!(store.stats(), store.recount());
+        clock.advance(RETENTION + 1);
+        store.trim_all();
+        let stats = store.stats();
+        assert_eq!(stats, store.recount());
+        assert_eq!(
+            (stats.posts, stats.authors, stats.tombstones),
+            (0, 0, 0),
+            "{stats:?}"
+        );
+    }
+
+    /// A create racing its delete: whichever runs second sees the other (publish, then check;
+    /// tombstone, then remove), so the post is never left live, in the index or in a
+    /// timeline, and the tombstone still drops a later create.
+    #[test]
+    fn loom_a_create_racing_its_delete_is_never_left_live() {
+        model(|| {
+            let (store, clock) = store();
+            let post = LightPost::original(1, 10, NOW - 5);
+            let creator = spawn_insert(&store, post);
+            let deleted = store.mark_as_deleted(&[delete(1)]);
+            let created = creator.join().unwrap();
+            assert_eq!(created.inserted + created.tombstoned, 1, "{created:?}");
+            // A create that went through was removed by the delete.
+            assert!(
+                created.inserted <= deleted.removed,
+                "{created:?} {deleted:?}"
+            );
+            assert!(answer(&store, 10, false).is_empty());
+            assert!(!is_stored(&store, 1));
+            assert_eq!(store.insert_posts(&[post]).tombstoned, 1);
+            check_consistent_and_empty_after_expiry(&store, &clock);
+        });
+    }
+
+    /// A query racing a delete and the reuse of the deleted post's slot by the next post
+    /// (same slot class, every field different): it serves whole posts only, and once the
+    /// delete has returned (as the query saw it) never the deleted one.
+    #[test]
+    fn loom_a_query_racing_a_delete_serves_whole_posts_and_never_a_deleted_one() {
+        model(|| {
+            let (store, clock) = store();
+            let first = LightPost::original(1, 10, NOW - 5);
+            let second = LightPost {
+                conversation_id: Some(77),
+                has_video: true,
+                ..LightPost::original(2, 10, NOW - 4)
+            };
+            assert_eq!(store.insert_posts(&[first]).inserted, 1);
+            let deleted = Arc::new(AtomicBool::new(false));
+            let reader = {
+                let (store, deleted) = (Arc::clone(&store), Arc::clone(&deleted));
+                thread::spawn(move || {
+                    // Acquire pairs with the Release store after the delete: a query that
+                    // begins after the delete returned.
+                    let after_delete = deleted.load(Ordering::Acquire);
+                    (after_delete, answer(&store, 10, false))
+                })
+            };
+            assert_eq!(store.mark_as_deleted(&[delete(1)]).removed, 1);
+            deleted.store(true, Ordering::Release);
+            // Takes post 1's slot: loom's `Arena::retire` hands it back at once.
+            assert_eq!(store.insert_posts(&[second]).inserted, 1);
+            let (after_delete, served) = reader.join().unwrap();
+            for post in &served {
+                assert!(*post == first || *post == second, "served {post:?}");
+            }
+            assert!(
+                !(after_delete && served.contains(&first)),
+                "served {served:?} after the delete"
+            );
+            assert_eq!(answer(&store, 10, false), [second]);
+            check_consistent_and_empty_after_expiry(&store, &clock);
+        });
+    }
+
+    /// A repost (without its own video) racing the arrival of its video source: either the
+    /// repost finds the source stored or the source finds the repost waiting (wait, then
+    /// look; store, then take), so the repost ends in its author's videos, once.
+    #[test]
+    fn loom_a_repost_racing_its_source_joins_the_videos_once() {
+        model(|| {
+            let (store, clock) = store();
+            let (source, repost) = source_and_repost();
+            let reposter = spawn_insert(&store, repost);
+            assert_eq!(store.insert_posts(&[source]).inserted, 1);
+            assert_eq!(reposter.join().unwrap().inserted, 1);
+            assert_eq!(answer(&store, 20, true), [repost]);
+            assert_eq!(store.stats().video_entries, 2);
+            check_consistent_and_empty_after_expiry(&store, &clock);
+        });
+    }
+
+    /// A repost racing its video source's arrival and the source's delete, three threads: the
+    /// source's create and delete race as in the first model (its record is never left live),
+    /// the repost ends in the feed but is no video, and every hold the repost's record took is
+    /// released with the entry that took it.
+    #[test]
+    fn loom_a_repost_racing_its_source_and_the_source_delete_leaves_no_video() {
+        model(|| {
+            let (store, clock) = store();
+            let (source, repost) = source_and_repost();
+            let reposter = spawn_insert(&store, repost);
+            let deleter = spawn_delete(&store, 1);
+            let created = store.insert_posts(&[source]);
+            let deleted = deleter.join().unwrap();
+            assert!(
+                created.inserted <= deleted.removed,
+                "{created:?} {deleted:?}"
+            );
+            assert_eq!(reposter.join().unwrap().inserted, 1);
+            assert!(!is_stored(&store, 1));
+            assert!(answer(&store, 20, true).is_empty());
+            assert_eq!(answer(&store, 20, false), [repost]);
+            check_consistent_and_empty_after_expiry(&store, &clock);
+        });
     }
 }
