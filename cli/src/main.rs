@@ -6,7 +6,7 @@
 //! thunder-workload's, and `--version` is stamped by its own `build.rs` as the server's is.
 //!
 //! Commands print through `outln!` (`out.rs`), which exits quietly when standard output is a
-//! closed pipe.
+//! closed pipe; `tls.rs` says why a TLS connection to the server failed.
 
 #[macro_use]
 mod out;
@@ -15,6 +15,7 @@ mod frame;
 mod produce;
 mod query;
 mod snapshot;
+mod tls;
 
 use clap::{Parser, Subcommand};
 

@@ -13,7 +13,9 @@ use thunder_proto::{
     SeenFilterFormat,
 };
 use tonic::codec::CompressionEncoding;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::tls::TlsSettings;
 
 /// Flags of `thunder-cli query`.
 #[derive(clap::Args, Debug)]
@@ -98,33 +100,65 @@ pub struct QueryArgs {
     shards: Option<String>,
 }
 
-/// Connects to `--addr` (with TLS when asked).
-async fn connect(args: &QueryArgs) -> anyhow::Result<InNetworkPostsServiceClient<Channel>> {
+/// The TLS settings of `--tls-ca`, `--tls-cert`, `--tls-key` and `--tls-domain`, read; `None`
+/// without `--tls-ca` (plaintext).
+fn tls_settings(args: &QueryArgs) -> anyhow::Result<Option<TlsSettings>> {
+    let read =
+        |path: &PathBuf| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    let Some(ca) = &args.tls_ca else {
+        return Ok(None);
+    };
+    let identity = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        _ => None,
+    };
+    Ok(Some(TlsSettings {
+        ca: read(ca)?,
+        identity,
+        domain: args.tls_domain.clone(),
+    }))
+}
+
+/// Connects to `--addr` (with TLS when asked); a refused TLS handshake says why.
+async fn connect(
+    args: &QueryArgs,
+    tls: Option<&TlsSettings>,
+) -> anyhow::Result<InNetworkPostsServiceClient<Channel>> {
     let mut endpoint = Endpoint::from_shared(args.addr.clone())
         .context("invalid --addr")?
         .timeout(Duration::from_millis(args.timeout_ms));
-    if let Some(ca) = &args.tls_ca {
-        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(
-            std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?,
-        ));
-        if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-            tls = tls.identity(Identity::from_pem(
-                std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?,
-                std::fs::read(key).with_context(|| format!("reading {}", key.display()))?,
-            ));
-        }
-        if let Some(domain) = &args.tls_domain {
-            tls = tls.domain_name(domain.clone());
-        }
-        endpoint = endpoint.tls_config(tls).context("TLS configuration")?;
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls.tonic())
+            .context("TLS configuration")?;
     }
-    let channel = endpoint
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {}", args.addr))?;
+    let channel = match endpoint.connect().await {
+        Ok(channel) => channel,
+        Err(e) => {
+            return Err(match crate::tls::failure(&e, endpoint.uri(), tls).await {
+                Some(why) => anyhow::anyhow!("connecting to {}: {why}", args.addr),
+                None => anyhow::Error::new(e).context(format!("connecting to {}", args.addr)),
+            });
+        }
+    };
     Ok(InNetworkPostsServiceClient::new(channel)
         .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Zstd))
+}
+
+/// A failed call to `addr` (`--addr`) as an error: its status, and why the TLS handshake failed when a
+/// transport failure (a status with a source) comes from it.
+async fn call_failed(
+    status: tonic::Status,
+    addr: &str,
+    tls: Option<&TlsSettings>,
+) -> anyhow::Error {
+    let why = match (std::error::Error::source(&status), addr.parse()) {
+        (Some(_), Ok(addr)) => crate::tls::failure(&status, &addr, tls).await,
+        _ => None,
+    };
+    let why = why.map(|why| format!(": {why}")).unwrap_or_default();
+    anyhow::anyhow!("{:?}: {}{why}", status.code(), status.message())
 }
 
 /// Asks the author shards of `--shards` through the fail-open client.
@@ -143,9 +177,10 @@ async fn ask_shards(
 pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
     let timeout = Duration::from_millis(args.timeout_ms);
     let shards = args.shards.clone();
+    let tls = tls_settings(&args)?;
     let client = match shards {
         Some(_) => None,
-        None => Some(connect(&args).await?),
+        None => Some(connect(&args, tls.as_ref()).await?),
     };
     let per_author_limits = (args.max_per_author.is_some()
         || args.max_replies_per_author.is_some())
@@ -190,11 +225,10 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
     match (client, &shards) {
         (Some(mut client), _) => {
             for page in 1..=args.pages {
-                let response = client
-                    .get_in_network_posts(request.clone())
-                    .await
-                    .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
-                    .into_inner();
+                let response = match client.get_in_network_posts(request.clone()).await {
+                    Ok(response) => response.into_inner(),
+                    Err(status) => return Err(call_failed(status, &args.addr, tls.as_ref()).await),
+                };
                 show_page(
                     view,
                     &mut pages,
