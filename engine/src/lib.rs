@@ -41,9 +41,11 @@
 //!   reposts, a shard's fact directory) and the narrow methods that keep them consistent with
 //!   one another, the insert/delete orderings included;
 //! - `write.rs`: the write path (insert, delete, trim and their reference rules);
-//! - `query.rs`: the read path (the newest-first merge); `feed_query.rs`: what a query asks
-//!   ([`FeedQuery`], [`OwnedQuery`], the one per-author clamp [`PerAuthorLimits`]) and what it
-//!   answers ([`QueryOutcome`]);
+//! - `query.rs`: the read path (the newest-first merge), generic over an observer
+//!   (`observe.rs`: the hooks every rule's decision goes through; the serving path's are
+//!   empty); `feed_query.rs`: what a query asks ([`FeedQuery`],
+//!   [`OwnedQuery`], the one per-author clamp [`PerAuthorLimits`]) and what it answers
+//!   ([`QueryOutcome`]);
 //! - `snapshot/`, one concept a file: `mod.rs` the format's doc, `format.rs` constants,
 //!   header, errors, record codec and CRC32C, `reader.rs` the streamed reader and verify,
 //!   `mapped.rs` the in-place reader of a mapped file, `order.rs` timeline order and the thread
@@ -98,6 +100,7 @@ mod directory;
 mod feed_query;
 mod huge_memory;
 mod index;
+mod observe;
 mod prefetch;
 mod query;
 mod report;
