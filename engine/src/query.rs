@@ -381,7 +381,9 @@ impl<'b> Merge<'b> {
     }
 
     /// The largest key queued, or `None` when the queue is empty.
-    #[inline]
+    // Always: the merge of every observer calls it; with two instantiations of the merge
+    // (the serving path's and the explain path's) the compiler called it out of line.
+    #[inline(always)]
     fn top(&mut self) -> Option<u128> {
         let mut ranked = self.ranked.get(self.next).copied();
         let heap = self.heap.first().copied();
@@ -459,7 +461,9 @@ impl<'b> Merge<'b> {
     }
 
     /// Replaces the top by `key` (its stream goes on, ranked lower).
-    #[inline]
+    // Always: the merge of every observer calls it; with two instantiations of the merge
+    // (the serving path's and the explain path's) the compiler called it out of line.
+    #[inline(always)]
     fn replace(&mut self, key: u128) {
         if self.top_in_heap {
             self.heap[0] = key;
@@ -873,6 +877,8 @@ type Probe<'g> = (i64, Hashed, Option<&'g Author>);
 /// hash every id and prefetch its index bucket; probe the buckets and prefetch each
 /// candidate's record line (which holds the timelines' summaries). Their misses overlap
 /// instead of chaining two per author.
+// Always: see `Merge::top`.
+#[inline(always)]
 fn probe_authors<'g>(
     tables: &'g StoreTables,
     authors: &[i64],
@@ -1115,6 +1121,8 @@ fn repost_source_is_video(
 
 /// The self-repost filter and, for the secondary timeline, the reply rule: `Err` names the
 /// one that drops `post`.
+// Always: see `Merge::top`.
+#[inline(always)]
 fn visible(
     tables: &StoreTables,
     post: &CompactPost,
