@@ -27,20 +27,21 @@ pub struct ExplainArgs {
 
 /// Asks the server and prints the explanation.
 pub async fn run(args: ExplainArgs) -> anyhow::Result<()> {
-    let mut client = InNetworkPostsDebugServiceClient::new(args.request.connect().await?)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Zstd);
+    let tls = args.request.tls_settings()?;
+    let mut client =
+        InNetworkPostsDebugServiceClient::new(args.request.connect(tls.as_ref()).await?)
+            .accept_compressed(CompressionEncoding::Zstd)
+            .send_compressed(CompressionEncoding::Zstd);
     let request = ExplainPostRequest {
         request: Some(args.request.request()?),
         post_ids: args.posts,
         // The ids the seen filter is built from: a hit on another id is a false positive.
         seen_post_ids: args.request.seen_ids.iter().map(|&id| id as u64).collect(),
     };
-    let response = client
-        .explain_post(request)
-        .await
-        .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
-        .into_inner();
+    let response = match client.explain_post(request).await {
+        Ok(response) => response.into_inner(),
+        Err(status) => return Err(args.request.call_failed(status, tls.as_ref()).await),
+    };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&response)?);
     } else {

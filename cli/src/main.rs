@@ -6,7 +6,7 @@
 //! thunder-workload's, and `--version` is stamped by its own `build.rs` as the server's is.
 //!
 //! Commands print through `outln!` (`out.rs`), which exits quietly when standard output is a
-//! closed pipe.
+//! closed pipe; `tls.rs` says why a TLS connection to the server failed.
 
 #[macro_use]
 mod out;
@@ -17,6 +17,7 @@ mod produce;
 mod query;
 mod request;
 mod snapshot;
+mod tls;
 
 use clap::{Parser, Subcommand};
 

@@ -54,10 +54,11 @@ async fn ask_shards(
 pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
     let timeout = args.request.timeout();
     let shards = args.shards.clone();
+    let tls = args.request.tls_settings()?;
     let client = match shards {
         Some(_) => None,
         None => Some(
-            InNetworkPostsServiceClient::new(args.request.connect().await?)
+            InNetworkPostsServiceClient::new(args.request.connect(tls.as_ref()).await?)
                 .accept_compressed(CompressionEncoding::Zstd)
                 .send_compressed(CompressionEncoding::Zstd),
         ),
@@ -75,11 +76,12 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
     match (client, &shards) {
         (Some(mut client), _) => {
             for page in 1..=args.pages {
-                let response = client
-                    .get_in_network_posts(request.clone())
-                    .await
-                    .map_err(|status| anyhow::anyhow!("{:?}: {}", status.code(), status.message()))?
-                    .into_inner();
+                let response = match client.get_in_network_posts(request.clone()).await {
+                    Ok(response) => response.into_inner(),
+                    Err(status) => {
+                        return Err(args.request.call_failed(status, tls.as_ref()).await);
+                    }
+                };
                 show_page(
                     view,
                     &mut pages,

@@ -10,7 +10,9 @@ use thunder_engine::seen::DEFAULT_BITS_PER_ID;
 use thunder_proto::{
     GetInNetworkPostsRequest, PerAuthorLimits, SeenFilter as WireSeenFilter, SeenFilterFormat,
 };
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::tls::TlsSettings;
 
 /// Flags of one request and of the connection to the server.
 #[derive(clap::Args, Debug)]
@@ -117,30 +119,58 @@ impl RequestArgs {
         })
     }
 
-    /// A channel to `--addr` (with TLS when asked).
-    pub async fn connect(&self) -> anyhow::Result<Channel> {
+    /// The TLS settings of `--tls-ca`, `--tls-cert`, `--tls-key` and `--tls-domain`, read;
+    /// `None` without `--tls-ca` (plaintext).
+    pub fn tls_settings(&self) -> anyhow::Result<Option<TlsSettings>> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+        };
+        let Some(ca) = &self.tls_ca else {
+            return Ok(None);
+        };
+        let identity = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+            _ => None,
+        };
+        Ok(Some(TlsSettings {
+            ca: read(ca)?,
+            identity,
+            domain: self.tls_domain.clone(),
+        }))
+    }
+
+    /// A channel to `--addr` (with `tls` when given); a refused TLS handshake says why.
+    pub async fn connect(&self, tls: Option<&TlsSettings>) -> anyhow::Result<Channel> {
         let mut endpoint = Endpoint::from_shared(self.addr.clone())
             .context("invalid --addr")?
             .timeout(self.timeout());
-        if let Some(ca) = &self.tls_ca {
-            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(
-                std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?,
-            ));
-            if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-                tls = tls.identity(Identity::from_pem(
-                    std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?,
-                    std::fs::read(key).with_context(|| format!("reading {}", key.display()))?,
-                ));
-            }
-            if let Some(domain) = &self.tls_domain {
-                tls = tls.domain_name(domain.clone());
-            }
-            endpoint = endpoint.tls_config(tls).context("TLS configuration")?;
+        if let Some(tls) = tls {
+            endpoint = endpoint
+                .tls_config(tls.tonic())
+                .context("TLS configuration")?;
         }
-        endpoint
-            .connect()
-            .await
-            .with_context(|| format!("connecting to {}", self.addr))
+        match endpoint.connect().await {
+            Ok(channel) => Ok(channel),
+            Err(e) => Err(match crate::tls::failure(&e, endpoint.uri(), tls).await {
+                Some(why) => anyhow::anyhow!("connecting to {}: {why}", self.addr),
+                None => anyhow::Error::new(e).context(format!("connecting to {}", self.addr)),
+            }),
+        }
+    }
+
+    /// A failed call to `--addr` as an error: its status, and why the TLS handshake failed
+    /// when a transport failure (a status with a source) comes from it.
+    pub async fn call_failed(
+        &self,
+        status: tonic::Status,
+        tls: Option<&TlsSettings>,
+    ) -> anyhow::Error {
+        let why = match (std::error::Error::source(&status), self.addr.parse()) {
+            (Some(_), Ok(addr)) => crate::tls::failure(&status, &addr, tls).await,
+            _ => None,
+        };
+        let why = why.map(|why| format!(": {why}")).unwrap_or_default();
+        anyhow::anyhow!("{:?}: {}{why}", status.code(), status.message())
     }
 }
 

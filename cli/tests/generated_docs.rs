@@ -11,6 +11,7 @@ use std::process::Command;
 use clap::CommandFactory;
 use thunder_server::Args;
 use thunder_server::telemetry::metrics::Metrics;
+use thunder_server::telemetry::reference_names::{PROMTOOL_OBJECTS_TO, REFERENCE_NAMES};
 
 const REGENERATE: &str = "THUNDER_REGENERATE_DOCS";
 
@@ -161,9 +162,28 @@ fn render_metrics() -> String {
          A histogram's series are `<name>_bucket{le}`, `<name>_sum` and `<name>_count`. A labelled\n\
          family appears once a label set is used, except those exported at zero from start-up (the\n\
          drop reasons, the degrade levels); the Kafka ones appear only with Kafka ingestion.\n\n\
-         | Name | Type | Labels | Meaning |\n|---|---|---|---|\n",
+         The names marked *reference* are the reference service's (X's Thunder), kept with their\n\
+         meaning so that dashboards and alerts written for it read the same series.\n",
     );
+    let objected: Vec<String> = PROMTOOL_OBJECTS_TO
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect();
+    writeln!(
+        out,
+        "`promtool check metrics` objects to {}: gauges whose names end in `_count`, a suffix\n\
+         Prometheus keeps for the sample count of a histogram or a summary. They keep the\n\
+         reference's names all the same.\n\n\
+         | Name | Type | Labels | Meaning |\n|---|---|---|---|",
+        objected.join(" and ")
+    )
+    .expect("write to a String");
     for metric in Metrics::catalogue() {
+        let reference = if REFERENCE_NAMES.contains(&metric.name.as_str()) {
+            " (*reference*)"
+        } else {
+            ""
+        };
         let labels = metric
             .labels
             .iter()
@@ -172,7 +192,7 @@ fn render_metrics() -> String {
             .join(", ");
         writeln!(
             out,
-            "| `{}` | {} | {labels} | {} |",
+            "| `{}`{reference} | {} | {labels} | {} |",
             metric.name,
             metric.kind,
             cell(&metric.help)
@@ -197,7 +217,9 @@ fn configuration_doc_matches_the_flags() {
 #[test]
 fn metrics_doc_matches_the_registry() {
     let rendered = render_metrics();
-    assert!(rendered.contains("| `kafka_partition_lag` | gauge | `topic`, `partition` |"));
+    assert!(
+        rendered.contains("| `kafka_partition_lag` (*reference*) | gauge | `topic`, `partition` |")
+    );
     check_or_write("metrics.md", &rendered);
 }
 

@@ -39,6 +39,34 @@ pub fn following(config: &SynthConfig) -> StaticFollowing {
     StaticFollowing::new(graph)
 }
 
+/// The command the start-up log suggests to try the demo: `thunder-cli query` against
+/// `grpc_addr` (an unspecified address as localhost) for `viewer`, whose follow list the demo
+/// graph knows. With TLS (`tls`), an `https://` address and the files mTLS asks for, which the
+/// operator holds: the CA of the server's certificate and a client certificate of the CA of
+/// `--tls-client-ca`.
+pub fn try_command(grpc_addr: std::net::SocketAddr, tls: bool, viewer: i64) -> String {
+    let port = grpc_addr.port();
+    if tls {
+        // TLS verifies a name: localhost, which a certificate for the machine usually names
+        // (--tls-domain gives another).
+        let host = if grpc_addr.ip().is_unspecified() || grpc_addr.ip().is_loopback() {
+            "localhost".to_owned()
+        } else {
+            grpc_addr.ip().to_string()
+        };
+        format!(
+            "thunder-cli query --addr https://{host}:{port} --tls-ca SERVER_CA.pem \
+             --tls-cert CLIENT.pem --tls-key CLIENT.key --user {viewer}"
+        )
+    } else {
+        let mut reachable = grpc_addr;
+        if reachable.ip().is_unspecified() {
+            reachable.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        format!("thunder-cli query --addr http://{reachable} --user {viewer}")
+    }
+}
+
 /// Applies `events` in batches of 1000, creates then deletes per batch (the store's answers
 /// do not depend on the order).
 pub fn apply(store: &PostStore, events: &[PostEvent]) {
@@ -63,7 +91,11 @@ pub async fn load_backlog(store: Arc<PostStore>, config: SynthConfig) -> Result<
         }
         apply(&store, &batch);
         total += batch.len() as u64;
-        tracing::info!(events = total, took = ?started.elapsed(), "demo backlog loaded");
+        tracing::info!(
+            events = total,
+            took_secs = started.elapsed().as_secs_f64(),
+            "demo backlog loaded"
+        );
         total
     })
     .await
@@ -101,5 +133,28 @@ pub async fn run_live(
         events.extend((0..due).map(|_| live.next_event(now)));
         // A few lock-free store calls: cheap enough to run on the reactor.
         apply(&store, &events);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_suggested_command_speaks_the_ports_protocol() {
+        let any: std::net::SocketAddr = "0.0.0.0:9090".parse().expect("addr");
+        assert_eq!(
+            try_command(any, false, 7),
+            "thunder-cli query --addr http://127.0.0.1:9090 --user 7"
+        );
+        let tls = try_command(any, true, 7);
+        assert!(
+            tls.starts_with("thunder-cli query --addr https://localhost:9090 --tls-ca ")
+                && tls.contains("--tls-cert")
+                && tls.contains("--tls-key")
+                && tls.contains("--user 7")
+                && !tls.contains("http://"),
+            "{tls}"
+        );
     }
 }

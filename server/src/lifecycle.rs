@@ -205,7 +205,10 @@ impl RunningServer {
             }
             Ok(_) => true,
             Err(_) => {
-                tracing::warn!(timeout = ?self.drain_timeout, "drain timed out; closing connections");
+                tracing::warn!(
+                    timeout_secs = self.drain_timeout.as_secs_f64(),
+                    "drain timed out; closing connections"
+                );
                 grpc.abort();
                 false
             }
@@ -276,7 +279,7 @@ async fn serve<H: AnswerPosts>(
     Metrics::global();
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    let readiness = Readiness::new(health_reporter, started).await;
+    let readiness = Readiness::new(health_reporter, started, store.clone()).await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(thunder_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use thunder_server::config::LogFormat;
 use thunder_server::kafka::{self, CatchUpState, KafkaIngest};
 use thunder_server::{Args, FollowingSource, demo, snapshot, version};
@@ -23,10 +23,11 @@ const INGEST_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 const CATCH_UP_INGEST_STOP_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(args.log_format);
     if args.check_config {
-        std::process::exit(thunder_server::config::check::run(&args));
+        std::process::exit(thunder_server::config::check::run(&args, &matches));
     }
     // Queries run on the worker that serves the call (`--worker-threads`).
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -128,15 +129,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 return Ok(());
             }
         }
-        let mut reachable = server.grpc_addr();
-        if reachable.ip().is_unspecified() {
-            reachable.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-        }
         if let Some(viewer) = workload.viewers(1).first() {
             tracing::info!(
-                "demo: try `thunder-cli query --addr http://{} --user {}` (follow list from the demo graph) or --follow {}",
-                reachable,
-                viewer.user_id,
+                "demo: try `{}` (follow list from the demo graph) or --follow {}",
+                demo::try_command(server.grpc_addr(), args.tls_cert.is_some(), viewer.user_id),
                 viewer
                     .following
                     .iter()
@@ -177,7 +173,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             let state = caught_up.borrow_and_update().clone();
             match state {
                 CatchUpState::CaughtUp { took } => {
-                    tracing::info!(?took, "Kafka catch-up done");
+                    tracing::info!(took_secs = took.as_secs_f64(), "Kafka catch-up done");
                     break;
                 }
                 CatchUpState::Failed(message) => {
@@ -287,11 +283,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 /// Stops Kafka ingestion, waiting at most `timeout`; false when it did not stop in time (its
 /// threads end with the process).
 async fn stop_ingest(ingest: KafkaIngest, timeout: Duration) -> bool {
+    let started = std::time::Instant::now();
+    tracing::info!(
+        timeout_secs = timeout.as_secs_f64(),
+        "stopping Kafka ingestion: closing the consumers (an unreachable broker holds them up to the timeout)"
+    );
     match tokio::time::timeout(timeout, ingest.shutdown()).await {
-        Ok(()) => true,
+        Ok(()) => {
+            let took_secs = started.elapsed().as_secs_f64();
+            tracing::info!(took_secs, "Kafka ingestion stopped");
+            true
+        }
         Err(_) => {
             tracing::warn!(
-                ?timeout,
+                timeout_secs = timeout.as_secs_f64(),
                 "Kafka ingestion did not stop in time (broker unreachable?); exiting without it"
             );
             false

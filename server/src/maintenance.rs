@@ -57,7 +57,14 @@ pub async fn run_trim(
                     .store_trimmed_posts
                     .inc_by(report.posts_freed as u64);
                 if report.entries_removed > 0 || report.tombstones_expired > 0 {
-                    tracing::info!(shard = current, ?report, "auto-trim");
+                    tracing::info!(
+                        shard = current,
+                        entries_removed = report.entries_removed,
+                        posts_freed = report.posts_freed,
+                        tombstones_expired = report.tombstones_expired,
+                        authors_dropped = report.authors_dropped,
+                        "auto-trim"
+                    );
                 }
             }
             Err(e) => tracing::error!(shard = current, error = %e, "auto-trim task failed"),

@@ -130,6 +130,38 @@ async fn profiles_are_served_one_at_a_time() {
     assert!(conflict || long.status == 409, "no 409 while a profile ran");
 }
 
+/// The profiler writes a sample file to the temp dir. With `$TMPDIR` unwritable (as `/tmp` is
+/// under a read-only root filesystem) a server still profiles: the file goes to `/dev/shm`.
+/// Where that is not writable either, the answer says what to mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_temp_dir_is_unwritable_still_profiles() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let not_a_directory = dir.path().join("a-file");
+    std::fs::write(&not_a_directory, b"x").expect("write");
+    let server = thunder_testbed::server_process::ServerProcess::start_with(
+        &["--demo-scale", "1000", "--demo-events-per-sec", "0"],
+        thunder_testbed::PATIENCE,
+        |command| {
+            command.env("TMPDIR", &not_a_directory);
+        },
+    );
+    let profile = thunder_testbed::http_get(server.admin, "/debug/pprof/profile?seconds=1").await;
+    if tempfile::NamedTempFile::new_in("/dev/shm").is_ok() {
+        assert_eq!(profile.status, 200, "{}", profile.text());
+        let mut decoded = Vec::new();
+        flate2::read::GzDecoder::new(profile.body.as_slice())
+            .read_to_end(&mut decoded)
+            .expect("gzip");
+        pprof::protos::Profile::decode(decoded.as_slice()).expect("profile.proto");
+        let svg =
+            thunder_testbed::http_get(server.admin, "/debug/pprof/flamegraph?seconds=1").await;
+        assert_eq!(svg.status, 200, "{}", svg.text());
+    } else {
+        assert_eq!(profile.status, 503, "{}", profile.text());
+        assert!(profile.text().contains("TMPDIR"), "{}", profile.text());
+    }
+}
+
 /// `POST /admin/snapshot` to `addr` with `Host: host` and `headers`.
 async fn post(addr: std::net::SocketAddr, host: &str, headers: &[(&str, &str)]) -> HttpResponse {
     http_request_with(addr, "POST", "/admin/snapshot", host, headers).await

@@ -58,11 +58,14 @@ fn flag<'a>(args: &'a [String], name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{name} not in the manifest's args"))
 }
 
+/// `thunder-server --check-config ARGS` with the two secrets the manifest takes from its
+/// Secret set in the environment, as the manifest sets them.
 fn check_config(args: &[String]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_thunder-server"))
         .arg("--check-config")
         .args(args)
         .env("THUNDER_CURSOR_SECRET", "manifest-test-secret")
+        .env("THUNDER_ADMIN_TOKEN", "manifest-test-token")
         .env("RUST_LOG", "warn")
         .output()
         .expect("run thunder-server --check-config")
@@ -168,12 +171,14 @@ fn manifests_cover_shutdown_version_logs_admin_token_policy_and_spread() {
         "terminationGracePeriodSeconds {grace} leaves no room for the snapshot"
     );
 
-    // A release tag, the workspace's version.
+    // A registry to replace, and a release tag, the workspace's version.
     let image = container["image"].as_str().expect("image");
-    assert_eq!(
-        image.rsplit_once(':').map(|(_, tag)| tag),
-        Some(env!("CARGO_PKG_VERSION")),
-        "{image}"
+    let (repository, tag) = image.rsplit_once(':').expect("a tag");
+    assert_eq!(tag, env!("CARGO_PKG_VERSION"), "{image}");
+    let registry = repository.split('/').next().unwrap_or_default();
+    assert!(
+        repository.contains('/') && (registry.contains('.') || registry.contains(':')),
+        "the image names a registry host: {image}"
     );
     assert_eq!(flag(&args, "--log-format"), "json");
 
@@ -219,6 +224,407 @@ fn manifests_cover_shutdown_version_logs_admin_token_policy_and_spread() {
                 && c["labelSelector"]["matchLabels"]
                     == statefulset["spec"]["selector"]["matchLabels"]),
         "{spread:?}"
+    );
+}
+
+/// Every container of a pod spec, init and ephemeral ones included.
+fn all_containers(pod: &Value) -> Vec<&Value> {
+    ["initContainers", "containers", "ephemeralContainers"]
+        .iter()
+        .filter_map(|list| pod[*list].as_array())
+        .flatten()
+        .collect()
+}
+
+/// What keeps `pod` (a pod spec) out of a namespace enforcing the Kubernetes "restricted" Pod
+/// Security Standard (its baseline rules included), one line a violation. The rules of
+/// <https://kubernetes.io/docs/concepts/security/pod-security-standards/>.
+fn restricted_violations(pod: &Value) -> Vec<String> {
+    const VOLUME_TYPES: [&str; 8] = [
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    ];
+    const SAFE_SYSCTLS: [&str; 8] = [
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+    ];
+    let mut violations = Vec::new();
+    let mut refuse = |bad: bool, what: String| {
+        if bad {
+            violations.push(what);
+        }
+    };
+    let pod_context = &pod["securityContext"];
+    for namespace in ["hostNetwork", "hostPID", "hostIPC"] {
+        refuse(
+            pod[namespace] == true,
+            format!("{namespace} shares a host namespace"),
+        );
+    }
+    for volume in pod["volumes"].as_array().into_iter().flatten() {
+        let kind = volume
+            .as_object()
+            .and_then(|v| v.keys().find(|k| *k != "name"))
+            .map_or("?", String::as_str);
+        refuse(
+            !VOLUME_TYPES.contains(&kind),
+            format!("volume {} is of type {kind}", volume["name"]),
+        );
+    }
+    for sysctl in pod_context["sysctls"].as_array().into_iter().flatten() {
+        let name = sysctl["name"].as_str().unwrap_or_default();
+        refuse(!SAFE_SYSCTLS.contains(&name), format!("sysctl {name}"));
+    }
+    let seccomp_ok = |context: &Value| {
+        matches!(
+            context["seccompProfile"]["type"].as_str(),
+            Some("RuntimeDefault" | "Localhost")
+        )
+    };
+    let pod_seccomp = seccomp_ok(pod_context);
+    let pod_non_root = pod_context["runAsNonRoot"] == true;
+    refuse(
+        pod_context["runAsUser"] == 0,
+        "the pod runs as uid 0".into(),
+    );
+    refuse(
+        pod_context["seccompProfile"]["type"] == "Unconfined",
+        "the pod's seccomp profile is Unconfined".into(),
+    );
+    refuse(
+        pod_context["appArmorProfile"]["type"] == "Unconfined",
+        "the pod's AppArmor profile is Unconfined".into(),
+    );
+    refuse(
+        pod_context["windowsOptions"]["hostProcess"] == true,
+        "the pod is a Windows host process".into(),
+    );
+    for container in all_containers(pod) {
+        let name = container["name"].as_str().unwrap_or("?");
+        let context = &container["securityContext"];
+        refuse(context["privileged"] == true, format!("{name}: privileged"));
+        refuse(
+            context["allowPrivilegeEscalation"] != false,
+            format!("{name}: allowPrivilegeEscalation is not false"),
+        );
+        refuse(
+            !(pod_non_root || context["runAsNonRoot"] == true) || context["runAsNonRoot"] == false,
+            format!("{name}: runAsNonRoot is not true"),
+        );
+        refuse(context["runAsUser"] == 0, format!("{name}: runs as uid 0"));
+        refuse(
+            !(pod_seccomp || seccomp_ok(context))
+                || context["seccompProfile"]["type"] == "Unconfined",
+            format!("{name}: no RuntimeDefault or Localhost seccomp profile"),
+        );
+        refuse(
+            context["appArmorProfile"]["type"] == "Unconfined",
+            format!("{name}: AppArmor Unconfined"),
+        );
+        refuse(
+            context["procMount"]
+                .as_str()
+                .is_some_and(|m| m != "Default"),
+            format!("{name}: procMount {}", context["procMount"]),
+        );
+        refuse(
+            context["seLinuxOptions"]["user"].is_string()
+                || context["seLinuxOptions"]["role"].is_string(),
+            format!("{name}: sets an SELinux user or role"),
+        );
+        let capabilities = &context["capabilities"];
+        refuse(
+            !capabilities["drop"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|c| c == "ALL")),
+            format!("{name}: capabilities do not drop ALL"),
+        );
+        for added in capabilities["add"].as_array().into_iter().flatten() {
+            refuse(
+                added != "NET_BIND_SERVICE",
+                format!("{name}: adds capability {added}"),
+            );
+        }
+        for port in container["ports"].as_array().into_iter().flatten() {
+            refuse(
+                port["hostPort"].as_u64().is_some_and(|p| p != 0),
+                format!("{name}: hostPort {}", port["hostPort"]),
+            );
+        }
+    }
+    violations
+}
+
+/// A namespace enforcing `pod-security.kubernetes.io/enforce: restricted` admits the
+/// StatefulSet's pods; the check itself catches each kind of violation.
+#[test]
+fn the_pods_meet_the_restricted_pod_security_standard() {
+    let docs = manifests();
+    let pod = &of_kind(&docs, "StatefulSet")["spec"]["template"]["spec"];
+    let violations = restricted_violations(pod);
+    assert!(violations.is_empty(), "{violations:#?}");
+
+    // Each mutation breaks one rule, and the check says so.
+    let broken = |change: &dyn Fn(&mut Value), expect: &str| {
+        let mut pod = pod.clone();
+        change(&mut pod);
+        let violations = restricted_violations(&pod);
+        assert!(
+            violations.iter().any(|v| v.contains(expect)),
+            "{expect} not caught: {violations:?}"
+        );
+    };
+    broken(
+        &|pod| pod["securityContext"]["seccompProfile"] = Value::Null,
+        "seccomp",
+    );
+    broken(
+        &|pod| pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = true.into(),
+        "allowPrivilegeEscalation",
+    );
+    broken(
+        &|pod| pod["securityContext"]["runAsNonRoot"] = Value::Null,
+        "runAsNonRoot",
+    );
+    broken(
+        &|pod| pod["securityContext"]["runAsUser"] = 0.into(),
+        "uid 0",
+    );
+    broken(
+        &|pod| pod["containers"][0]["securityContext"]["capabilities"]["drop"] = Value::Null,
+        "drop ALL",
+    );
+    broken(
+        &|pod| {
+            pod["containers"][0]["securityContext"]["capabilities"]["add"] =
+                serde_json::json!(["SYS_ADMIN"]);
+        },
+        "SYS_ADMIN",
+    );
+    broken(
+        &|pod| {
+            pod["volumes"]
+                .as_array_mut()
+                .expect("volumes")
+                .push(serde_json::json!({"name": "host", "hostPath": {"path": "/"}}));
+        },
+        "hostPath",
+    );
+    broken(&|pod| pod["hostNetwork"] = true.into(), "hostNetwork");
+    broken(
+        &|pod| {
+            pod["initContainers"] = serde_json::json!([{"name": "init", "image": "x"}]);
+        },
+        "init: allowPrivilegeEscalation",
+    );
+}
+
+/// One slow `/readyz` answer, or one failed one, does not take a replica out of service:
+/// the probe waits longer than the kubelet's 1 s default and needs failures in a row.
+#[test]
+fn the_readiness_probe_rides_out_one_slow_answer() {
+    let docs = manifests();
+    let probe = &server_container(&docs)["readinessProbe"];
+    let timeout = probe["timeoutSeconds"].as_u64().unwrap_or(1);
+    let failures = probe["failureThreshold"].as_u64().unwrap_or(3);
+    let period = probe["periodSeconds"].as_u64().unwrap_or(10);
+    assert!(timeout >= 2, "timeoutSeconds {timeout}: {probe}");
+    assert!(failures >= 2, "failureThreshold {failures}: {probe}");
+    // Still out within seconds when a partition stalls.
+    assert!(period * failures <= 10, "{probe}");
+}
+
+/// A Kubernetes quantity (`2560Mi`, `5Gi`) in bytes.
+fn quantity_bytes(quantity: &str) -> u64 {
+    let (number, unit) = quantity
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((quantity, ""), |at| quantity.split_at(at));
+    let number: u64 = number.parse().unwrap_or_else(|_| panic!("{quantity}"));
+    let scale = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        other => panic!("unit {other} of {quantity}"),
+    };
+    number * scale
+}
+
+/// docs/operating.md states the StatefulSet's memory request and limit and its volume as the
+/// manifest has them, and its sizing's limit in GiB is the manifest's.
+#[test]
+fn the_docs_state_the_manifests_resources() {
+    let docs = manifests();
+    let resources = &server_container(&docs)["resources"];
+    let request = resources["requests"]["memory"]
+        .as_str()
+        .expect("memory request");
+    let limit = resources["limits"]["memory"]
+        .as_str()
+        .expect("memory limit");
+    let statefulset = of_kind(&docs, "StatefulSet");
+    let volume =
+        statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+            .as_str()
+            .expect("storage");
+    let operating = std::fs::read_to_string(root().join("docs/operating.md")).expect("docs");
+    let stated = format!(
+        "memory request and limit (`{request}`, `{limit}`) and snapshot volume (`{volume}`)"
+    );
+    assert!(
+        operating.contains(&stated),
+        "docs/operating.md does not say {stated}"
+    );
+    let limit_gib = quantity_bytes(limit) as f64 / f64::from(1u32 << 30);
+    assert!(
+        operating.contains(&format!("a {limit_gib} GiB limit")),
+        "docs/operating.md's sizing names another limit than {limit_gib} GiB"
+    );
+    assert!(quantity_bytes(request) <= quantity_bytes(limit));
+}
+
+/// The secured setup is wired: the commented-out flags name files in the Secret volumes the
+/// header's commands create, the SASL password comes from that Secret into the environment,
+/// both Secrets are optional (a pod starts without them), and with the flags uncommented and
+/// those files in place `--check-config` accepts the whole configuration.
+#[test]
+fn the_secured_setup_is_wired_to_the_secrets_and_valid() {
+    let text = std::fs::read_to_string(root().join("deploy/k8s/statefulset.yaml")).expect("read");
+    let docs = manifests();
+    let pod = &of_kind(&docs, "StatefulSet")["spec"]["template"]["spec"];
+    let container = server_container(&docs);
+    let commented: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("# - --"))
+        .map(|flag| format!("--{flag}"))
+        .collect();
+    for flag in ["--kafka-security-protocol", "--tls-cert", "--tls-client-ca"] {
+        assert!(
+            commented.iter().any(|a| a.starts_with(flag)),
+            "no commented {flag}: {commented:?}"
+        );
+    }
+    // Secret volumes by mount path, each optional.
+    let mut secret_mounts = Vec::new();
+    for mount in container["volumeMounts"].as_array().expect("mounts") {
+        let volume = pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .find(|v| v["name"] == mount["name"]);
+        if let Some(secret) = volume.map(|v| &v["secret"]).filter(|s| s.is_object()) {
+            assert_eq!(secret["optional"], true, "{secret}");
+            assert_eq!(mount["readOnly"], true, "{mount}");
+            secret_mounts.push((
+                mount["mountPath"].as_str().expect("path").to_owned(),
+                secret["secretName"].as_str().expect("name").to_owned(),
+            ));
+        }
+    }
+    assert_eq!(secret_mounts.len(), 2, "{secret_mounts:?}");
+    // The key a secret file comes from must be one the header's commands put in that Secret.
+    let created = |secret: &str, key: &str| {
+        let command = text
+            .split("kubectl create secret generic ")
+            .find(|c| c.starts_with(&format!("{secret} ")))
+            .unwrap_or_else(|| panic!("the header does not create {secret}"));
+        let command = command.split("\n#\n").next().unwrap_or(command);
+        command.contains(&format!("--from-file={key}="))
+            || command.contains(&format!("--from-literal={key}="))
+    };
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let pki = thunder_testbed::pki::new_pki();
+    let contents = |file: &str| match file {
+        "ca.pem" | "ca.crt" => pki.ca_pem.clone(),
+        "client.pem" => pki.client.0.clone(),
+        "client.key" => pki.client.1.clone(),
+        "tls.crt" => pki.server.0.clone(),
+        "tls.key" => pki.server.1.clone(),
+        other => panic!("a secret file the test does not know: {other}"),
+    };
+    let mut uncommented = Vec::new();
+    for flag in &commented {
+        let Some((name, path)) = flag.split_once('=').filter(|(_, v)| v.starts_with('/')) else {
+            uncommented.push(flag.clone());
+            continue;
+        };
+        let (mount, secret) = secret_mounts
+            .iter()
+            .find(|(mount, _)| path.starts_with(&format!("{mount}/")))
+            .unwrap_or_else(|| panic!("{flag}: not in a Secret volume"));
+        let file = &path[mount.len() + 1..];
+        assert!(
+            created(secret, file),
+            "{flag}: the header does not put {file} in {secret}"
+        );
+        let local = scratch.path().join(secret).join(file);
+        std::fs::create_dir_all(local.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&local, contents(file)).expect("write");
+        uncommented.push(format!("{name}={}", local.display()));
+    }
+    let password = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "THUNDER_KAFKA_SASL_PASSWORD")
+        .expect("the SASL password from the Secret");
+    let from = &password["valueFrom"]["secretKeyRef"];
+    assert_eq!(from["optional"], true, "{password}");
+    assert!(
+        created(
+            from["name"].as_str().expect("name"),
+            from["key"].as_str().expect("key")
+        ),
+        "{password}"
+    );
+    // The live arguments with the secured ones, the snapshot directory moved to scratch.
+    let snapshots = scratch.path().join("snapshots");
+    let args: Vec<String> = container_args(&docs)
+        .into_iter()
+        .map(|a| {
+            if a.starts_with("--snapshot-dir=") {
+                format!("--snapshot-dir={}", snapshots.display())
+            } else {
+                a
+            }
+        })
+        .chain(uncommented)
+        .collect();
+    let output = Command::new(env!("CARGO_BIN_EXE_thunder-server"))
+        .arg("--check-config")
+        .args(&args)
+        .env("THUNDER_CURSOR_SECRET", "manifest-test-secret")
+        .env("THUNDER_ADMIN_TOKEN", "manifest-test-token")
+        .env("THUNDER_KAFKA_SASL_PASSWORD", "manifest-test-password")
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run thunder-server --check-config");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{args:?}\n{stdout}\n{stderr}"
+    );
+    assert!(stderr.is_empty(), "{stderr}");
+    assert!(
+        stdout.lines().any(|l| l
+            .split_whitespace()
+            .take(2)
+            .eq(["--kafka-security-protocol", "sasl_ssl"])),
+        "{stdout}"
     );
 }
 
@@ -364,11 +770,78 @@ fn check_config_accepts_the_manifest_args() {
     assert!(stdout.contains("kafka-0.kafka:9092"), "{stdout}");
     assert!(stdout.contains("mode: Kafka ingestion"), "{stdout}");
     assert!(
-        !stdout.contains("manifest-test-secret"),
+        !stdout.contains("manifest-test-secret") && !stdout.contains("manifest-test-token"),
         "secret shown: {stdout}"
     );
+    // Nothing to warn about in the shipped configuration.
+    assert!(stderr.is_empty(), "{stderr}");
     // Nothing was served and nothing was left in the snapshot directory.
     assert_eq!(std::fs::read_dir(snapshots.path()).expect("dir").count(), 0);
+}
+
+/// The command, `THUNDER_ADMIN_TOKEN=... thunder-server --check-config --admin-addr
+/// 0.0.0.0:8080`, for every secret flag at once (each flag clap marks as hiding its value),
+/// given once through its environment variable and once on the command line: no output of
+/// the process holds any of them.
+#[test]
+fn check_config_prints_no_secret_of_any_flag() {
+    use clap::CommandFactory as _;
+    let command = thunder_server::Args::command();
+    let secrets: Vec<(String, String)> = command
+        .get_arguments()
+        .filter(|arg| arg.is_hide_env_values_set())
+        .map(|arg| {
+            let env = arg.get_env().expect("a THUNDER_* variable");
+            (
+                arg.get_long().expect("a long flag").to_owned(),
+                env.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    assert!(secrets.len() >= 4, "{secrets:?}");
+    let marker = |flag: &str| format!("s3cr3t-of-{flag}");
+    let run = |through_env: bool| {
+        let mut check = Command::new(env!("CARGO_BIN_EXE_thunder-server"));
+        check
+            .args(["--check-config", "--admin-addr", "0.0.0.0:8080"])
+            .args(["--kafka-brokers", "127.0.0.1:9"])
+            .env("RUST_LOG", "warn");
+        for (flag, variable) in &secrets {
+            if through_env {
+                check.env(variable, marker(flag));
+            } else {
+                check
+                    .env_remove(variable)
+                    .arg(format!("--{flag}={}", marker(flag)));
+            }
+        }
+        check.output().expect("run thunder-server --check-config")
+    };
+    for through_env in [true, false] {
+        let output = run(through_env);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+        for (flag, variable) in &secrets {
+            assert!(
+                !stdout.contains(&marker(flag)) && !stderr.contains(&marker(flag)),
+                "--{flag} shown:\n{stdout}\n{stderr}"
+            );
+            let line = stdout
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("--{flag} ")))
+                .unwrap_or_else(|| panic!("--{flag} not listed:\n{stdout}"));
+            let source = if through_env {
+                variable.as_str()
+            } else {
+                "command line"
+            };
+            assert!(
+                line.contains("<redacted>") && line.contains(source),
+                "{line}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -331,10 +331,35 @@ fn every_alert_links_its_runbook_entry_absolutely_and_has_a_promtool_test() {
     // Per alert: whether some promtool test expects it firing, and some expects it silent.
     let mut fired = BTreeSet::new();
     let mut silent = BTreeSet::new();
+    // Without the label, the link is relative and the description says to set it.
+    let unset_warning = "{{ if not $externalLabels.runbook_base }} (The runbook link is \
+                         relative: set the external label runbook_base on the Prometheus \
+                         server, docs/operating.md, Alerting.){{ end }}";
+    let mut unset_tested = false;
     for group in tests[0]["tests"].as_array().expect("tests") {
-        let base = group["external_labels"]["runbook_base"]
-            .as_str()
-            .unwrap_or_else(|| panic!("test `{}` sets no runbook_base", group["name"]));
+        let Some(base) = group["external_labels"]["runbook_base"].as_str() else {
+            for case in group["alert_rule_test"]
+                .as_array()
+                .expect("alert_rule_test")
+            {
+                let name = case["alertname"].as_str().expect("alertname");
+                for alert in case["exp_alerts"].as_array().expect("exp_alerts") {
+                    let annotations = &alert["exp_annotations"];
+                    assert_eq!(
+                        annotations["runbook_url"],
+                        format!("docs/operating.md#runbook-{}", name.to_lowercase())
+                    );
+                    assert!(
+                        annotations["description"]
+                            .as_str()
+                            .is_some_and(|d| d.ends_with("runbook_base on the Prometheus server, docs/operating.md, Alerting.)")),
+                        "{annotations}"
+                    );
+                    unset_tested = true;
+                }
+            }
+            continue;
+        };
         assert!(base.starts_with("https://"), "{base}");
         for case in group["alert_rule_test"]
             .as_array()
@@ -364,17 +389,28 @@ fn every_alert_links_its_runbook_entry_absolutely_and_has_a_promtool_test() {
     for rule in &rules {
         let name = rule["alert"].as_str().expect("alert name");
         let anchor = format!("runbook-{}", name.to_lowercase());
-        // Absolute once Prometheus fills in its external label `runbook_base`.
+        // Absolute once Prometheus fills in its external label `runbook_base`, relative to
+        // the repository without it, and then the description says so.
         assert_eq!(
             rule["annotations"]["runbook_url"],
-            format!("{{{{ $externalLabels.runbook_base }}}}#{anchor}"),
+            format!(
+                "{{{{ with $externalLabels.runbook_base }}}}{{{{ . }}}}{{{{ else }}}}docs/operating.md{{{{ end }}}}#{anchor}"
+            ),
             "{name}"
+        );
+        assert!(
+            rule["annotations"]["description"]
+                .as_str()
+                .is_some_and(|d| d.ends_with(unset_warning)),
+            "{name}: {}",
+            rule["annotations"]["description"]
         );
         assert!(
             runbook.contains(&format!("<a id=\"{anchor}\"></a>\n### {name}\n")),
             "docs/operating.md has no runbook entry for {name}"
         );
         assert!(fired.contains(name), "no promtool test fires {name}");
+        assert!(unset_tested, "no promtool test runs without runbook_base");
         assert!(
             silent.contains(name),
             "no promtool test keeps {name} silent"
@@ -406,11 +442,11 @@ async fn small_demo(memory_limit: &str) -> ServerProcess {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
-    // A memory limit, so memory_limit_bytes is exported whatever this machine's cgroup says.
+/// A small demo server that has served one call, so the per-status and per-stage families
+/// have samples; with a memory limit, so memory_limit_bytes is exported whatever this
+/// machine's cgroup says.
+async fn demo_after_one_call() -> ServerProcess {
     let server = small_demo("4294967296").await;
-    // One call, so the per-status and per-stage families have samples.
     let mut client = InNetworkPostsServiceClient::connect(format!("http://{}", server.grpc))
         .await
         .expect("connect");
@@ -418,6 +454,12 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
         .get_in_network_posts(thunder_testbed::request(&[1, 2, 3]))
         .await
         .expect("a call");
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
+    let server = demo_after_one_call().await;
     // The store statistics are published every few seconds.
     let mut live = BTreeMap::new();
     let until = Instant::now() + thunder_testbed::PATIENCE;
@@ -537,6 +579,55 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
         eprintln!("{family}: checked against the {how}");
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `promtool check metrics` on a scrape of a demo server that served a call objects only to
+/// the reference's `_count` gauges, which docs/metrics.md names; histogram bounds and every
+/// other name pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_objects_only_to_the_reference_count_gauges() {
+    if !prometheus_installed() {
+        return;
+    }
+    let server = demo_after_one_call().await;
+    let scrape = thunder_testbed::http_get(server.admin, "/metrics")
+        .await
+        .text();
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    {
+        use std::io::Write as _;
+        let mut stdin = check.stdin.take().expect("stdin");
+        stdin
+            .write_all(scrape.as_bytes())
+            .expect("write the scrape");
+    }
+    let output = check.wait_with_output().expect("promtool ran");
+    let complaints = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let named: BTreeSet<&str> = complaints
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    let expected: BTreeSet<&str> = thunder_server::telemetry::reference_names::PROMTOOL_OBJECTS_TO
+        .into_iter()
+        .collect();
+    assert_eq!(named, expected, "{complaints}");
+    let docs = std::fs::read_to_string(root().join("docs/metrics.md")).expect("metrics.md");
+    for name in expected {
+        assert!(
+            docs.contains(&format!("| `{name}` (*reference*) | gauge |")),
+            "docs/metrics.md does not mark {name} as the reference's"
+        );
+    }
 }
 
 /// The Prometheus binaries, or `None` (the test is skipped) when they are not installed and

@@ -268,6 +268,11 @@ fn sigterm_with_the_broker_unreachable_stops_in_bounded_time_and_logs_stopped() 
     let took = signalled.elapsed();
     let text = std::fs::read_to_string(&log).expect("log");
     assert!(text.contains("stopped"), "{text}");
+    // The wait for the consumers is said, with its bound, not seconds of silence.
+    assert!(
+        text.contains("stopping Kafka ingestion") && text.contains("timeout_secs"),
+        "{text}"
+    );
     // Never ready, so no lame duck: the drain and the bounded Kafka stop only.
     assert!(!text.contains("lame duck"), "{text}");
     eprintln!("stopped {took:?} after SIGTERM");

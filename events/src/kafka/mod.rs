@@ -14,6 +14,6 @@ pub use client::{IN_NETWORK_EVENTS_TOPIC, KafkaClientArgs};
 pub use error::KafkaError;
 pub use producer::{EventProducer, ProducerStats};
 pub use security::{
-    EXPIRY_WARNING_DAYS, Findings, SecurityProtocol, builtin_features, certificate_dates,
+    EXPIRY_WARNING_DAYS, Findings, SecurityProtocol, builtin_features, certificate_dates, key_fits,
     read_certificates,
 };

@@ -188,6 +188,28 @@ impl KafkaClientArgs {
             )),
             (false, None) => {}
         }
+        if !protocol.uses_sasl() {
+            // The credentials of a SASL setup with its protocol forgotten: the connection
+            // would go out unauthenticated, and the broker's refusal would name no flag.
+            let credentials = [
+                (
+                    "--kafka-sasl-username",
+                    self.effective(&["sasl.username"], self.kafka_sasl_username.as_deref()),
+                ),
+                (
+                    "--kafka-sasl-password",
+                    self.effective(&["sasl.password"], self.kafka_sasl_password.as_deref()),
+                ),
+            ];
+            for (flag, value) in credentials {
+                if value.is_some() {
+                    found.warnings.push(format!(
+                        "{flag} is ignored: --kafka-security-protocol {raw_protocol} does not \
+                         use SASL (sasl_ssl or sasl_plaintext does)"
+                    ));
+                }
+            }
+        }
         let certificate = self.ssl_certificate_location();
         let key = self.ssl_key_location();
         match (&certificate, &key) {
@@ -310,18 +332,24 @@ impl KafkaClientArgs {
             }
         }
         if let Some(location) = self.ssl_key_location() {
-            match read_private_key(Path::new(&location), self.ssl_key_password()) {
-                Ok(key) => {
-                    if let Some((cert_location, Ok(certs))) = &certificate
-                        && let Some(leaf) = certs.first()
-                        && !leaf.public_key().is_ok_and(|public| public.public_eq(&key))
-                    {
-                        found.problems.push(format!(
-                            "--kafka-ssl-key-location {location} is not the key of \
-                             --kafka-ssl-certificate-location {cert_location}"
-                        ));
-                    }
+            let key_path = Path::new(&location);
+            let password = self.ssl_key_password();
+            let leaf = certificate.as_ref().and_then(|(cert_location, certs)| {
+                Some((cert_location, certs.as_ref().ok()?.first()?))
+            });
+            // The certificate whose key it is not, if any.
+            let mismatch = match leaf {
+                Some((cert_location, leaf)) => {
+                    key_fits(leaf, key_path, password).map(|fits| (!fits).then_some(cert_location))
                 }
+                None => read_private_key(key_path, password).map(|_| None),
+            };
+            match mismatch {
+                Ok(None) => {}
+                Ok(Some(cert_location)) => found.problems.push(format!(
+                    "--kafka-ssl-key-location {location} is not the key of \
+                     --kafka-ssl-certificate-location {cert_location}"
+                )),
                 Err(e) => found
                     .problems
                     .push(format!("--kafka-ssl-key-location {location}: {e}")),
@@ -360,6 +388,20 @@ pub fn read_certificates(path: &Path) -> Result<Vec<X509>, String> {
         return Err("holds no certificate".to_owned());
     }
     Ok(certs)
+}
+
+/// Whether the private key of the PEM file `key_path` (decrypted with `password` when it is
+/// encrypted) is the key of `certificate`, judged with OpenSSL, which reads any X.509 version;
+/// or why the key cannot be read, in words.
+pub fn key_fits(
+    certificate: &X509,
+    key_path: &Path,
+    password: Option<&str>,
+) -> Result<bool, String> {
+    let key = read_private_key(key_path, password)?;
+    Ok(certificate
+        .public_key()
+        .is_ok_and(|public| public.public_eq(&key)))
 }
 
 /// The private key of a PEM file, decrypted with `password` when it is encrypted.
@@ -657,6 +699,41 @@ mod tests {
             found.problems[0].contains("needs --kafka-ssl-key-location"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn sasl_credentials_without_a_sasl_protocol_are_flagged_as_ignored() {
+        let args = KafkaClientArgs {
+            kafka_sasl_username: Some("thunder".to_owned()),
+            kafka_sasl_password: Some("pw".to_owned()),
+            ..KafkaClientArgs::default()
+        };
+        let found = args.security_settings();
+        assert!(found.problems.is_empty(), "{found:?}");
+        assert_eq!(found.warnings.len(), 2, "{found:?}");
+        assert!(
+            found.warnings[0].starts_with("--kafka-sasl-username is ignored")
+                && found.warnings[1].starts_with("--kafka-sasl-password is ignored")
+                && found.warnings[0].contains("plaintext does not use SASL"),
+            "{found:?}"
+        );
+        // `-X sasl.username` is the same setting, and the warning never quotes the password.
+        let found = settings(
+            &[("sasl.username", "u"), ("sasl.password", "hunter2")],
+            "ssl",
+        );
+        assert_eq!(found.warnings.len(), 2, "{found:?}");
+        assert!(!format!("{found:?}").contains("hunter2"), "{found:?}");
+        // With a SASL protocol they are used.
+        let found = settings(
+            &[
+                ("sasl.mechanism", "PLAIN"),
+                ("sasl.username", "u"),
+                ("sasl.password", "p"),
+            ],
+            "sasl_ssl",
+        );
+        assert!(found.warnings.is_empty(), "{found:?}");
     }
 
     #[test]

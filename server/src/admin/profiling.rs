@@ -5,8 +5,18 @@
 //! while busy), `seconds` is capped at [`MAX_PROFILE_SECONDS`] and the frequency at
 //! [`MAX_FREQUENCY_HZ`] (the kernel's tick caps real sampling anyway). Frames of libc, libgcc,
 //! pthread and the vdso are not unwound (signal-unsafe unwinding there can deadlock).
+//!
+//! pprof-rs keeps each distinct stack in a fixed in-memory table and writes the ones it evicts
+//! to a temp file from the signal handler (a `write(2)` is safe there, an allocation is not).
+//! It creates that file with `tempfile` in tempfile's default directory when the profiler is
+//! first used, and a profiler whose file could not be created stays unusable for the life of
+//! the process. So the directory is chosen before the first profile ([`spill_dir`]): the
+//! process's temp dir (`$TMPDIR`, else `/tmp`) when a file can be created there, else
+//! `/dev/shm`, so a read-only root filesystem without a writable `/tmp` still profiles.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -36,6 +46,52 @@ const EMPTY_FLAMEGRAPH: &str = concat!(
 
 /// Set while a profile runs; there is one profiler per process.
 static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Where a memory-backed filesystem usually is, the spill file's last resort.
+const SHARED_MEMORY_DIR: &str = "/dev/shm";
+
+/// The directory the profiler's spill file goes to, chosen once (see the module docs).
+static SPILL_DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// The directory pprof-rs creates its spill file in, chosen on the first call: the first of
+/// the process's temp dir and [`SHARED_MEMORY_DIR`] where a temp file can be created. Another
+/// than the temp dir becomes tempfile's default for the whole process (the server creates no
+/// other temp files). `Err` says why profiling is impossible here.
+fn spill_dir() -> Result<&'static Path, &'static str> {
+    let chosen = SPILL_DIR.get_or_init(|| {
+        let default = std::env::temp_dir();
+        let dir = first_writable(&[default.clone(), PathBuf::from(SHARED_MEMORY_DIR)])?;
+        if dir != default {
+            // Only the first override counts; nothing set one before this first profile.
+            let _ = tempfile::env::override_temp_dir(&dir);
+            tracing::warn!(
+                temp_dir = %default.display(),
+                spill_dir = %dir.display(),
+                "the temp dir is not writable: CPU profiles keep their sample file in the spill dir (mount a writable /tmp to change it)"
+            );
+        }
+        Ok(dir)
+    });
+    chosen.as_deref().map_err(String::as_str)
+}
+
+/// The first of `candidates` in which a temp file can be created (and is removed again), or
+/// why none can, naming each with its error and what to do.
+fn first_writable(candidates: &[PathBuf]) -> Result<PathBuf, String> {
+    let mut tried = Vec::with_capacity(candidates.len());
+    for dir in candidates {
+        match tempfile::NamedTempFile::new_in(dir) {
+            Ok(_probe) => return Ok(dir.clone()),
+            Err(e) => tried.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err(format!(
+        "CPU profiling needs a writable directory for the profiler's sample file and has none \
+         ({}): mount a writable volume at /tmp (an emptyDir in Kubernetes) or set TMPDIR to a \
+         writable directory",
+        tried.join("; ")
+    ))
+}
 
 /// Query parameters of both endpoints.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -83,6 +139,10 @@ async fn run(params: ProfileParams, output: Output) -> Response {
     let Some(slot) = Slot::take() else {
         return (StatusCode::CONFLICT, "a profile is already running\n").into_response();
     };
+    if let Err(why) = spill_dir() {
+        tracing::warn!(%why, "profiling");
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response();
+    }
     let seconds = params
         .seconds
         .unwrap_or(DEFAULT_PROFILE_SECONDS)
@@ -142,4 +202,31 @@ async fn run(params: ProfileParams, output: Output) -> Response {
 fn internal(message: String) -> Response {
     tracing::warn!(%message, "profiling");
     (StatusCode::INTERNAL_SERVER_ERROR, message).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spill_file_goes_to_the_first_writable_directory() {
+        let writable = tempfile::tempdir().expect("tempdir");
+        let file = writable.path().join("a-file");
+        std::fs::write(&file, b"x").expect("write");
+        let missing = writable.path().join("missing");
+        // A path under a file and a missing directory are passed over.
+        let chosen = first_writable(&[file.join("tmp"), missing.clone(), writable.path().into()]);
+        assert_eq!(chosen.as_deref(), Ok(writable.path()));
+        assert_eq!(
+            std::fs::read_dir(writable.path()).expect("dir").count(),
+            1,
+            "the probe file is removed"
+        );
+        // None writable: every directory tried is named, with what to do.
+        let why = first_writable(&[file.join("tmp"), missing]).expect_err("none writable");
+        assert!(
+            why.contains("a-file/tmp") && why.contains("missing") && why.contains("TMPDIR"),
+            "{why}"
+        );
+    }
 }

@@ -5,6 +5,11 @@
 //! an ingest thread once all its partitions are, and the gate opens once every thread is.
 //! Records appended meanwhile do not move the goal, so a busy topic cannot hold start-up back
 //! forever, and nothing recorded at start is unread when the gate opens.
+//!
+//! The gate opens one step after the last thread: once the supervisor has refreshed every
+//! partition's lag gauge from the broker ([`CatchUpGate::ready_to_open`], then
+//! [`CatchUpGate::open`]), so the first scrape of a ready server shows the lag as it is, not
+//! the backlog read at start.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -64,6 +69,10 @@ struct GateState {
     expected: Option<usize>,
     caught_up: usize,
     failed: bool,
+    /// Every thread has caught up, this long after start; the gate opens at [`CatchUpGate::open`].
+    done: Option<Duration>,
+    /// `CaughtUp` was published.
+    opened: bool,
 }
 
 impl CatchUpGate {
@@ -89,14 +98,33 @@ impl CatchUpGate {
     pub(crate) fn expect(&self, threads: usize) {
         let mut state = self.lock();
         state.expected = Some(threads);
-        self.publish_if_done(&state);
+        self.note_if_done(&mut state);
     }
 
     /// One thread's partitions are caught up.
     pub(crate) fn thread_caught_up(&self) {
         let mut state = self.lock();
         state.caught_up += 1;
-        self.publish_if_done(&state);
+        self.note_if_done(&mut state);
+    }
+
+    /// Every thread has caught up and the gate is not open yet (nor failed): the supervisor
+    /// refreshes the lag gauges, then calls [`CatchUpGate::open`].
+    pub(crate) fn ready_to_open(&self) -> bool {
+        let state = self.lock();
+        state.done.is_some() && !state.opened && !state.failed
+    }
+
+    /// Publishes `CaughtUp` once every thread has caught up (once; never after a failure).
+    pub(crate) fn open(&self) {
+        let mut state = self.lock();
+        if let Some(took) = state.done
+            && !state.opened
+            && !state.failed
+        {
+            state.opened = true;
+            self.tx.send_replace(CatchUpState::CaughtUp { took });
+        }
     }
 
     /// A thread (or the supervisor) died: start-up must not wait for it.
@@ -107,8 +135,8 @@ impl CatchUpGate {
         self.tx.send_replace(CatchUpState::Failed(reason));
     }
 
-    fn publish_if_done(&self, state: &GateState) {
-        if state.failed {
+    fn note_if_done(&self, state: &mut GateState) {
+        if state.failed || state.done.is_some() {
             return;
         }
         if state
@@ -117,7 +145,7 @@ impl CatchUpGate {
         {
             let took = self.started.elapsed();
             tracing::info!(took_secs = took.as_secs_f64(), "Kafka catch-up complete");
-            self.tx.send_replace(CatchUpState::CaughtUp { took });
+            state.done = Some(took);
         }
     }
 }
@@ -153,14 +181,23 @@ mod tests {
     }
 
     #[test]
-    fn caught_up_after_every_thread() {
+    fn caught_up_after_every_thread_and_the_lag_refresh() {
         let (gate, rx) = CatchUpGate::new();
         gate.thread_caught_up();
         assert_eq!(*rx.borrow(), CatchUpState::CatchingUp);
         gate.expect(2);
         assert_eq!(*rx.borrow(), CatchUpState::CatchingUp);
+        // Opening before every thread caught up does nothing.
+        assert!(!gate.ready_to_open());
+        gate.open();
+        assert_eq!(*rx.borrow(), CatchUpState::CatchingUp);
         gate.thread_caught_up();
+        // Every thread is caught up; the gate waits for the supervisor's lag refresh.
+        assert!(gate.ready_to_open());
+        assert_eq!(*rx.borrow(), CatchUpState::CatchingUp);
+        gate.open();
         assert!(matches!(*rx.borrow(), CatchUpState::CaughtUp { .. }));
+        assert!(!gate.ready_to_open());
     }
 
     #[test]
@@ -170,6 +207,8 @@ mod tests {
         gate.failed("boom".into());
         gate.thread_caught_up();
         gate.thread_caught_up();
+        assert!(!gate.ready_to_open());
+        gate.open();
         assert_eq!(*rx.borrow(), CatchUpState::Failed("boom".into()));
     }
 }

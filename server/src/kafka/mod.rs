@@ -101,13 +101,15 @@ pub use connection::{ConnectionError, last_error as last_connection_error};
 pub use gate::CatchUpState;
 pub use progress::IngestStats;
 pub use records::{BatchOutcome, RecordBatch};
-pub use resume::{AppliedOffsets, PartitionWatermarks, Restore, TopicStart};
+pub use resume::{
+    AppliedOffsets, PartitionWatermarks, Restore, TopicStart, offsets_text, snapshot_offsets_text,
+};
 pub use supervisor::split_partitions;
 // The connection flags, their security checks, the producer and the error type are the
 // events crate's (`thunder_events::kafka`), shared with `thunder-cli produce`.
 pub use thunder_events::kafka::{
     EXPIRY_WARNING_DAYS, EventProducer, Findings, IN_NETWORK_EVENTS_TOPIC, KafkaClientArgs,
-    KafkaError, ProducerStats, SecurityProtocol, builtin_features, certificate_dates,
+    KafkaError, ProducerStats, SecurityProtocol, builtin_features, certificate_dates, key_fits,
     read_certificates,
 };
 pub use thunder_events::{

@@ -147,10 +147,16 @@ impl Shared {
 
     /// Sleeps up to `duration`; false when shutdown was requested meanwhile.
     pub(super) fn sleep(&self, duration: Duration) -> bool {
+        self.sleep_unless(duration, || false)
+    }
+
+    /// Sleeps up to `duration`, or until `wake` turns true (checked every 50 ms); false when
+    /// shutdown was requested meanwhile.
+    pub(super) fn sleep_unless(&self, duration: Duration, wake: impl Fn() -> bool) -> bool {
         let deadline = Instant::now() + duration;
         while !self.stopping() {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || wake() {
                 return true;
             }
             std::thread::sleep(left.min(Duration::from_millis(50)));

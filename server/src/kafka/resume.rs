@@ -15,6 +15,21 @@ use thunder_engine::snapshot::PartitionOffset;
 
 use super::progress::Shared;
 
+/// Per-partition offsets as a log field reads them: `partition:offset` pairs separated by
+/// spaces, `0:1200 1:980` (the next offset to apply of a snapshot, the end of a catch-up).
+pub fn offsets_text(offsets: impl IntoIterator<Item = (i32, i64)>) -> String {
+    offsets
+        .into_iter()
+        .map(|(partition, offset)| format!("{partition}:{offset}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// [`offsets_text`] of the offsets a snapshot records.
+pub fn snapshot_offsets_text(offsets: &[PartitionOffset]) -> String {
+    offsets_text(offsets.iter().map(|o| (o.partition, o.next_offset)))
+}
+
 /// Called once by the supervisor with the topic's partitions and watermarks: loads a snapshot
 /// into the store and returns its offsets, or returns `None` (nothing loaded: replay).
 pub type Restore = Box<dyn FnOnce(&TopicStart) -> Option<Vec<PartitionOffset>> + Send>;
@@ -173,6 +188,22 @@ impl AppliedOffsets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offsets_read_as_partition_offset_pairs() {
+        let recorded = [
+            PartitionOffset {
+                partition: 0,
+                next_offset: 1200,
+            },
+            PartitionOffset {
+                partition: 1,
+                next_offset: -1,
+            },
+        ];
+        assert_eq!(snapshot_offsets_text(&recorded), "0:1200 1:-1");
+        assert_eq!(offsets_text([]), "");
+    }
 
     fn topic() -> TopicStart {
         TopicStart::new("t", &[0, 1], &[(0, 100), (50, 80)])

@@ -274,7 +274,7 @@ impl Supervisor {
         self.export_partition_gauges(&partitions, &starts, &watermarks);
         tracing::info!(
             topic = %self.args.client.kafka_topic,
-            end_offsets = ?partitions.iter().zip(&watermarks).map(|(p, (_, high))| (*p, *high)).collect::<Vec<_>>(),
+            end_offsets = %super::offsets_text(partitions.iter().zip(&watermarks).map(|(p, (_, high))| (*p, *high))),
             "Kafka catch-up goal recorded"
         );
 
@@ -344,8 +344,7 @@ impl Supervisor {
             kafka.partition_stalled.with_label_values(&labels).set(0);
             kafka
                 .partition_lag_refresh_age
-                .with_label_values(&labels)
-                .set(0.0);
+                .refreshed_at(topic, *partition, Instant::now());
             kafka.log_truncations.with_label_values(&labels);
         }
     }
@@ -363,7 +362,9 @@ impl Supervisor {
     }
 
     /// Until shutdown: refreshes `kafka_partition_lag` and, once caught up, applies the stall
-    /// rule (see `stall.rs`) and publishes the stalled partitions.
+    /// rule (see `stall.rs`) and publishes the stalled partitions. Opens the catch-up gate
+    /// after a whole refresh that started with every thread caught up, so readiness never
+    /// turns on beside a lag gauge that still shows the backlog (see `gate.rs`).
     fn monitor(&self) {
         let Some(states) = self.shared.partitions.get() else {
             return;
@@ -380,9 +381,9 @@ impl Supervisor {
         let topic = self.args.client.kafka_topic.as_str();
         let mut tracker = StallTracker::new(states.len(), stall_timeout);
         let mut warned_at: Option<Instant> = None;
-        // When each partition's lag was last refreshed (the start watermarks count).
-        let mut refreshed_at = vec![Instant::now(); states.len()];
         loop {
+            // Read before the pass: every lag it refreshes is read after the catch-up.
+            let opening = self.shared.gate.ready_to_open();
             let caught_up = matches!(
                 *self.shared.caught_up.borrow(),
                 CatchUpState::CaughtUp { .. }
@@ -407,12 +408,13 @@ impl Supervisor {
                 ) {
                     Ok((low, high)) => {
                         let lag = partition_lag(low, high, next);
-                        Metrics::global()
-                            .kafka
-                            .partition_lag
-                            .with_label_values(&labels)
-                            .set(lag);
-                        refreshed_at[index] = Instant::now();
+                        let kafka = &Metrics::global().kafka;
+                        kafka.partition_lag.with_label_values(&labels).set(lag);
+                        kafka.partition_lag_refresh_age.refreshed_at(
+                            topic,
+                            state.partition,
+                            Instant::now(),
+                        );
                         // The log ends below what was applied: the broker lost records.
                         if (0..i64::MAX).contains(&next) && high < next {
                             let mut report = state.truncation();
@@ -437,11 +439,6 @@ impl Supervisor {
                         None
                     }
                 };
-                Metrics::global()
-                    .kafka
-                    .partition_lag_refresh_age
-                    .with_label_values(&labels)
-                    .set(refreshed_at[index].elapsed().as_secs_f64());
                 if !caught_up {
                     continue;
                 }
@@ -473,6 +470,9 @@ impl Supervisor {
                     }
                 }
             }
+            if opening {
+                self.shared.gate.open();
+            }
             if changed {
                 let stalled = states
                     .iter()
@@ -482,7 +482,11 @@ impl Supervisor {
                     .collect();
                 self.shared.stalled.send_replace(stalled);
             }
-            if !self.shared.sleep(tick) {
+            // The last thread's catch-up cuts the wait short: readiness waits for a pass.
+            if !self
+                .shared
+                .sleep_unless(tick, || self.shared.gate.ready_to_open())
+            {
                 return;
             }
         }

@@ -18,7 +18,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -29,6 +29,10 @@ use crate::telemetry::metrics::{Metrics, TLS_FAILURE_REASONS};
 
 /// Log lines about failed handshakes per second at most.
 pub const LOG_LINES_PER_SEC: u32 = 10;
+
+/// How long the connection of a refused handshake stays open to deliver the alert that says
+/// why ([`close_refused`]).
+const REFUSAL_LINGER: Duration = Duration::from_millis(250);
 
 /// Why a TLS handshake on the gRPC port failed: the `reason` label of
 /// `grpc_tls_handshake_failures_total`.
@@ -128,9 +132,35 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, StartupError> {
         .map_err(|e| StartupError::Tls(e.to_string()))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
-        .map_err(|e| tls_error("the key does not fit the certificate", &files.key, &e))?;
+        .map_err(|e| {
+            StartupError::Tls(format!(
+                "{} with {}: {}",
+                files.cert.display(),
+                files.key.display(),
+                certified_key_error(&e)
+            ))
+        })?;
     config.alpn_protocols.push(b"h2".to_vec());
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Why rustls refuses a certificate chain and key as the server's, in words: the key is not
+/// the certificate's, or the certificate is one rustls cannot use (an X.509 version 1 or 2
+/// certificate, which webpki refuses whatever the key).
+pub fn certified_key_error(error: &rustls::Error) -> String {
+    match error {
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+            "the key does not fit the certificate (it is not the key of its first certificate)"
+                .to_owned()
+        }
+        // webpki's error reaches rustls as an opaque `Other`; its name is its text.
+        other if format!("{other:?}").contains("UnsupportedCertVersion") => {
+            "the certificate is not X.509 version 3, the only version rustls and TLS clients \
+             accept: reissue it as version 3 with a subjectAltName naming the server"
+                .to_owned()
+        }
+        other => format!("rustls refuses the certificate and key: {other}"),
+    }
 }
 
 /// Runs the handshake of `io` from `peer` within `timeout`; a failure is counted, logged
@@ -144,9 +174,12 @@ pub async fn handshake<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
-    let error = match tokio::time::timeout(timeout, acceptor.accept(io)).await {
+    let error = match tokio::time::timeout(timeout, acceptor.accept(io).into_fallible()).await {
         Ok(Ok(stream)) => return Some(stream),
-        Ok(Err(e)) => e,
+        Ok(Err((error, io))) => {
+            close_refused(io).await;
+            error
+        }
         Err(_) => io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"),
     };
     let failure = TlsFailure::of(&error);
@@ -167,6 +200,22 @@ where
         );
     }
     None
+}
+
+/// Closes the connection of a refused handshake so that the client learns why: rustls has
+/// written its alert (no client certificate, an unknown CA, ...) into the connection, which
+/// batches writes, so it is flushed, the write side shut, and what the client sent meanwhile
+/// read and dropped, so that the close does not reset the connection before the client has
+/// read the alert. At most [`REFUSAL_LINGER`].
+async fn close_refused<IO: AsyncRead + AsyncWrite + Unpin>(mut io: IO) {
+    let linger = async {
+        if io.flush().await.is_err() || io.shutdown().await.is_err() {
+            return;
+        }
+        let mut sink = [0u8; 4096];
+        while matches!(io.read(&mut sink).await, Ok(n) if n > 0) {}
+    };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, linger).await;
 }
 
 #[cfg(test)]

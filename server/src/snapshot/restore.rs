@@ -106,7 +106,7 @@ fn restore(
                     rebuilt = report
                         .per_post_reason
                         .map_or("in bulk", |reason| reason.as_str()),
-                    offsets = ?report.header.meta.offsets,
+                    offsets = %crate::kafka::snapshot_offsets_text(&report.header.meta.offsets),
                     "snapshot loaded; Kafka resumes from its offsets"
                 );
                 return Some(report.header.meta.offsets);

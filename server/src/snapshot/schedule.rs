@@ -116,7 +116,7 @@ impl Snapshots {
                     tombstones = summary.counts.tombstones,
                     bytes = summary.counts.bytes,
                     took_secs = summary.duration.as_secs_f64(),
-                    offsets = ?summary.header.meta.offsets,
+                    offsets = %crate::kafka::snapshot_offsets_text(&summary.header.meta.offsets),
                     "snapshot written"
                 );
                 self.prune();

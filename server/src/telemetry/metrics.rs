@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use prometheus::core::Collector;
 use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,
 };
 use thunder_engine::{DropReason, LightPost, StoreStats};
 
 use crate::telemetry::count_histogram::{CountHistogramVec, Stage};
+use crate::telemetry::lag_refresh::LagRefreshAge;
 use crate::telemetry::resources::{ResourceCollector, family_descs};
 
 /// Every metric of the process.
@@ -168,9 +169,9 @@ pub struct KafkaMetrics {
     /// offsets); ingestion resumed at the new log end. Exported at zero for every partition.
     pub log_truncations: IntCounterVec,
     /// `kafka_partition_lag_refresh_age_seconds{topic,partition}`: seconds since
-    /// `kafka_partition_lag` was last refreshed from the broker (the lag sample is removed
-    /// while the refresh fails).
-    pub partition_lag_refresh_age: GaugeVec,
+    /// `kafka_partition_lag` was last refreshed from the broker, at each scrape (the lag sample
+    /// is removed while the refresh fails).
+    pub partition_lag_refresh_age: LagRefreshAge,
     /// `kafka_connection_errors_total{reason}`: broker connection failures librdkafka
     /// reported, by reason (`tls`, `authentication`, `resolve`, `transport`); exported at zero.
     pub connection_errors: IntCounterVec,
@@ -629,11 +630,7 @@ impl KafkaMetrics {
                 "Times the partition's log end was found below the offset ingestion had read to (records lost by the broker, their offsets possibly reused); ingestion resumed at the new log end",
                 &["topic", "partition"],
             ),
-            partition_lag_refresh_age: r.float_gauge_vec(
-                "kafka_partition_lag_refresh_age_seconds",
-                "Seconds since kafka_partition_lag was last refreshed from the broker (the lag sample is removed while refreshing fails)",
-                &["topic", "partition"],
-            ),
+            partition_lag_refresh_age: r.described(LagRefreshAge::new(), "gauge"),
             connection_errors: r.counter_vec(
                 "kafka_connection_errors_total",
                 "Kafka broker connection failures, by reason (tls: handshake refused, authentication: SASL refused, resolve: unknown host, transport: refused, reset or timed out); librdkafka reports a repeated failure once per 30 s per broker",
@@ -885,9 +882,10 @@ impl<'a> Registrar<'a> {
         built
     }
 
-    fn float_gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-        let built = self.register(GaugeVec::new(Opts::new(name, help), labels));
-        self.note(&built, "gauge");
+    /// Registers a hand-written collector whose descriptions name its families and labels.
+    fn described<C: Collector + Clone + 'static>(&self, collector: C, kind: &'static str) -> C {
+        let built = self.register(Ok(collector));
+        self.note(&built, kind);
         built
     }
 
@@ -1026,8 +1024,15 @@ impl Collector for ProcessCollector {
     }
 }
 
+/// `count` bucket bounds from `start`, each `factor` times the one before, rounded to four
+/// significant digits so that a scrape shows them as written (`le="0.0013"`, not the float
+/// noise `le="0.0013000000000000002"`); the reference's `exp(start, factor, count)` buckets.
 fn exp_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {
-    prometheus::exponential_buckets(start, factor, count).unwrap_or_default()
+    prometheus::exponential_buckets(start, factor, count)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|bound| format!("{bound:.3e}").parse().unwrap_or(bound))
+        .collect()
 }
 
 fn ratio_buckets() -> Vec<f64> {
@@ -1207,6 +1212,30 @@ mod tests {
             "{started}"
         );
         assert!(value("process_open_fds") >= 3.0);
+    }
+
+    #[test]
+    fn histogram_bounds_print_as_written() {
+        let (metrics, registry) = metrics();
+        // Every histogram family gets a sample, so each prints its buckets.
+        metrics.record_request(&RequestSummary::default());
+        let posts = [LightPost::original(1, 10, 1_000_000)];
+        metrics.record_found_posts(Stage::Scored, &posts, 1_000_060);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("encodes");
+        let mut bounds = 0;
+        for bound in text.split("le=\"").skip(1) {
+            let bound = bound.split('"').next().unwrap_or_default();
+            let digits = bound
+                .chars()
+                .filter(char::is_ascii_digit)
+                .collect::<String>();
+            let significant = digits.trim_start_matches('0').trim_end_matches('0');
+            assert!(significant.len() <= 6, "le=\"{bound}\"");
+            bounds += 1;
+        }
+        assert!(bounds > 100, "{bounds} bucket bounds");
     }
 
     #[test]

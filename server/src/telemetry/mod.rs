@@ -7,6 +7,9 @@
 //!   ingestion and the snapshot writer all record into it. `author_counts.rs` counts an
 //!   answer's posts per author for the `found_*` metrics without sorting, and
 //!   `count_histogram.rs` is the histogram they are observed in.
+//! - `lag_refresh.rs`: the age of each Kafka partition's lag gauge, computed at each scrape.
+//! - `reference_names.rs`: the metric names kept from the reference service, which
+//!   docs/metrics.md marks.
 //! - `readiness.rs`: the readiness and liveness state (`/readyz` and `/healthz` on the admin
 //!   port, the gRPC health service), [`readiness::LIVENESS_SERVICE`].
 //! - `resources.rs`: the memory limit (flag or cgroup) and the snapshot volume's space as
@@ -14,6 +17,8 @@
 
 pub(crate) mod author_counts;
 pub mod count_histogram;
+pub mod lag_refresh;
 pub mod metrics;
 pub mod readiness;
+pub mod reference_names;
 pub mod resources;

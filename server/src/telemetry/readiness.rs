@@ -4,11 +4,16 @@
 //! catch-up too) until shutdown, so a probe does not kill a replica that is still replaying.
 //! At shutdown readiness turns off first ([`Readiness::set_lame_duck`]) while calls are still
 //! served, then liveness with the drain ([`Readiness::set_not_ready`]).
+//!
+//! Whenever readiness turns on, the `post_store_*` gauges are refreshed first, so the first
+//! scrape of a ready server shows the store it serves, not the one of the last periodic
+//! refresh (up to `maintenance::STATS_INTERVAL` earlier).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use thunder_engine::PostStore;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
@@ -35,13 +40,21 @@ struct Inner {
     reason: Mutex<String>,
     /// What feeds the store (demo workload or Kafka topic), for the status page.
     source: Mutex<String>,
+    /// The store whose gauges are refreshed as readiness turns on (`None`: a server without
+    /// one, in tests).
+    store: Option<Arc<PostStore>>,
 }
 
 const HEALTH_SERVICES: [&str; 2] = ["", thunder_proto::SERVICE_NAME];
 
 impl Readiness {
-    /// Starts not ready; `started` is the start-up instant `init_duration_seconds` counts from.
-    pub async fn new(health: HealthReporter, started: Instant) -> Self {
+    /// Starts not ready; `started` is the start-up instant `init_duration_seconds` counts from,
+    /// `store` the store served (its gauges are refreshed as readiness turns on).
+    pub async fn new(
+        health: HealthReporter,
+        started: Instant,
+        store: Option<Arc<PostStore>>,
+    ) -> Self {
         for service in HEALTH_SERVICES {
             health
                 .set_service_status(service, ServingStatus::NotServing)
@@ -58,6 +71,7 @@ impl Readiness {
                 started,
                 reason: Mutex::new("starting: catching up with the event source".to_owned()),
                 source: Mutex::new("not set".to_owned()),
+                store,
             }),
         }
     }
@@ -92,8 +106,17 @@ impl Readiness {
         self.inner.ready.load(Ordering::Relaxed)
     }
 
-    /// Marks the server ready: health SERVING, `/readyz` 200, `init_duration_seconds` set.
+    /// Publishes the store's statistics as the `post_store_*` gauges now.
+    fn refresh_store_gauges(&self) {
+        if let Some(store) = &self.inner.store {
+            Metrics::global().record_store_stats(&store.stats());
+        }
+    }
+
+    /// Marks the server ready: the store's gauges refreshed, then health SERVING, `/readyz`
+    /// 200, `init_duration_seconds` set.
     pub async fn set_ready(&self) {
+        self.refresh_store_gauges();
         Metrics::global()
             .init_duration
             .set(self.inner.started.elapsed().as_secs_f64());
@@ -117,6 +140,9 @@ impl Readiness {
     pub async fn set_serving(&self, serving: bool, reason: &str) {
         if serving == self.is_ready() {
             return;
+        }
+        if serving {
+            self.refresh_store_gauges();
         }
         self.set_reason(reason);
         self.inner.ready.store(serving, Ordering::Relaxed);
