@@ -51,7 +51,7 @@ async fn verdicts_and_their_figures() {
     }]);
     let server = TestServer::ready(store).await;
     let mut client = InNetworkPostsDebugServiceClient::new(server.channel().await);
-    let mut asked = request(&[7, 8, BLACKLISTED_AUTHORS[0] as u64]);
+    let mut asked = request(&[7, 8, 7, BLACKLISTED_AUTHORS[0] as u64]);
     asked.user_id = VIEWER;
     asked.max_results = 30;
     asked.per_author_limits = Some(PerAuthorLimits {

@@ -105,7 +105,7 @@ impl ExplainContext<'_> {
                 .map(|post| self.post(post, outcome.posts.len()))
                 .collect(),
             degrade_level: u32::from(self.level),
-            following_count: wire_count(self.ran.authors.len()),
+            following_count: wire_count(self.ran.authors.iter().collect::<HashSet<_>>().len()),
             following_from_graph: self.following_from_graph,
             max_results: wire_count(self.ran.max_results),
             returned: wire_count(outcome.posts.len()),
