@@ -11,6 +11,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
+use crate::explain::{self, Explanation};
 use crate::feed_query::{FeedQuery, QueryOutcome};
 use crate::post::{DeleteEvent, LightPost};
 use crate::query::{self, Ask};
@@ -108,7 +109,7 @@ impl PostStore {
 
     /// The retention window in seconds.
     pub fn retention_secs(&self) -> i64 {
-        self.tables.retention_secs()
+        self.tables.retention.secs()
     }
 
     /// The store clock's current time.
@@ -119,12 +120,12 @@ impl PostStore {
     /// The shard this store is, if it was built with
     /// [`with_author_shard`](Self::with_author_shard); `None` for a full store.
     pub fn shard_id(&self) -> Option<ShardId> {
-        self.tables.shard_id()
+        self.tables.directory.id()
     }
 
     /// Sizes of the fact directory; `None` for a full (unsharded) store.
     pub fn directory_stats(&self) -> Option<DirectoryStats> {
-        self.tables.directory_stats()
+        self.tables.directory.stats()
     }
 
     /// Stores a batch of new posts. See `BEHAVIOUR.md` for the exact rules.
@@ -162,7 +163,7 @@ impl PostStore {
     /// replay of a known backlog) never stops its writers to rehash the index on the way.
     /// Nothing if the index is that large already; the index still grows past it if needed.
     pub fn reserve_posts(&self, posts: usize) {
-        self.tables.reserve_posts(posts);
+        self.tables.posts.reserve(posts);
     }
 
     /// The newest originals and replies+reposts of `query.authors` (reference rules §4.4–4.6).
@@ -174,6 +175,17 @@ impl PostStore {
     /// per-author limits of `query` do not apply.
     pub fn get_videos_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
         query::run(&self.tables, query, Ask::Videos)
+    }
+
+    /// Explains the answer to `query` (a videos query with `videos`, as
+    /// [`get_videos_by_users`](Self::get_videos_by_users) answers it) for each of `post_ids`:
+    /// what the store holds of the post and where the answer holds it, or the first rule that
+    /// kept it out, from the same query code that answers. It costs a query and, when a post
+    /// is past `max_results`, the rest of the merge up to it (no deadline applies to that
+    /// part); a caller bounds `post_ids`.
+    pub fn explain(&self, query: &FeedQuery<'_>, videos: bool, post_ids: &[i64]) -> Explanation {
+        let ask = if videos { Ask::Videos } else { Ask::AllPosts };
+        explain::explain(&self.tables, query, ask, post_ids)
     }
 
     /// Current sizes (see [`StoreStats`]).
@@ -318,7 +330,7 @@ mod tests {
             let g = store.tables.guards();
             deleted
                 .clone()
-                .filter(|&id| store.tables.tombstone_filter_passes(id, &g.epoch))
+                .filter(|&id| store.tables.tombstones.filter_passes(id, &g.epoch))
                 .count()
         };
         assert_eq!(passing(&store), 200_000);
@@ -397,7 +409,7 @@ mod memory_tests {
     #[test]
     fn a_post_without_a_slot_is_dropped_and_counted() {
         let store = PostStore::with_clock(RETENTION, Arc::new(ManualClock::new(NOW)));
-        store.tables.refuse_new_chunks();
+        store.tables.posts.refuse_new_chunks();
         let mut drops = Vec::new();
         let report = store.insert_posts_with(&[post(1, NOW), post(3, NOW)], |i, reason| {
             drops.push((i, reason))
@@ -486,8 +498,8 @@ mod memory_tests {
                             assert_whole(served, outcome.as_of_secs);
                         }
                         // A scan of every slot, as a snapshot makes.
-                        for unit in 0..store.tables.scan_chunks() {
-                            store.tables.scan_chunk(unit, |_, record| {
+                        for unit in 0..store.tables.posts.scan_chunks() {
+                            store.tables.posts.scan_chunk(unit, |_, record| {
                                 let light = record.to_light();
                                 assert_eq!(light.author_id, 1 + light.post_id % AUTHORS);
                                 assert_eq!(light.is_reply, light.post_id % 3 == 0);
@@ -505,7 +517,7 @@ mod memory_tests {
                 // Every post of the round is there, whole.
                 let epoch = crossbeam_epoch::pin();
                 for id in first..first + per_round {
-                    let record = store.tables.lookup(id, &epoch).expect("stored");
+                    let record = store.tables.posts.lookup(id, &epoch).expect("stored");
                     assert_whole(&record.to_light(), now);
                 }
                 drop(epoch);

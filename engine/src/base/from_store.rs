@@ -52,16 +52,21 @@ pub(crate) fn write_base(
         crate::snapshot::header_for(tables, meta, now, BASE_FORMAT_VERSION, base_layout_hash())?;
     let mut writer = BaseWriter::start(out, &header)?;
     // Tombstones first (module docs).
-    writer.tombstones(&tables.live_tombstones(now))?;
-    writer.waiting(&tables.waiting_reposts())?;
+    writer.tombstones(&tables.tombstones.live_at(now))?;
+    writer.waiting(&tables.waiting.all())?;
     let mut table = 0;
     writer.facts(|batch| {
-        tables.copy_facts(table, now, batch);
+        let retention = tables.retention;
+        tables.directory.copy(
+            table,
+            |created_at| retention.expired(created_at, now),
+            batch,
+        );
         table += 1;
         table < FACT_SHARDS
     })?;
     let authors = author_ids(tables, base);
-    let expected = tables.live_posts() + base.map_or(0, Base::stored_posts);
+    let expected = tables.posts.live() + base.map_or(0, Base::stored_posts);
     writer.place_authors(&authors, expected);
     drop(authors);
     let mut runs = AuthorRuns::default();
@@ -73,7 +78,7 @@ pub(crate) fn write_base(
         drop(epoch);
         writer.author(line, &runs)?;
     }
-    let counts = writer.finish(tables.cap())?;
+    let counts = writer.finish(tables.authors.cap())?;
     Ok(BaseSummary {
         header,
         counts,
@@ -84,7 +89,9 @@ pub(crate) fn write_base(
 /// Every author with a timeline in the head or in the base, once.
 fn author_ids(tables: &StoreTables, base: Option<&Base>) -> Vec<i64> {
     let mut ids = Vec::new();
-    tables.for_each_author(|author| ids.push(author.author_id()));
+    tables
+        .authors
+        .for_each(|author| ids.push(author.author_id()));
     if let Some(base) = base {
         for line in 0..base.file.lines {
             let line = base.file.line(line);
@@ -113,7 +120,7 @@ fn gather(
         entries.clear();
     }
     // The head's timelines, newest first, each entry whose record is still there.
-    if let Some(author) = tables.find_author(author_id, epoch) {
+    if let Some(author) = tables.authors.find(author_id, epoch) {
         for kind in Kind::ALL {
             let Some(view) = author.timeline(kind).view(epoch) else {
                 continue;
@@ -122,7 +129,7 @@ fn gather(
             while seq > view.tail {
                 seq -= 1;
                 let Some(entry) = view.get(seq) else { break };
-                if let Some(record) = tables.read(entry.slot, entry.post_id) {
+                if let Some(record) = tables.posts.read(entry.slot, entry.post_id) {
                     head[kind as usize].push(record);
                 }
             }
@@ -145,6 +152,7 @@ fn gather(
     }
     let lookup = |post_id: i64| {
         tables
+            .posts
             .lookup(post_id, epoch)
             .or_else(|| base.and_then(|b| b.stored(post_id)).map(|(_, r)| r.post))
     };

@@ -10,7 +10,8 @@ use super::format::*;
 use super::tier::Base;
 use crate::directory::FactRecord;
 use crate::snapshot::{SnapshotError, SnapshotHeader};
-use crate::tables::{PendingRepost, StoreTables};
+use crate::tables::StoreTables;
+use crate::waiting::PendingRepost;
 
 /// What loading a base file did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,7 +76,7 @@ pub(crate) fn open_for(
     let started = Instant::now();
     check_loadable(tables, &super::verify::header_of(&bytes)?)?;
     let anonymous_bytes = bytes.anonymous_bytes() as u64;
-    let base = Base::open(bytes, threads, tables.cap())?;
+    let base = Base::open(bytes, threads, tables.authors.cap())?;
     let verify_duration = started.elapsed();
     let restoring = Instant::now();
     let g = tables.guards();
@@ -83,7 +84,7 @@ pub(crate) fn open_for(
     let mut tombstones_loaded = 0u64;
     for tombstone in tombstones.chunks_exact(TOMBSTONE_BYTES) {
         let (post_id, basis) = (le_i64(tombstone, 0), le_i64(tombstone, 8));
-        tombstones_loaded += u64::from(tables.restore_tombstone(post_id, basis, &g));
+        tombstones_loaded += u64::from(tables.tombstones.restore(post_id, basis, &g));
     }
     let mut waiting: HashMap<i64, Vec<PendingRepost>> = HashMap::new();
     let mut waiting_loaded = 0u64;
@@ -97,13 +98,13 @@ pub(crate) fn open_for(
             author_id: le_i64(entry, 16),
             created_at: le_u32(entry, 24),
         };
-        if !tables.expired(repost.created_at, g.now) {
+        if !tables.retention.expired(repost.created_at, g.now) {
             waiting.entry(le_i64(entry, 0)).or_default().push(repost);
             waiting_loaded += 1;
         }
     }
     for (source, reposts) in waiting {
-        tables.set_waiting(source, reposts, &g);
+        tables.waiting.set(source, reposts, &g);
     }
     let facts: Vec<FactRecord> = base
         .file

@@ -238,7 +238,7 @@ fn store_timelines(store: &PostStore) -> (Timelines, BTreeMap<i64, CompactPost>)
     let tables = store.tables();
     let epoch = crossbeam_epoch::pin();
     let (mut timelines, mut records) = (Timelines::new(), BTreeMap::new());
-    tables.for_each_author(|author| {
+    tables.authors.for_each(|author| {
         let mut kinds: [Vec<(u32, i64)>; 3] = Default::default();
         for kind in crate::authors::Kind::ALL {
             let Some(view) = author.timeline(kind).view(&epoch) else {
@@ -246,7 +246,7 @@ fn store_timelines(store: &PostStore) -> (Timelines, BTreeMap<i64, CompactPost>)
             };
             for seq in (view.tail..view.head).rev() {
                 let entry = view.get(seq).unwrap();
-                let record = tables.read(entry.slot, entry.post_id).unwrap();
+                let record = tables.posts.read(entry.slot, entry.post_id).unwrap();
                 records.insert(record.post_id, record);
                 kinds[kind as usize].push(entry.key());
             }

@@ -8,7 +8,7 @@ use std::io::Write;
 use super::format::*;
 use crate::directory::FactRecord;
 use crate::snapshot::{SnapshotError, SnapshotHeader};
-use crate::tables::PendingRepost;
+use crate::waiting::PendingRepost;
 
 /// One author's timelines as a base holds them, newest first: the records of the originals,
 /// the secondary and the videos timelines (a post in two of them given in both).

@@ -11,7 +11,7 @@ use thunder_engine::config::{
     MAX_INPUT_LIST_SIZE, MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_POSTS_TO_RETURN,
     MAX_REPLY_POSTS_PER_AUTHOR, MAX_VIDEOS_TO_RETURN,
 };
-use thunder_engine::{FeedQuery, PerAuthorLimits, PostStore, QueryOutcome};
+use thunder_engine::{Explanation, FeedQuery, PerAuthorLimits, PostStore, QueryOutcome};
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 
 use crate::convert::post_to_proto;
@@ -194,18 +194,37 @@ impl ValidatedRequest {
 
     /// Runs the store query; stops at `deadline` with the posts found so far.
     pub fn execute(&self, store: &PostStore, deadline: Option<Instant>) -> QueryOutcome {
-        let mut query = FeedQuery::new(self.viewer_id, &self.authors);
-        query.exclude = &self.exclude;
-        query.max_results = self.max_results;
-        query.max_originals_per_author = self.max_originals_per_author;
-        query.max_secondary_per_author = self.max_secondary_per_author;
-        query.deadline = deadline;
-        query.seen = self.extensions.seen.as_ref();
-        query.window = self.extensions.window;
+        let query = self.feed_query(deadline);
         if self.is_video {
             store.get_videos_by_users(&query)
         } else {
             store.get_all_posts_by_users(&query)
+        }
+    }
+
+    /// Runs the store query as [`execute`](Self::execute) does, explaining its answer for
+    /// each of `post_ids` (`PostStore::explain`).
+    pub fn explain(
+        &self,
+        store: &PostStore,
+        deadline: Option<Instant>,
+        post_ids: &[i64],
+    ) -> Explanation {
+        store.explain(&self.feed_query(deadline), self.is_video, post_ids)
+    }
+
+    /// The store's query for this request.
+    fn feed_query(&self, deadline: Option<Instant>) -> FeedQuery<'_> {
+        FeedQuery {
+            viewer_id: self.viewer_id,
+            authors: &self.authors,
+            exclude: &self.exclude,
+            seen: self.extensions.seen.as_ref(),
+            window: self.extensions.window,
+            max_results: self.max_results,
+            max_originals_per_author: self.max_originals_per_author,
+            max_secondary_per_author: self.max_secondary_per_author,
+            deadline,
         }
     }
 }
@@ -241,7 +260,7 @@ fn to_i64(field: &str, id: u64) -> Result<i64, ServiceError> {
 
 /// `ids` as engine ids, converted in place: each must be in the `i64` range and not 0 (else
 /// INVALID_ARGUMENT naming the first that is not).
-fn checked_ids(field: &str, ids: Vec<u64>) -> Result<Vec<i64>, ServiceError> {
+pub(crate) fn checked_ids(field: &str, ids: Vec<u64>) -> Result<Vec<i64>, ServiceError> {
     // Valid ids are 1..=i64::MAX: neither an id nor the id before it has its top bit set (0
     // wraps around to `u64::MAX`). Or-ing them all is one pass with no branch per id.
     let bad = |id: u64| (id | id.wrapping_sub(1)) >> 63 != 0;
