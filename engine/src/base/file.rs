@@ -112,6 +112,10 @@ impl Drop for BaseBytes {
 /// A verified base file and where its sections lie.
 pub(crate) struct BaseFile {
     pub(crate) bytes: BaseBytes,
+    /// `bytes`' address and length, read once: a query's every read of the file starts from
+    /// them, rather than from `bytes`' variants.
+    data: *const u8,
+    len: usize,
     pub(crate) header: SnapshotHeader,
     pub(crate) footer: Footer,
     /// Byte ranges of the sections, as `(start, len)`.
@@ -130,12 +134,50 @@ impl std::fmt::Debug for BaseFile {
     }
 }
 
+// SAFETY: `data` points into `bytes`, which the file owns and never changes: shared access is
+// read-only, as `BaseBytes`' own.
+unsafe impl Send for BaseFile {}
+// SAFETY: as above.
+unsafe impl Sync for BaseFile {}
+
 impl BaseFile {
+    /// The file of `bytes`, its sections at `spans` (as verified), with `lines` directory
+    /// lines and `buckets` index buckets.
+    pub(crate) fn new(
+        bytes: BaseBytes,
+        header: SnapshotHeader,
+        footer: Footer,
+        spans: [(usize, usize); 7],
+        lines: usize,
+        buckets: usize,
+    ) -> Self {
+        let (data, len) = (bytes.as_ptr(), bytes.len());
+        Self {
+            bytes,
+            data,
+            len,
+            header,
+            footer,
+            spans,
+            lines,
+            buckets,
+        }
+    }
+
+    /// The whole file.
+    #[inline(always)]
+    fn all(&self) -> &[u8] {
+        // SAFETY: `data` and `len` are `bytes`' own (see `new`), whose memory neither moves
+        // (a mapping, a region or a vector's heap buffer, none of them touched again) nor
+        // changes while `self` lives.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+
     /// The bytes of `section`.
     #[inline]
     pub(crate) fn section(&self, section: Section) -> &[u8] {
         let (start, len) = self.spans[section as usize];
-        &self.bytes[start..start + len]
+        &self.all()[start..start + len]
     }
 
     /// Posts (records) the base holds.
@@ -147,7 +189,7 @@ impl BaseFile {
     #[inline]
     pub(crate) fn line_bytes(&self, line: usize) -> &[u8] {
         let at = self.spans[Section::Directory as usize].0 + line * LINE_BYTES;
-        &self.bytes[at..at + LINE_BYTES]
+        &self.all()[at..at + LINE_BYTES]
     }
 
     /// Directory line `line`.
@@ -188,7 +230,7 @@ impl BaseFile {
     pub(crate) fn record_bytes_at(&self, granule: u64) -> &[u8] {
         let (start, len) = self.spans[Section::Records as usize];
         let at = (granule as usize).saturating_mul(GRANULE_BYTES).min(len);
-        &self.bytes[start + at..]
+        &self.all()[start + at..]
     }
 
     /// Entry `index` of the videos references (a granule).

@@ -39,13 +39,14 @@ pub struct BaseSummary {
     pub duration: Duration,
 }
 
-/// Writes the store of `tables`, over `base` if it has one, as a base file to `out`.
+/// Writes the store of `tables` (the head and its base, if it has one) as a base file to
+/// `out` (`PostStore::write_base`).
 pub(crate) fn write_base(
     tables: &StoreTables,
-    base: Option<&Base>,
     meta: &SnapshotMeta,
     out: impl Write,
 ) -> Result<BaseSummary, SnapshotError> {
+    let base = tables.base();
     let started = Instant::now();
     let now = tables.now_secs();
     let header =

@@ -132,6 +132,44 @@ pub(crate) fn open_for(
     Ok((base, report))
 }
 
+/// Loads the base file `file` under the fresh store of `tables` (`PostStore::load_base_file`).
+pub(crate) fn load_file(
+    tables: &StoreTables,
+    file: &std::fs::File,
+    threads: usize,
+    pages: BasePages,
+) -> Result<BaseLoadReport, SnapshotError> {
+    let started = Instant::now();
+    let bytes = map_file(file, &pages)?;
+    attach(tables, bytes, threads, started.elapsed())
+}
+
+/// Loads the base file in `bytes` (copied) under the fresh store of `tables`.
+pub(crate) fn load_bytes(
+    tables: &StoreTables,
+    bytes: &[u8],
+    threads: usize,
+) -> Result<BaseLoadReport, SnapshotError> {
+    let started = Instant::now();
+    let bytes = BaseBytes::copy_of(bytes);
+    attach(tables, bytes, threads, started.elapsed())
+}
+
+/// Opens `bytes` for the store of `tables` ([`open_for`]) and puts the base under it.
+fn attach(
+    tables: &StoreTables,
+    bytes: BaseBytes,
+    threads: usize,
+    map_duration: Duration,
+) -> Result<BaseLoadReport, SnapshotError> {
+    let (base, report) = open_for(tables, bytes, threads, map_duration)?;
+    tables
+        .base
+        .set(base)
+        .map_err(|_| SnapshotError::Incompatible("this store has a base already".into()))?;
+    Ok(report)
+}
+
 /// The bytes of a base file held as `pages` says: mapped read-only (populated at once), or
 /// copied into huge-page memory (falling back to the mapping when that memory cannot be had).
 pub(crate) fn map_file(

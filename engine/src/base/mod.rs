@@ -58,13 +58,11 @@
 //!   restored into the head;
 //! - `state.rs`: what changed since the file was written (gone records, cut runs);
 //! - `read.rs`: what a query reads of a base (an author's runs as they stand, their entries);
-//! - `tier.rs`: [`Base`](tier::Base), file and state together, and the changes the write
-//!   path makes.
+//! - `tier.rs`: `Base`, file and state together, and the changes the write
+//!   path makes;
+//! - `contents.rs`: a file decoded whole into plain values (what a model store is built from).
 
-// The store does not load or write bases yet: the format, its writer and its reader come
-// first, with their tests.
-#![allow(dead_code)]
-
+mod contents;
 mod file;
 mod format;
 mod from_store;
@@ -78,8 +76,17 @@ mod write;
 #[cfg(all(test, not(thunder_loom)))]
 mod tests;
 
+pub(crate) use format::{Embedded, Line};
+pub(crate) use read::RunCursor;
+pub(crate) use tier::Base;
+
+pub use contents::{BaseContents, decode_contents};
 pub use file::BasePages;
 pub use format::{BASE_FORMAT_VERSION, BASE_LAYOUT, base_layout_hash};
 pub use from_store::BaseSummary;
 pub use load::BaseLoadReport;
+pub use tier::BaseInfo;
+
+pub(crate) use from_store::write_base;
+pub(crate) use load::{load_bytes, load_file};
 pub use write::BaseCounts;

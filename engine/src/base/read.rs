@@ -29,9 +29,15 @@ pub(crate) struct BaseEntry {
 
 impl Base {
     /// Run `kind` (`ORIGINALS`, `SECONDARY` or `VIDEOS`) of line `at` (`line`) as it stands:
-    /// its cursor and how many entries its timeline holds (for `eligible` and the cap).
+    /// its cursor, how many entries its timeline holds (for `eligible` and the cap) and its
+    /// newest entry's key (the line's, unless entries are gone or cut: then the newest left).
     #[inline]
-    pub(crate) fn open_run(&self, at: usize, line: &Line, kind: usize) -> (RunCursor, usize) {
+    pub(crate) fn open_run(
+        &self,
+        at: usize,
+        line: &Line,
+        kind: usize,
+    ) -> (RunCursor, usize, (u32, i64)) {
         let run = self.run(at, &line.lens, kind);
         let (start, stride) = if kind == VIDEOS {
             (line.videos, 0)
@@ -44,7 +50,14 @@ impl Base {
             end: run.end as u16,
             dirty: run.dirty,
         };
-        (cursor, run.live)
+        let newest = if run.dirty {
+            (0..run.end)
+                .find_map(|index| self.entry(&cursor, index))
+                .map_or((0, 0), |entry| (entry.created_at, entry.post_id))
+        } else {
+            line.newest[kind]
+        };
+        (cursor, run.live, newest)
     }
 
     /// The granule of entry `index` of `run`.

@@ -11,9 +11,9 @@
 //! - `dirty`: one bit per line, set before the line's state or any of its records change, so
 //!   a query of an untouched author reads neither (most authors, most of the time).
 //! - `changed`: a one-sided filter of the base post ids whose facts, embedded in the records
-//!   of replies and reposts, may no longer say whether the post is stored (evicted, written
-//!   again into the head after it left the base, or unconfirmed when the file was opened);
-//!   deletes are seen through the tombstone filter instead.
+//!   of replies and reposts, may no longer say whether the post is stored (deleted, evicted,
+//!   written again into the head after it left the base, or unconfirmed when the file was
+//!   checked).
 //!
 //! Every change is made under the line's lock (`locks`, striped), by the write path. Readers
 //! take no lock: they load `dirty` (Acquire), then the state words and bits (Acquire); a
@@ -53,6 +53,8 @@ pub(crate) struct BaseState {
     gone: ZeroedSlice<AtomicU64>,
     runs: ZeroedSlice<AtomicU32>,
     dirty: ZeroedSlice<AtomicU64>,
+    /// One bit per line: its author left the store (a trim found every timeline empty).
+    dropped: ZeroedSlice<AtomicU64>,
     changed: Words,
     locks: Box<[Mutex<()>]>,
     /// Records no longer stored.
@@ -76,6 +78,7 @@ impl BaseState {
             gone: ZeroedSlice::new(granules.div_ceil(64).max(1)),
             runs: ZeroedSlice::new(lines * 3),
             dirty: ZeroedSlice::new(lines.div_ceil(64).max(1)),
+            dropped: ZeroedSlice::new(lines.div_ceil(64).max(1)),
             changed: Words::new(),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             gone_posts: AtomicUsize::new(0),
@@ -103,10 +106,17 @@ impl BaseState {
         self.dirty[line / 64].fetch_or(1 << (line % 64), Ordering::Release);
     }
 
-    /// The address of line `line`'s dirty word (for a prefetch).
-    #[inline]
-    pub(crate) fn dirty_ptr(&self, line: usize) -> *const u8 {
-        (&self.dirty[line / 64] as *const AtomicU64).cast()
+    /// Marks line `line`'s author as dropped: true if it was not. Holds the line's lock.
+    pub(crate) fn set_dropped(&self, line: usize) -> bool {
+        // Relaxed: read by the writers only, under the line's lock.
+        let before = self.dropped[line / 64].fetch_or(1 << (line % 64), Ordering::Relaxed);
+        before & (1 << (line % 64)) == 0
+    }
+
+    /// Whether line `line`'s author was dropped ([`set_dropped`](Self::set_dropped)).
+    pub(crate) fn is_dropped(&self, line: usize) -> bool {
+        // Relaxed: as in `set_dropped`.
+        self.dropped[line / 64].load(Ordering::Relaxed) & (1 << (line % 64)) != 0
     }
 
     /// Whether the record at `granule` is no longer stored.
@@ -175,6 +185,6 @@ impl BaseState {
     /// Bytes of memory the state has touched at most (its pages are mapped as they are
     /// written).
     pub(crate) fn bytes(&self) -> usize {
-        self.gone.len() * 8 + self.runs.len() * 4 + self.dirty.len() * 8
+        self.gone.len() * 8 + self.runs.len() * 4 + (self.dirty.len() + self.dropped.len()) * 8
     }
 }

@@ -119,7 +119,7 @@ fn a_written_base_opens_and_finds_every_author_and_post() {
     let runs = sample_runs(40);
     let bytes = write(&runs);
     let base = open(&bytes);
-    assert_eq!(base.header(), &header());
+    assert_eq!(base.info().header, header());
     assert_eq!(
         base.stored_posts(),
         runs.iter().map(|(a, _)| *a as usize + 1).sum::<usize>()
@@ -177,7 +177,7 @@ fn a_delete_leaves_every_run_and_an_eviction_frees_what_no_run_holds() {
     assert!(run(ORIGINALS).dirty);
     // The cap evicts the oldest original (600): the videos run still holds it.
     assert_eq!(
-        base.cut_oldest(at, ORIGINALS, |_| true),
+        base.cut_oldest(at, ORIGINALS, |_| true, |_| false),
         (5, 3),
         "604 gone: passed over"
     );
@@ -189,7 +189,10 @@ fn a_delete_leaves_every_run_and_an_eviction_frees_what_no_run_holds() {
     assert!(base.stored(600).is_some(), "held by the videos run");
     assert!(base.stored(601).is_none(), "held by no run");
     // Then the videos run's oldest: 600 leaves its last timeline.
-    assert_eq!(base.cut_oldest(at, VIDEOS, |key| key.1 == 600), (1, 1));
+    assert_eq!(
+        base.cut_oldest(at, VIDEOS, |key| key.1 == 600, |_| false),
+        (1, 1)
+    );
     assert!(base.stored(600).is_none());
     assert!(!base.embedded_holds(600));
     assert_eq!(run(VIDEOS).live, 1);
@@ -342,9 +345,9 @@ pub(crate) fn sample_store(
     (clock, store)
 }
 
-fn base_of(store: &PostStore, base: Option<&Base>) -> Vec<u8> {
+fn base_of(store: &PostStore) -> Vec<u8> {
     let mut bytes = Vec::new();
-    super::from_store::write_base(store.tables(), base, &header().meta, &mut bytes).unwrap();
+    super::from_store::write_base(store.tables(), &header().meta, &mut bytes).unwrap();
     bytes
 }
 
@@ -352,7 +355,7 @@ fn base_of(store: &PostStore, base: Option<&Base>) -> Vec<u8> {
 fn a_store_written_as_a_base_holds_exactly_its_timelines_and_records() {
     for (cap, seed) in [(5000, 1), (3, 2), (1, 3)] {
         let (_, store) = sample_store(3000, 40, cap, seed);
-        let bytes = base_of(&store, None);
+        let bytes = base_of(&store);
         let base = checked(&bytes, cap).expect("opens");
         assert_eq!(base_timelines(&base), store_timelines(&store), "cap {cap}");
         assert_eq!(base.stored_posts(), store.stats().posts);
@@ -364,15 +367,9 @@ fn a_store_written_as_a_base_holds_exactly_its_timelines_and_records() {
             max_posting_list_size: cap,
             clock: Arc::new(ManualClock::new(i64::from(NOW))),
         });
-        let (loaded, report) = super::load::open_for(
-            again.tables(),
-            BaseBytes::copy_of(&bytes),
-            2,
-            Default::default(),
-        )
-        .expect("loads");
+        let report = again.load_base_bytes(&bytes, 2).expect("loads");
         assert_eq!(report.tombstones_loaded, store.stats().tombstones as u64);
-        let rewritten = base_of(&again, Some(&loaded));
+        let rewritten = base_of(&again);
         let reopened = checked(&rewritten, cap).expect("opens");
         for section in [
             Section::Records,

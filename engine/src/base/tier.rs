@@ -8,6 +8,7 @@ use super::format::*;
 use super::state::{BaseState, RunState};
 use super::verify;
 use crate::arena::CompactPost;
+use crate::report::StoreStats;
 use crate::snapshot::{SnapshotError, SnapshotHeader};
 
 /// The originals, secondary and videos runs, in a line's order (and the records only the
@@ -31,10 +32,6 @@ pub(crate) struct Base {
 /// One run of one author as it stands: where its entries are and which are live.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Run {
-    /// The line (and its author) the run belongs to.
-    pub(crate) line: usize,
-    /// Which run: `ORIGINALS`, `SECONDARY` or `VIDEOS`.
-    pub(crate) kind: usize,
     /// Entries `0..end` are in the timeline unless gone (the rest were cut).
     pub(crate) end: usize,
     /// Entries in the timeline: `end` minus the gone ones before it.
@@ -43,7 +40,37 @@ pub(crate) struct Run {
     pub(crate) dirty: bool,
 }
 
+/// What a loaded base holds (`PostStore::base_info`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BaseInfo {
+    /// The header the file was written with: when, for which topic, from which offsets.
+    pub header: SnapshotHeader,
+    /// Bytes of the file.
+    pub bytes: u64,
+    /// Bytes of memory the base holds besides a mapping of the file (a copy in huge pages,
+    /// and the pages of its state that were touched at most).
+    pub anonymous_bytes: u64,
+    /// Posts the file holds.
+    pub posts: u64,
+    /// Of those, the posts still stored (not deleted, evicted or trimmed since).
+    pub stored_posts: u64,
+    /// Authors the file holds.
+    pub authors: u64,
+}
+
 impl Base {
+    /// What the base holds now.
+    pub(crate) fn info(&self) -> BaseInfo {
+        BaseInfo {
+            header: self.file.header.clone(),
+            bytes: self.file.bytes.len() as u64,
+            anonymous_bytes: (self.file.bytes.anonymous_bytes() + self.state.bytes()) as u64,
+            posts: self.file.posts(),
+            stored_posts: self.stored_posts() as u64,
+            authors: self.authors as u64,
+        }
+    }
+
     /// Opens the base file in `bytes` for a store whose timelines hold at most `cap` entries,
     /// checking its checksums and structure on `threads` threads (`verify.rs`): safe to
     /// read from at once; [`check_records`](Self::check_records) checks the rest.
@@ -81,11 +108,6 @@ impl Base {
             self.state.note_changed(post_id);
         }
         Ok(())
-    }
-
-    /// The header the file was written with.
-    pub(crate) fn header(&self) -> &SnapshotHeader {
-        &self.file.header
     }
 
     /// Authors the file holds.
@@ -128,13 +150,23 @@ impl Base {
         Some((granule, self.record(&line, granule)))
     }
 
-    /// Whether the base holds a record of `post_id`, stored or gone.
-    pub(crate) fn holds(&self, post_id: i64) -> bool {
-        self.file.find_post(post_id).is_some()
+    /// Whether the base holds a record of `post_id` and still stores it (`Some(false)`: it
+    /// held one, gone since).
+    #[inline]
+    pub(crate) fn find(&self, post_id: i64) -> Option<bool> {
+        let granule = self.file.find_post(post_id)?;
+        Some(!self.state.is_gone(granule))
+    }
+
+    /// Notes that what records embed of `post_id` may no longer hold (it is stored again, in
+    /// the head, after it left the base).
+    pub(crate) fn note_changed(&self, post_id: i64) {
+        self.state.note_changed(post_id);
     }
 
     /// What records embed of `post_id` (its facts, as a parent or a source) still holds,
-    /// unless it was noted as changed: check the tombstones too (a delete does not note it).
+    /// unless it was noted as changed (deleted, evicted, stored again in the head, or not
+    /// confirmed when the file was checked).
     #[inline]
     pub(crate) fn embedded_holds(&self, post_id: i64) -> bool {
         !self.state.may_have_changed(post_id)
@@ -146,8 +178,6 @@ impl Base {
         let len = usize::from(lens[kind]);
         if !self.state.is_dirty(line) {
             return Run {
-                line,
-                kind,
                 end: len,
                 live: len,
                 dirty: false,
@@ -156,8 +186,6 @@ impl Base {
         let state = self.state.run(line, kind);
         let end = len.saturating_sub(usize::from(state.cut));
         Run {
-            line,
-            kind,
             end,
             live: end.saturating_sub(usize::from(state.removed)),
             dirty: true,
@@ -256,8 +284,79 @@ impl Base {
                 self.state.set_run(at, kind, state);
             }
         }
+        self.state.note_changed(post_id);
         self.state.set_gone(granule);
         Some(record)
+    }
+
+    /// Entries of run `kind` of line `at` still in the timeline.
+    #[inline]
+    pub(crate) fn live_len(&self, at: usize, kind: usize) -> usize {
+        self.run(at, &self.file.line(at).lens, kind).live
+    }
+
+    /// Calls `each(line)` for every author the base holds whose id falls in trim shard
+    /// `shard` (`author_id mod TRIM_FRACTION`).
+    pub(crate) fn for_each_author_in(&self, shard: i64, mut each: impl FnMut(usize)) {
+        let fraction = crate::config::TRIM_FRACTION as i64;
+        for at in 0..self.file.lines {
+            let line = self.file.line(at);
+            if line.used && line.author_id.rem_euclid(fraction) == shard {
+                each(at);
+            }
+        }
+    }
+
+    /// Notes that line `at`'s author left the store (a trim found its timelines empty):
+    /// true the first time only, so that it is counted once.
+    pub(crate) fn drop_author(&self, at: usize) -> bool {
+        let _lock = self.state.lock(at);
+        self.state.set_dropped(at)
+    }
+
+    /// Whether line `at`'s author left the store ([`drop_author`](Self::drop_author)).
+    pub(crate) fn author_dropped(&self, at: usize) -> bool {
+        self.state.is_dropped(at)
+    }
+
+    /// Adds the base's posts and entries to `stats` (and its authors, those not dropped),
+    /// from the running counters.
+    pub(crate) fn add_stats(&self, stats: &mut StoreStats) {
+        stats.base_posts = self.stored_posts();
+        stats.posts += stats.base_posts;
+        stats.original_entries += self.live_entries(ORIGINALS);
+        stats.secondary_entries += self.live_entries(SECONDARY);
+        stats.video_entries += self.live_entries(VIDEOS);
+        stats.base_bytes = self.file.bytes.len();
+        stats.base_anonymous_bytes = self.file.bytes.anonymous_bytes() + self.state.bytes();
+    }
+
+    /// Adds the base's posts and entries to `stats` (whose counts are the head's), recounted
+    /// from the state's bits and runs.
+    pub(crate) fn add_recount(&self, stats: &mut StoreStats) {
+        let (mut posts, mut entries) = (0, [0usize; 3]);
+        for at in 0..self.file.lines {
+            let line = self.file.line(at);
+            for (kind, entries) in entries.iter_mut().enumerate() {
+                let run = self.run(at, &line.lens, kind);
+                *entries += (0..run.end)
+                    .filter(|&i| {
+                        !(run.dirty && self.state.is_gone(self.entry_granule(&line, kind, i)))
+                    })
+                    .count();
+            }
+            for run in [ORIGINALS, SECONDARY, VIDEO_ONLY] {
+                for i in 0..usize::from(line.lens[run]) {
+                    let granule = line.run_start(run) + i as u64 * line.stride(run);
+                    posts += usize::from(!self.state.is_gone(granule));
+                }
+            }
+        }
+        stats.posts += posts;
+        stats.base_posts = posts;
+        stats.original_entries += entries[0];
+        stats.secondary_entries += entries[1];
+        stats.video_entries += entries[2];
     }
 
     /// The key of the oldest entry of run `kind` of `line` still in its timeline.
@@ -274,12 +373,14 @@ impl Base {
     /// Cuts the oldest entries of run `kind` of line `at` while `cut(key)` says so (the cap's
     /// eviction of one entry, or a trim of the expired ones): gone entries on the way are
     /// passed over, a record no timeline holds any more becomes gone. `(entries cut, records
-    /// freed)`, gone entries not counted. Holds the line's lock.
+    /// freed)`, gone entries not counted, nor records `held_in_head` says the head still
+    /// holds. Takes the line's lock.
     pub(crate) fn cut_oldest(
         &self,
         at: usize,
         kind: usize,
         mut cut: impl FnMut((u32, i64)) -> bool,
+        held_in_head: impl Fn(i64) -> bool,
     ) -> (usize, usize) {
         let line = self.file.line(at);
         let _lock = self.state.lock(at);
@@ -312,7 +413,7 @@ impl Base {
             if !self.held_elsewhere(at, &line, kind, granule) {
                 self.state.note_changed(key.1);
                 self.state.set_gone(granule);
-                freed += 1;
+                freed += usize::from(!held_in_head(key.1));
             }
         }
         (entries, freed)
@@ -379,7 +480,7 @@ mod loom_models {
     fn read(base: &Base, kind: usize) -> (Vec<i64>, usize) {
         let at = base.line_of(AUTHOR).unwrap();
         let line = base.file.line(at);
-        let (run, live) = base.open_run(at, &line, kind);
+        let (run, live, _) = base.open_run(at, &line, kind);
         let ids = (0..usize::from(run.end))
             .filter_map(|index| base.entry(&run, index))
             .map(|entry| entry.post_id)
@@ -434,7 +535,7 @@ mod loom_models {
                 let base = base.clone();
                 loom::thread::spawn(move || {
                     let mut first = true;
-                    base.cut_oldest(at, ORIGINALS, |_| std::mem::take(&mut first))
+                    base.cut_oldest(at, ORIGINALS, |_| std::mem::take(&mut first), |_| false)
                 })
             };
             let (seen, _) = read(&base, ORIGINALS);

@@ -51,14 +51,7 @@ pub(crate) fn open(
     let spans = check_sections(&footer, header_len as usize, footer_at)?;
     let lines = footer.span(Section::Directory).count as usize;
     let buckets = footer.span(Section::Posts).count as usize;
-    let file = BaseFile {
-        bytes,
-        header,
-        footer,
-        spans,
-        lines,
-        buckets,
-    };
+    let file = BaseFile::new(bytes, header, footer, spans, lines, buckets);
     check_small_sections(&file)?;
     check_lines(&file, threads, cap)?;
     Ok(file)
