@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::file::{BaseBytes, BasePages};
 use super::format::*;
-use super::tier::Base;
+use super::tier::{Base, BaseInfo};
 use crate::directory::FactRecord;
 use crate::snapshot::{SnapshotError, SnapshotHeader};
 use crate::tables::StoreTables;
@@ -130,6 +130,16 @@ pub(crate) fn open_for(
         restore_duration: restoring.elapsed(),
     };
     Ok((base, report))
+}
+
+/// Checks the base file `file` whole (checksums, structure, every record; mapped, on
+/// `threads` threads), without a store: what it holds, or why it would be refused. Its runs are
+/// checked against the largest timeline cap a store takes.
+pub fn verify_file(file: &std::fs::File, threads: usize) -> Result<BaseInfo, SnapshotError> {
+    let bytes = map_file(file, &BasePages::Mapped)?;
+    let base = Base::open(bytes, threads, crate::timeline::MAX_CAPACITY)?;
+    base.check_records(threads)?;
+    Ok(base.info())
 }
 
 /// Loads the base file `file` under the fresh store of `tables` (`PostStore::load_base_file`).

@@ -84,7 +84,7 @@ pub use contents::{BaseContents, decode_contents};
 pub use file::BasePages;
 pub use format::{BASE_FORMAT_VERSION, BASE_LAYOUT, base_layout_hash};
 pub use from_store::BaseSummary;
-pub use load::BaseLoadReport;
+pub use load::{BaseLoadReport, verify_file};
 pub use tier::BaseInfo;
 
 pub(crate) use from_store::write_base;

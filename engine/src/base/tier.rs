@@ -56,6 +56,14 @@ pub struct BaseInfo {
     pub stored_posts: u64,
     /// Authors the file holds.
     pub authors: u64,
+    /// Entries of the videos timelines the file holds.
+    pub video_entries: u64,
+    /// Tombstones the file holds.
+    pub tombstones: u64,
+    /// Reposts waiting for their source.
+    pub waiting: u64,
+    /// Facts of other shards' posts (author shards only).
+    pub facts: u64,
 }
 
 impl Base {
@@ -68,6 +76,10 @@ impl Base {
             posts: self.file.posts(),
             stored_posts: self.stored_posts() as u64,
             authors: self.authors as u64,
+            video_entries: self.entries[VIDEOS] as u64,
+            tombstones: self.file.footer.span(Section::Tombstones).count,
+            waiting: self.file.footer.span(Section::Waiting).count,
+            facts: self.file.footer.span(Section::Facts).count,
         }
     }
 

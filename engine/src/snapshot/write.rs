@@ -85,6 +85,11 @@ pub(crate) fn write_snapshot(
     meta: &SnapshotMeta,
     out: impl Write,
 ) -> Result<SnapshotSummary, SnapshotError> {
+    if tables.base().is_some() {
+        return Err(SnapshotError::Incompatible(
+            "this store serves from a base: a snapshot of it is a base file (`write_base`)".into(),
+        ));
+    }
     let started = Instant::now();
     let now = tables.now_secs();
     let header = header_for(tables, meta, now, FORMAT_VERSION, layout_hash())?;
