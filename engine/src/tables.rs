@@ -128,6 +128,34 @@ impl StoreTables {
         Guards::pin(self.clock.now_secs(), self.tombstones.map())
     }
 
+    /// Restores the tombstones of a snapshot being loaded, `entries` as `(post_id, basis)`
+    /// through `decode`, into a map made large enough first, on up to `threads` threads: how
+    /// many were live (the expired ones are skipped). Before the records, as for
+    /// [`Tombstones::restore`].
+    pub(crate) fn restore_tombstones<T: Sync>(
+        &self,
+        entries: &[T],
+        decode: impl Fn(&T) -> (i64, i64) + Sync,
+        threads: usize,
+    ) -> u64 {
+        /// Fewer tombstones than this a thread are restored on fewer threads.
+        const MIN_PER_THREAD: usize = 16 * 1024;
+        self.tombstones.reserve(entries.len(), &self.guards());
+        let per_thread = entries.len().div_ceil(threads.max(1)).max(MIN_PER_THREAD);
+        crate::snapshot::on_each(entries.chunks(per_thread), |chunk| {
+            let g = self.guards();
+            chunk
+                .iter()
+                .map(|entry| {
+                    let (post_id, basis) = decode(entry);
+                    u64::from(self.tombstones.restore(post_id, basis, &g))
+                })
+                .sum::<u64>()
+        })
+        .into_iter()
+        .sum()
+    }
+
     /// Publishes `record` ([`Posts::publish`]), then checks the tombstones again (after the
     /// fence that pairs with [`tombstone_and_remove`](Self::tombstone_and_remove)): a post
     /// deleted meanwhile is taken back (`Tombstoned`, its tombstone's basis raised as for any
@@ -668,5 +696,40 @@ mod loom_tests {
             assert_eq!(answer(&store, 20, false), [repost]);
             check_consistent_and_empty_after_expiry(&store, &clock);
         });
+    }
+}
+
+#[cfg(all(test, not(thunder_loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    /// A load's tombstones restored on several threads: the live ones all there with their
+    /// basis, the expired ones skipped and counted out, as one thread restores them.
+    #[test]
+    fn tombstones_restored_on_several_threads_are_those_one_thread_restores() {
+        const NOW: i64 = 1_700_000_000;
+        const RETENTION: i64 = 1000;
+        let tables = StoreTables::new(RETENTION, 100, Arc::new(ManualClock::new(NOW)));
+        // Every third one expired; enough for four threads of at least 16k each.
+        let entries: Vec<(i64, i64)> = (0..70_000i64)
+            .map(|id| {
+                let age = if id % 3 == 0 { RETENTION + 5 } else { id % 500 };
+                (id * 7 + 1, NOW - age)
+            })
+            .collect();
+        let live = tables.restore_tombstones(&entries, |&e| e, 4);
+        assert_eq!(
+            live,
+            entries
+                .iter()
+                .filter(|(id, _)| (id - 1) / 7 % 3 != 0)
+                .count() as u64
+        );
+        let g = tables.guards();
+        for &(post_id, basis) in &entries {
+            let want = ((post_id - 1) / 7 % 3 != 0).then_some(basis);
+            assert_eq!(tables.tombstones.live(post_id, &g), want, "{post_id}");
+        }
     }
 }

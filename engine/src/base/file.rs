@@ -20,6 +20,7 @@ pub enum BasePages {
 pub(crate) enum BaseBytes {
     Mapped(memmap2::Mmap),
     /// A copy in anonymous memory from `huge_memory::allocate_zeroed` (`len` bytes used).
+    #[cfg_attr(thunder_loom, allow(dead_code))]
     Anonymous {
         start: std::ptr::NonNull<u8>,
         len: usize,
@@ -48,7 +49,15 @@ impl BaseBytes {
     }
 
     /// `bytes` copied into fresh anonymous memory advised onto huge pages; `None` when no
+    /// such memory can be had (always under loom, whose builds map no memory).
+    #[cfg(thunder_loom)]
+    pub(crate) fn huge_copy_of(_bytes: &[u8]) -> Option<Self> {
+        None
+    }
+
+    /// `bytes` copied into fresh anonymous memory advised onto huge pages; `None` when no
     /// such memory can be had.
+    #[cfg(not(thunder_loom))]
     pub(crate) fn huge_copy_of(bytes: &[u8]) -> Option<Self> {
         const HUGE: usize = 2 << 20;
         let layout =
@@ -101,6 +110,7 @@ impl std::ops::Deref for BaseBytes {
 
 impl Drop for BaseBytes {
     fn drop(&mut self) {
+        #[cfg(not(thunder_loom))]
         if let Self::Anonymous { start, layout, .. } = self {
             // SAFETY: the region came from `allocate_zeroed` with this layout, and `&mut self`
             // means no slice of it is left.

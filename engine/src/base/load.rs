@@ -79,13 +79,16 @@ pub(crate) fn open_for(
     let base = Base::open(bytes, threads, tables.authors.cap())?;
     let verify_duration = started.elapsed();
     let restoring = Instant::now();
+    let (tombstones, _) = base
+        .file
+        .section(Section::Tombstones)
+        .as_chunks::<TOMBSTONE_BYTES>();
+    let tombstones_loaded = tables.restore_tombstones(
+        tombstones,
+        |tombstone| (le_i64(tombstone, 0), le_i64(tombstone, 8)),
+        threads,
+    );
     let g = tables.guards();
-    let tombstones = base.file.section(Section::Tombstones);
-    let mut tombstones_loaded = 0u64;
-    for tombstone in tombstones.chunks_exact(TOMBSTONE_BYTES) {
-        let (post_id, basis) = (le_i64(tombstone, 0), le_i64(tombstone, 8));
-        tombstones_loaded += u64::from(tables.tombstones.restore(post_id, basis, &g));
-    }
     let mut waiting: HashMap<i64, Vec<PendingRepost>> = HashMap::new();
     let mut waiting_loaded = 0u64;
     for entry in base
