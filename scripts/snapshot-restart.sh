@@ -23,7 +23,9 @@
 #   3. that server writes a base while serving (POST /admin/snapshot, paced as the periodic
 #      ones), TAIL live events are produced after it (default: 1% of the backlog) and the
 #      server is killed with SIGKILL; a start from that base replays the tail, and its answers
-#      are compared with the replica's again.
+#      are compared with the replica's again;
+#   4. a start from the base that one wrote at its graceful stop, the file's pages dropped
+#      from the page cache first (posix_fadvise DONTNEED): a node that never read the file.
 # For each it also prints the server's own CPU time to ready and its memory: peak resident,
 # anonymous (sampled every 50 ms), and at ready the resident total with its file-backed part
 # (the base's mapped pages it has touched); the fetch responses it found larger than its
@@ -167,9 +169,28 @@ compare_with_replica() {
 # server log.
 print_load() {
     sed 's/\x1b\[[0-9;]*m//g' "$WORK/server.log" | grep -E 'snapshot loaded|base mapped' \
-        | grep -oE ' (posts|took_secs|read_secs|verify_secs)=[0-9.]+' | tr -d '\n' \
+        | grep -oE ' (posts|tombstones|took_secs|read_secs|map_secs|verify_secs|restore_secs)=[0-9.]+' | tr -d '\n' \
         | sed 's/^/  load:/' >&2 || true
     echo >&2
+}
+
+# Starts a replica that replays the whole topic, to compare answers with (not timed), beside
+# the running server.
+start_replica() {
+    local pid="$SERVER_PID" grpc="$GRPC" admin="$ADMIN"
+    SNAPSHOTS=0 start_and_time
+    REPLICA_PID="$SERVER_PID"
+    REPLICA_GRPC="$GRPC"
+    REPLICA_ADMIN="$ADMIN"
+    SERVER_PID="$pid"
+    GRPC="$grpc"
+    ADMIN="$admin"
+}
+
+stop_replica() {
+    kill -TERM "$REPLICA_PID"
+    wait "$REPLICA_PID" || true
+    REPLICA_PID=""
 }
 
 stop_server() {
@@ -187,23 +208,16 @@ snapshot="$(ls -1 "$WORK"/snapshots/*.thsnap | tail -1)"
 bytes="$(stat -c %s "$snapshot")"
 start_and_time
 warm="$ELAPSED"
+warm_anon="$ANON_MIB"
 report_start "from the base"
 # The load's own share of that (the rest is start-up and the Kafka catch-up).
 print_load
 echo "scale $SCALE: ready after a cold replay in ${cold}s (${cold_rss} MiB resident), after mapping a ${bytes}-byte base in ${warm}s ($(python3 -c "print(round($cold / $warm, 1))")x faster; ${RSS_MIB} MiB resident, ${FILE_MIB} MiB of it the base's pages)"
 
-# A replica that replays the whole topic, to compare answers with (not timed).
-candidate_pid="$SERVER_PID"
-candidate_grpc="$GRPC"
-candidate_admin="$ADMIN"
-SNAPSHOTS=0 start_and_time
-REPLICA_PID="$SERVER_PID"
-REPLICA_GRPC="$GRPC"
-REPLICA_ADMIN="$ADMIN"
-SERVER_PID="$candidate_pid"
-GRPC="$candidate_grpc"
-ADMIN="$candidate_admin"
+start_replica
 compare_with_replica "from the base"
+# The replica stops for the timed start below (a broker it reads from does not go quiet).
+stop_replica
 
 # A base written while serving, a tail after it, then SIGKILL.
 curl -sf -X POST -H 'X-Thunder-Admin: 1' "http://127.0.0.1:$ADMIN/admin/snapshot" >/dev/null
@@ -217,17 +231,26 @@ start_and_time
 killed="$ELAPSED"
 report_start "after SIGKILL, from the base written while serving and a tail of $TAIL events"
 print_load
+start_replica
 compare_with_replica "after SIGKILL"
 stop_server
 echo "scale $SCALE: after SIGKILL ready in ${killed}s, the tail of $TAIL events included (the cold replay took $(python3 -c "print(round($cold * $TAIL / 20200000 * $SCALE, 2))")s per as many events)"
-kill -TERM "$REPLICA_PID"
-wait "$REPLICA_PID" || true
-REPLICA_PID=""
+stop_replica
+
+# A start as on another node: the newest base's pages dropped from the page cache first, so
+# the start reads the file from the disk (what a pod rescheduled with its volume pays).
+newest="$(ls -1 "$WORK"/snapshots/*.thsnap | tail -1)"
+python3 -c 'import os,sys;fd=os.open(sys.argv[1],os.O_RDONLY);os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED);os.close(fd)' "$newest"
+start_and_time
+report_start "from the base, its pages not in the page cache"
+print_load
+stop_server
+echo "scale $SCALE: from the base with a cold page cache ready in ${ELAPSED}s"
 
 if [ "$WARMED" = 1 ]; then
     # As much memory as the load held at its peak, plus a margin, touched and freed just
     # before the start (after the wait for a quiet broker, which would let it go cold).
-    warm_mib=$((ANON_MIB + 256))
+    warm_mib=$((warm_anon + 256))
     SERVER_PREFACE="$BIN/fresh_memory --mib $warm_mib --pauses-secs 0"
     start_and_time
     warmed="$ELAPSED"

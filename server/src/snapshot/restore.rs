@@ -187,11 +187,14 @@ fn load_base(
         posts = report.posts,
         authors = report.authors,
         tombstones = report.tombstones_loaded,
+        waiting = report.waiting_loaded,
         facts = report.facts_loaded,
         bytes = report.bytes,
         age_secs,
         took_secs = took.as_secs_f64(),
+        map_secs = report.map_duration.as_secs_f64(),
         verify_secs = report.verify_duration.as_secs_f64(),
+        restore_secs = report.restore_duration.as_secs_f64(),
         offsets = %crate::kafka::snapshot_offsets_text(&report.header.meta.offsets),
         "base mapped; Kafka resumes from its offsets"
     );
