@@ -24,7 +24,9 @@ fn documented() -> BTreeMap<String, (String, String)> {
     text.lines()
         .filter_map(|l| l.strip_prefix("| `"))
         .filter_map(|l| {
-            let (name, rest) = l.split_once("` | ")?;
+            let (name, rest) = l.split_once('`')?;
+            // A reference name is marked after the name: "`name` (*reference*) | ...".
+            let rest = rest.trim_start_matches(" (*reference*)").strip_prefix(" | ")?;
             let mut cells = rest.split(" | ");
             let kind = cells.next()?.trim().to_owned();
             let _labels = cells.next()?;
