@@ -10,7 +10,7 @@ use std::process::Command;
 
 use clap::CommandFactory;
 use thunder_server::Args;
-use thunder_server::telemetry::metrics::Metrics;
+use thunder_server::lifecycle::metrics::catalogue;
 use thunder_server::telemetry::reference_names::{PROMTOOL_OBJECTS_TO, REFERENCE_NAMES};
 
 const REGENERATE: &str = "THUNDER_REGENERATE_DOCS";
@@ -156,8 +156,9 @@ fn render_configuration() -> String {
 fn render_metrics() -> String {
     let mut out = String::from(
         "# Metrics\n\n\
-         <!-- Generated from the registry (server/src/telemetry/metrics.rs) by cli/tests/generated_docs.rs;\n     \
-         do not edit. Regenerate: THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs -->\n\n\
+         <!-- Generated from the registry (each wing's metrics.rs, listed in\n     \
+         server/src/lifecycle/metrics.rs) by cli/tests/generated_docs.rs; do not edit.\n     \
+         Regenerate: THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs -->\n\n\
          `thunder-server` exports these on the admin port at `/metrics` (Prometheus text format).\n\
          A histogram's series are `<name>_bucket{le}`, `<name>_sum` and `<name>_count`. A labelled\n\
          family appears once a label set is used, except those exported at zero from start-up (the\n\
@@ -178,7 +179,7 @@ fn render_metrics() -> String {
         objected.join(" and ")
     )
     .expect("write to a String");
-    for metric in Metrics::catalogue() {
+    for metric in catalogue() {
         let reference = if REFERENCE_NAMES.contains(&metric.name.as_str()) {
             " (*reference*)"
         } else {

@@ -78,7 +78,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     );
     let options = args.server_options()?;
     snapshot::check_mode(args.snapshot.snapshot_dir.as_deref(), args.demo_mode())?;
-    thunder_server::telemetry::metrics::Metrics::global()
+    thunder_server::telemetry::metrics::ProcessMetrics::global()
         .resources
         .install(
             args.memory_limit_bytes,

@@ -26,7 +26,9 @@ fn documented() -> BTreeMap<String, (String, String)> {
         .filter_map(|l| {
             let (name, rest) = l.split_once('`')?;
             // A reference name is marked after the name: "`name` (*reference*) | ...".
-            let rest = rest.trim_start_matches(" (*reference*)").strip_prefix(" | ")?;
+            let rest = rest
+                .trim_start_matches(" (*reference*)")
+                .strip_prefix(" | ")?;
             let mut cells = rest.split(" | ");
             let kind = cells.next()?.trim().to_owned();
             let _labels = cells.next()?;
@@ -76,7 +78,7 @@ async fn every_exported_family_is_in_docs_metrics_md() {
         exported_reasons.contains(&"no_slot"),
         "{exported_reasons:?}"
     );
-    let known: Vec<&str> = thunder_server::telemetry::metrics::drop_reasons().collect();
+    let known: Vec<&str> = thunder_server::kafka::metrics::drop_reasons().collect();
     for reason in exported_reasons.iter().chain(&known) {
         assert!(
             help.contains(reason),

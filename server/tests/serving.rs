@@ -10,8 +10,8 @@ use thunder_engine::LightPost;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::serve::listener::ConnLimits;
+use thunder_server::serve::metrics::ServeMetrics;
 use thunder_server::serve::overload::OverloadConfig;
-use thunder_server::telemetry::metrics::Metrics;
 use thunder_server::{FollowingSource, ServerOptions};
 use thunder_testbed::in_process::{OneWorkerServer, SlowFollowing};
 use thunder_testbed::{NOW, TestServer, http_get, one_worker_server, original, request, store};
@@ -40,7 +40,7 @@ fn heavy_request() -> GetInNetworkPostsRequest {
 }
 
 fn requests_with(status: &str) -> u64 {
-    Metrics::global()
+    ServeMetrics::global()
         .requests
         .with_label_values(&[status])
         .get()
@@ -52,7 +52,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 /// Answers degraded so far, over every level.
 fn degraded_total() -> u64 {
-    let levels = &Metrics::global().degrade_levels;
+    let levels = &ServeMetrics::global().degrade_levels;
     ["1", "2", "3"]
         .iter()
         .map(|l| levels.with_label_values(&[l]).get())
@@ -119,7 +119,7 @@ fn rss_kib() -> u64 {
 async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_degrade() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let degraded_before = degraded_total();
-    let rejected_before = Metrics::global().rejected_requests.get();
+    let rejected_before = ServeMetrics::global().rejected_requests.get();
     let options = ServerOptions {
         overload: OverloadConfig {
             executors: 1,
@@ -215,7 +215,7 @@ async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_deg
     // Refusals come only once degraded answers cannot keep up (here they can; the
     // controller's unit tests refuse on a long queue).
     assert_eq!(
-        Metrics::global().rejected_requests.get() - rejected_before,
+        ServeMetrics::global().rejected_requests.get() - rejected_before,
         u64::from(totals.2)
     );
     drop(server);
@@ -345,13 +345,13 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
         light_latencies.sort();
         (totals, light_latencies, callers, service_time)
     });
-    let waits = &Metrics::global().queue_wait;
+    let waits = &ServeMetrics::global().queue_wait;
     let mean_wait =
         Duration::from_secs_f64(waits.get_sample_sum() / waits.get_sample_count().max(1) as f64);
     eprintln!(
         "one worker: service time {service_time:?}, {callers} callers: {totals:?}; \
          light calls {light_latencies:?}; late answers counted {}; mean queue wait {mean_wait:?}",
-        Metrics::global().late_answers.get()
+        ServeMetrics::global().late_answers.get()
     );
     server_rt.block_on(server.shutdown());
     assert!(totals.degraded > 0, "no degraded answer: {totals:?}");
@@ -580,7 +580,7 @@ async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried
     let server = TestServer::start(ServerOptions::default(), busy_store(), Some(slow)).await;
     server.running().readiness().set_ready().await;
     let mut client = server.client().await;
-    let queries_before = Metrics::global().store_queries.get();
+    let queries_before = ServeMetrics::global().store_queries.get();
     let exceeded_before = requests_with("deadline_exceeded");
     let status = client
         .get_in_network_posts(with_timeout(request(&[]), Duration::from_millis(300)))
@@ -593,7 +593,7 @@ async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried
         })
         .await
     );
-    assert_eq!(Metrics::global().store_queries.get(), queries_before);
+    assert_eq!(ServeMetrics::global().store_queries.get(), queries_before);
     // Without a deadline the same call is answered.
     let answer = client
         .get_in_network_posts(request(&[]))
@@ -755,7 +755,7 @@ async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
 async fn connections_are_capped_idle_ones_time_out_and_do_not_hold_up_shutdown() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let evicted_at_the_cap = || {
-        Metrics::global()
+        ServeMetrics::global()
             .connections_evicted
             .with_label_values(&["grpc", "max_connections"])
             .get()

@@ -16,12 +16,12 @@ use thunder_engine::PostStore;
 use super::fetch_limits::{raised_receive_max_bytes, receive_max_bytes};
 use super::gate::partition_caught_up;
 use super::heap;
+use super::metrics::KafkaMetrics;
 use super::partition::PartitionState;
 use super::progress::Shared;
 use super::records::RecordBatch;
 use super::throttle::{LOG_INTERVAL, LogThrottle, ThrottledContext};
 use super::window;
-use crate::telemetry::metrics::Metrics;
 
 /// Longest single poll, so the thread notices shutdown and flushes idle batches promptly.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -223,8 +223,7 @@ impl IngestThread {
         }
         consumer.assign(&assignment)?;
         let limit = receive_limit.unwrap_or_else(|| receive_max_bytes(&self.consumer_config));
-        Metrics::global()
-            .kafka
+        KafkaMetrics::global()
             .consumer_receive_max_bytes
             .with_label_values(&[&self.index.to_string()])
             .set(i64::try_from(limit).unwrap_or(i64::MAX));
@@ -327,12 +326,12 @@ impl IngestThread {
                         RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::LogTruncation,
                     ),
                 )) => {
-                    Metrics::global().kafka.poll_errors.inc();
+                    KafkaMetrics::global().poll_errors.inc();
                     tracing::warn!(thread = self.index, topic = %self.topic, %error, "a Kafka position is outside the partition's log; checking the positions");
                     check_offsets_at.get_or_insert_with(Instant::now);
                 }
                 Some(Err(error)) => {
-                    Metrics::global().kafka.poll_errors.inc();
+                    KafkaMetrics::global().poll_errors.inc();
                     if matches!(
                         error,
                         KafkaError::MessageConsumption(
@@ -361,7 +360,7 @@ impl IngestThread {
                     .then(|| consumer.context().oversized_responses.take())
                     .flatten();
                     if let Some(response_bytes) = oversized {
-                        Metrics::global().kafka.oversized_fetch_responses.inc();
+                        KafkaMetrics::global().oversized_fetch_responses.inc();
                         if let Some(raised) = raised_receive_max_bytes(
                             receive_limit,
                             response_bytes,
@@ -747,8 +746,7 @@ impl IngestThread {
                     // duplicates, deletes only refresh their tombstones).
                     let since = self.first_offset_since(consumer, owned, last_read);
                     let resume = since.min(log_end).min(position).max(0);
-                    Metrics::global()
-                        .kafka
+                    KafkaMetrics::global()
                         .log_truncations
                         .with_label_values(&[&self.topic, &owned.partition.to_string()])
                         .inc();
@@ -913,8 +911,7 @@ impl IngestThread {
         let outcome = batch.apply(&self.store);
         drop(permit);
         self.publish(positions);
-        Metrics::global()
-            .kafka
+        KafkaMetrics::global()
             .messages_consumed
             .inc_by(outcome.records as u64);
         self.shared.counters.record(&outcome);

@@ -14,12 +14,12 @@ use thunder_engine::{PostStore, Store};
 use super::config::KafkaArgs;
 use super::gate::{CatchUpState, partition_lag};
 use super::ingest::{IngestThread, OwnedPartition};
+use super::metrics::KafkaMetrics;
 use super::partition::{PartitionState, start_marker};
 use super::progress::Shared;
 use super::resume::{Restore, TopicStart};
 use super::stall::{PartitionCheck, StallTracker};
 use super::throttle::{LOG_INTERVAL, ThrottledContext};
-use crate::telemetry::metrics::Metrics;
 
 /// Longest wait between two attempts to read the topic's metadata or start offsets.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(10);
@@ -334,7 +334,7 @@ impl Supervisor {
         watermarks: &[(i64, i64)],
     ) {
         let topic = self.args.client.kafka_topic.as_str();
-        let kafka = &Metrics::global().kafka;
+        let kafka = KafkaMetrics::global();
         for ((partition, start), &(low, high)) in partitions.iter().zip(starts).zip(watermarks) {
             let labels = [topic, &partition.to_string()];
             kafka
@@ -408,7 +408,7 @@ impl Supervisor {
                 ) {
                     Ok((low, high)) => {
                         let lag = partition_lag(low, high, next);
-                        let kafka = &Metrics::global().kafka;
+                        let kafka = KafkaMetrics::global();
                         kafka.partition_lag.with_label_values(&labels).set(lag);
                         kafka.partition_lag_refresh_age.refreshed_at(
                             topic,
@@ -432,8 +432,7 @@ impl Supervisor {
                         }
                         // No stale lag: the sample is gone until a refresh succeeds, and the
                         // refresh age says for how long.
-                        let _ = Metrics::global()
-                            .kafka
+                        let _ = KafkaMetrics::global()
                             .partition_lag
                             .remove_label_values(&labels);
                         None
@@ -446,8 +445,7 @@ impl Supervisor {
                 if tracker.observe(index, check, Instant::now()) {
                     changed = true;
                     let stalled = tracker.stalled(index);
-                    Metrics::global()
-                        .kafka
+                    KafkaMetrics::global()
                         .partition_stalled
                         .with_label_values(&[topic, &label])
                         .set(i64::from(stalled));

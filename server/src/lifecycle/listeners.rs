@@ -23,7 +23,6 @@ use crate::serve::listener::{BoundedListener, ConnKind, ConnLimits};
 use crate::serve::overload::{Overload, OverloadConfig};
 use crate::serve::service::ThunderService;
 use crate::serve::tls::TlsFiles;
-use crate::telemetry::metrics::Metrics;
 use crate::telemetry::readiness::Readiness;
 
 /// Default largest accepted (decoded) request message: 4 MiB, far above the ~200 KB of two
@@ -259,7 +258,7 @@ pub async fn start_with<H: AnswerPosts>(
     started: Instant,
 ) -> Result<RunningServer, StartupError> {
     // Registers every metric, so a scrape lists them before the first request.
-    Metrics::global();
+    super::metrics::register();
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let readiness = Readiness::new(health_reporter, started, store.clone()).await;

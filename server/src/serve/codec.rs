@@ -168,7 +168,7 @@ impl Encoder for PostsCodec {
     fn encode(&mut self, item: PostsAnswer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         dst.reserve(item.posts.len() * FRAME_BYTES);
         let bytes = item.encode_to(dst);
-        crate::telemetry::metrics::Metrics::global()
+        crate::serve::metrics::ServeMetrics::global()
             .response_bytes
             .observe(bytes as f64);
         Ok(())

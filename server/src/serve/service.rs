@@ -25,10 +25,10 @@ use crate::serve::arrival::Accepted;
 use crate::serve::codec::{DecodedRequest, PostsAnswer};
 use crate::serve::following::FollowingSource;
 use crate::serve::log_limit::{LogLimit, for_log};
+use crate::serve::metrics::{QuerySummary, RequestSize, RequestSummary, ServeMetrics};
 use crate::serve::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
 use crate::serve::request::ValidatedRequest;
 use crate::telemetry::count_histogram::Stage;
-use crate::telemetry::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
 /// encoding and the trip back, so a partial answer arrives before the client gives up.
@@ -60,7 +60,6 @@ pub struct ThunderService {
     request_timeout: Option<Duration>,
     inline_queries: bool,
     debug_logs: LogLimit,
-    metrics: &'static Metrics,
 }
 
 impl ThunderService {
@@ -84,7 +83,6 @@ impl ThunderService {
             debug_logs: LogLimit::per_second(
                 NonZeroU32::new(DEBUG_LOGS_PER_SEC).unwrap_or(NonZeroU32::MIN),
             ),
-            metrics: Metrics::global(),
         }
     }
 
@@ -97,16 +95,15 @@ impl ThunderService {
     }
 
     /// Serves one call and records it in the metrics with a single
-    /// [`Metrics::record_request`] at its end (also when the call is dropped: its client
+    /// [`ServeMetrics::record_request`] at its end (also when the call is dropped: its client
     /// left, or tonic's own timer fired), and the shape of the posts its query answered with
-    /// [`Metrics::record_found_posts`].
+    /// [`ServeMetrics::record_found_posts`].
     pub async fn answer(&self, request: Request<DecodedRequest>) -> Result<Answer, ServiceError> {
         // From the stream's acceptance: the wait for this task to run counts.
         let started = Accepted::of_request(&request);
         let client_timeout = grpc_timeout(request.metadata());
         let client_deadline = client_timeout.and_then(|t| started.checked_add(t));
         let mut record = Recorder {
-            metrics: self.metrics,
             started,
             client_deadline,
             summary: Some(RequestSummary::default()),
@@ -123,13 +120,13 @@ impl ThunderService {
             None => work.await,
         };
         if matches!(result, Err(ServiceError::Overloaded)) {
-            self.metrics
+            ServeMetrics::global()
                 .refusal_duration
                 .observe(started.elapsed().as_secs_f64());
         }
         let late = result.is_ok() && client_deadline.is_some_and(|d| Instant::now() > d);
         if late {
-            self.metrics.late_answers.inc();
+            ServeMetrics::global().late_answers.inc();
         }
         let code = match &result {
             Ok(_) if late => ServiceError::DeadlineExceeded.code(),
@@ -203,14 +200,14 @@ impl ThunderService {
             .acquire(queued_since, client_deadline)
             .await
             .map_err(|_| {
-                self.metrics.rejected_requests.inc();
+                ServeMetrics::global().rejected_requests.inc();
                 ServiceError::Overloaded
             })?;
         if client_deadline.is_some_and(|d| Instant::now() >= d) {
             // Expired while it queued: not worth running.
             return Err(ServiceError::DeadlineExceeded);
         }
-        self.metrics
+        ServeMetrics::global()
             .queue_wait
             .observe(slot.queue_wait.as_secs_f64());
         let level = slot.level;
@@ -293,7 +290,6 @@ impl ThunderService {
 /// unfinished (the call's future was dropped: `DEADLINE_EXCEEDED` if its deadline has passed,
 /// else `CANCELLED`).
 struct Recorder {
-    metrics: &'static Metrics,
     started: Instant,
     client_deadline: Option<Instant>,
     summary: Option<RequestSummary>,
@@ -306,10 +302,10 @@ impl Recorder {
         let mut summary = self.summary.take().unwrap_or_default();
         summary.code = code;
         summary.duration = self.started.elapsed();
-        self.metrics.record_request(&summary);
+        let metrics = ServeMetrics::global();
+        metrics.record_request(&summary);
         if let (Some(query), Some(posts)) = (&summary.query, answered) {
-            self.metrics
-                .record_found_posts(Stage::Scored, posts, query.now_secs);
+            metrics.record_found_posts(Stage::Scored, posts, query.now_secs);
         }
     }
 }
@@ -325,7 +321,7 @@ impl Drop for Recorder {
             };
             summary.duration = now.duration_since(self.started);
             summary.query = None;
-            self.metrics.record_request(&summary);
+            ServeMetrics::global().record_request(&summary);
         }
     }
 }
