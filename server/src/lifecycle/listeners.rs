@@ -146,6 +146,7 @@ pub struct RunningServer {
     admin: JoinHandle<std::io::Result<()>>,
     background: Vec<JoinHandle<()>>,
     drain_timeout: Duration,
+    tls: bool,
 }
 
 impl RunningServer {
@@ -157,6 +158,11 @@ impl RunningServer {
     /// The bound admin HTTP address.
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_addr
+    }
+
+    /// True when the gRPC port speaks TLS.
+    pub fn tls_enabled(&self) -> bool {
+        self.tls
     }
 
     /// The readiness switch (flip it once the store has caught up).
@@ -374,6 +380,7 @@ pub async fn start_with<H: AnswerPosts>(
         admin,
         background,
         drain_timeout: options.drain_timeout,
+        tls: options.tls.is_some(),
     })
 }
 
