@@ -4,7 +4,7 @@
 //! gauges it refreshes are the store's (`telemetry::metrics::StoreMetrics`), which readiness
 //! refreshes too.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use thunder_engine::PostStore;
@@ -24,15 +24,7 @@ pub struct MaintenanceMetrics {
     pub trimmed_posts: IntCounter,
 }
 
-static METRICS: LazyLock<MaintenanceMetrics> =
-    LazyLock::new(|| MaintenanceMetrics::new(&Registrar::process()));
-
 impl MaintenanceMetrics {
-    /// The process's instance, registered in the process registry by the first call.
-    pub fn global() -> &'static Self {
-        &METRICS
-    }
-
     /// Builds the metrics into `r`.
     pub fn new(r: &Registrar<'_>) -> Self {
         Self {
@@ -43,6 +35,8 @@ impl MaintenanceMetrics {
         }
     }
 }
+
+crate::process_instance!(MaintenanceMetrics);
 
 /// How often one author shard is trimmed at the default retention (the reference's
 /// `start_auto_trim(2)`), and at most at any retention ([`trim_interval_for`]).

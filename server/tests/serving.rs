@@ -10,7 +10,7 @@ use thunder_engine::LightPost;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::serve::listener::ConnLimits;
-use thunder_server::serve::metrics::ServeMetrics;
+use thunder_server::serve::metrics::{ConnectionMetrics, ServeMetrics};
 use thunder_server::serve::overload::OverloadConfig;
 use thunder_server::{FollowingSource, ServerOptions};
 use thunder_testbed::in_process::{OneWorkerServer, SlowFollowing};
@@ -755,7 +755,7 @@ async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
 async fn connections_are_capped_idle_ones_time_out_and_do_not_hold_up_shutdown() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let evicted_at_the_cap = || {
-        ServeMetrics::global()
+        ConnectionMetrics::global()
             .connections_evicted
             .with_label_values(&["grpc", "max_connections"])
             .get()

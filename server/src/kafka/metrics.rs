@@ -4,8 +4,6 @@
 //! [`KafkaMetrics::global`]. `lag_refresh.rs` is the age of each partition's lag gauge,
 //! computed at each scrape.
 
-use std::sync::LazyLock;
-
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGaugeVec};
 use thunder_engine::DropReason;
 
@@ -83,14 +81,7 @@ pub fn drop_reasons() -> impl Iterator<Item = &'static str> {
         .chain(DropReason::ALL.iter().map(|r| r.as_str()))
 }
 
-static GLOBAL: LazyLock<KafkaMetrics> = LazyLock::new(|| KafkaMetrics::new(&Registrar::process()));
-
 impl KafkaMetrics {
-    /// The process's instance, registered in the process registry by the first call.
-    pub fn global() -> &'static Self {
-        &GLOBAL
-    }
-
     /// Builds the metrics into `r`; every drop reason and connection error reason is exported
     /// at zero from the start.
     pub fn new(r: &Registrar<'_>) -> Self {
@@ -160,6 +151,8 @@ impl KafkaMetrics {
         metrics
     }
 }
+
+crate::process_instance!(KafkaMetrics);
 
 #[cfg(test)]
 mod tests {

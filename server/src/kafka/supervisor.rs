@@ -400,44 +400,7 @@ impl Supervisor {
                 let next = state.next.load(Ordering::Relaxed);
                 let at_end = state.at_end.load(Ordering::Relaxed);
                 let label = state.partition.to_string();
-                let labels = [topic, label.as_str()];
-                let lag = match self.metadata_client.fetch_watermarks(
-                    topic,
-                    state.partition,
-                    self.request_timeout(),
-                ) {
-                    Ok((low, high)) => {
-                        let lag = partition_lag(low, high, next);
-                        let kafka = KafkaMetrics::global();
-                        kafka.partition_lag.with_label_values(&labels).set(lag);
-                        kafka.partition_lag_refresh_age.refreshed_at(
-                            topic,
-                            state.partition,
-                            Instant::now(),
-                        );
-                        // The log ends below what was applied: the broker lost records.
-                        if (0..i64::MAX).contains(&next) && high < next {
-                            let mut report = state.truncation();
-                            if report.epoch == epoch {
-                                report.log_end =
-                                    Some(report.log_end.map_or(high, |end| end.min(high)));
-                            }
-                        }
-                        Some(lag)
-                    }
-                    Err(error) => {
-                        if warned_at.is_none_or(|t| t.elapsed() >= LOG_INTERVAL) {
-                            tracing::warn!(topic, partition = state.partition, %error, "cannot read Kafka watermarks for the lag gauge");
-                            warned_at = Some(Instant::now());
-                        }
-                        // No stale lag: the sample is gone until a refresh succeeds, and the
-                        // refresh age says for how long.
-                        let _ = KafkaMetrics::global()
-                            .partition_lag
-                            .remove_label_values(&labels);
-                        None
-                    }
-                };
+                let lag = self.refresh_lag(state, next, epoch, &mut warned_at);
                 if !caught_up {
                     continue;
                 }
@@ -486,6 +449,57 @@ impl Supervisor {
                 .sleep_unless(tick, || self.shared.gate.ready_to_open())
             {
                 return;
+            }
+        }
+    }
+
+    /// Refreshes `state`'s lag gauge from the broker's watermarks against the applied `next`,
+    /// and reports a log that ends below it (a truncation, for this `epoch` only). `None` when
+    /// the watermarks cannot be read: the lag sample is removed meanwhile (warned at most once
+    /// a `LOG_INTERVAL`, `warned_at`).
+    fn refresh_lag(
+        &self,
+        state: &PartitionState,
+        next: i64,
+        epoch: u64,
+        warned_at: &mut Option<Instant>,
+    ) -> Option<i64> {
+        let topic = self.args.client.kafka_topic.as_str();
+        let label = state.partition.to_string();
+        let labels = [topic, label.as_str()];
+        match self
+            .metadata_client
+            .fetch_watermarks(topic, state.partition, self.request_timeout())
+        {
+            Ok((low, high)) => {
+                let lag = partition_lag(low, high, next);
+                let kafka = KafkaMetrics::global();
+                kafka.partition_lag.with_label_values(&labels).set(lag);
+                kafka.partition_lag_refresh_age.refreshed_at(
+                    topic,
+                    state.partition,
+                    Instant::now(),
+                );
+                // The log ends below what was applied: the broker lost records.
+                if (0..i64::MAX).contains(&next) && high < next {
+                    let mut report = state.truncation();
+                    if report.epoch == epoch {
+                        report.log_end = Some(report.log_end.map_or(high, |end| end.min(high)));
+                    }
+                }
+                Some(lag)
+            }
+            Err(error) => {
+                if warned_at.is_none_or(|t| t.elapsed() >= LOG_INTERVAL) {
+                    tracing::warn!(topic, partition = state.partition, %error, "cannot read Kafka watermarks for the lag gauge");
+                    *warned_at = Some(Instant::now());
+                }
+                // No stale lag: the sample is gone until a refresh succeeds, and the refresh
+                // age says for how long.
+                let _ = KafkaMetrics::global()
+                    .partition_lag
+                    .remove_label_values(&labels);
+                None
             }
         }
     }

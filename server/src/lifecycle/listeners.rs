@@ -268,14 +268,15 @@ pub async fn start_with<H: AnswerPosts>(
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let readiness = Readiness::new(health_reporter, started, store.clone()).await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(thunder_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(thunder_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection()
         .build_v1()
         .map_err(|e| StartupError::Reflection(e.to_string()))?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(thunder_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection_v1alpha = reflection()
         .build_v1alpha()
         .map_err(|e| StartupError::Reflection(e.to_string()))?;
 
@@ -351,19 +352,7 @@ pub async fn start_with<H: AnswerPosts>(
             .with_graceful_shutdown(stopped(shutdown_rx.clone()))
             .into_future(),
     );
-    let mut background = vec![tokio::spawn(status.run(shutdown_rx.clone()))];
-    if let Some(store) = store {
-        background.push(tokio::spawn(maintenance::run_trim(
-            Arc::clone(&store),
-            options.trim_interval,
-            shutdown_rx.clone(),
-        )));
-        background.push(tokio::spawn(maintenance::run_stats(
-            store,
-            options.stats_interval,
-            shutdown_rx,
-        )));
-    }
+    let background = spawn_background(status, store, &options, shutdown_rx);
     match &options.tls {
         Some(tls) => {
             tracing::info!(%grpc_addr, cert = %tls.cert.display(), "gRPC server mTLS enabled (client certificates required)")
@@ -382,6 +371,30 @@ pub async fn start_with<H: AnswerPosts>(
         drain_timeout: options.drain_timeout,
         tls: options.tls.is_some(),
     })
+}
+
+/// The status page's sampler and, over `store` when given, the trim and the stats refresh,
+/// until `shutdown` turns true.
+fn spawn_background(
+    status: Arc<StatusSampler>,
+    store: Option<Arc<PostStore>>,
+    options: &ServerOptions,
+    shutdown: watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut background = vec![tokio::spawn(status.run(shutdown.clone()))];
+    if let Some(store) = store {
+        background.push(tokio::spawn(maintenance::run_trim(
+            Arc::clone(&store),
+            options.trim_interval,
+            shutdown.clone(),
+        )));
+        background.push(tokio::spawn(maintenance::run_stats(
+            store,
+            options.stats_interval,
+            shutdown,
+        )));
+    }
+    background
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartupError> {

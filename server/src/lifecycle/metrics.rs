@@ -7,7 +7,7 @@ use prometheus::Registry;
 
 use crate::kafka::metrics::KafkaMetrics;
 use crate::maintenance::MaintenanceMetrics;
-use crate::serve::metrics::ServeMetrics;
+use crate::serve::metrics::{AnswerMetrics, ConnectionMetrics, ServeMetrics};
 use crate::snapshot::metrics::SnapshotMetrics;
 use crate::telemetry::metrics::{ProcessMetrics, StoreMetrics};
 use crate::telemetry::registry::{MetricInfo, Registrar};
@@ -16,6 +16,8 @@ use crate::telemetry::registry::{MetricInfo, Registrar};
 fn build(r: &Registrar<'_>) {
     ProcessMetrics::new(r);
     ServeMetrics::new(r);
+    AnswerMetrics::new(r);
+    ConnectionMetrics::new(r);
     StoreMetrics::new(r);
     MaintenanceMetrics::new(r);
     KafkaMetrics::new(r);
@@ -27,6 +29,8 @@ fn build(r: &Registrar<'_>) {
 pub fn register() {
     ProcessMetrics::global();
     ServeMetrics::global();
+    AnswerMetrics::global();
+    ConnectionMetrics::global();
     StoreMetrics::global();
     MaintenanceMetrics::global();
     KafkaMetrics::global();

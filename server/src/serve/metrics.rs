@@ -1,15 +1,15 @@
 //! The serving path's metrics: the `GetInNetworkPosts` calls (the reference's
 //! `get_in_network_posts_*` and `post_store_*` query metrics, the degrade levels, refusals,
-//! queue waits and late answers), the connections of both ports, the gRPC port's failed TLS
-//! handshakes and the follow-graph fetches, declared into the process registry
-//! ([`Registrar`]) and reached through [`ServeMetrics::global`].
+//! queue waits and late answers) and the follow-graph fetches ([`ServeMetrics`]), and the
+//! connections of both ports with the gRPC port's failed TLS handshakes
+//! ([`ConnectionMetrics`]), declared into the process registry ([`Registrar`]) and reached
+//! through each struct's `global()`.
 //!
 //! A call is recorded once, from a [`RequestSummary`] of the stages it reached
 //! ([`ServeMetrics::record_request`]); the shape of its answer's posts is observed apart
-//! ([`ServeMetrics::record_found_posts`]), counted per author in a reused per-thread table
+//! ([`AnswerMetrics::record`]), counted per author in a reused per-thread table
 //! (`author_counts.rs`).
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
@@ -44,19 +44,6 @@ pub struct ServeMetrics {
     /// `get_in_network_posts_response_bytes`: response message size (protobuf-encoded, before
     /// compression).
     pub response_bytes: Histogram,
-    /// `get_in_network_posts_found_freshness_seconds{stage}`: age of the newest post found.
-    pub found_freshness: HistogramVec,
-    /// `get_in_network_posts_found_time_range_seconds{stage}`: time between the newest and the
-    /// oldest post found.
-    pub found_time_range: HistogramVec,
-    /// `get_in_network_posts_found_reply_ratio{stage}`: share of replies among the posts found.
-    pub found_reply_ratio: HistogramVec,
-    /// `get_in_network_posts_found_unique_authors{stage}`: distinct authors among the posts
-    /// found.
-    pub found_unique_authors: HistogramVec,
-    /// `get_in_network_posts_found_posts_per_author{stage}`: posts per author among the posts
-    /// found (every author of an answer observed at once).
-    pub found_posts_per_author: CountHistogramVec,
     /// `post_store_requests_total`: store queries run.
     pub store_queries: IntCounter,
     /// `post_store_request_timeouts_total`: store queries cut short by their deadline (partial
@@ -85,17 +72,6 @@ pub struct ServeMetrics {
     /// `get_in_network_posts_late_answers_total`: answers ready only after the client's
     /// deadline (answered `DEADLINE_EXCEEDED`).
     pub late_answers: IntCounter,
-    /// `grpc_connections{port}`: open connections.
-    pub connections: IntGaugeVec,
-    /// `grpc_connections_refused_total{port}`: connections closed at accept (connection cap).
-    pub connections_refused: IntCounterVec,
-    /// `grpc_connections_evicted_total{port,reason}`: idle connections closed to admit a new
-    /// one at a cap.
-    pub connections_evicted: IntCounterVec,
-    /// `grpc_tls_handshake_failures_total{reason}`: connections to the gRPC port closed because
-    /// their TLS handshake failed, by [`TLS_FAILURE_REASONS`] (every reason
-    /// exported at zero from the start).
-    pub tls_handshake_failures: IntCounterVec,
     /// `strato_requests_total{endpoint,status}`: follow-graph fetches by endpoint and outcome.
     pub following_fetches: IntCounterVec,
 }
@@ -115,16 +91,8 @@ pub const TLS_FAILURE_REASONS: [&str; 7] = [
 /// Labels of `get_in_network_posts_degrade_level_total`, by level.
 const DEGRADE_LEVEL_LABELS: [&str; 4] = ["0", "1", "2", "3"];
 
-static GLOBAL: LazyLock<ServeMetrics> = LazyLock::new(|| ServeMetrics::new(&Registrar::process()));
-
 impl ServeMetrics {
-    /// The process's instance, registered in the process registry by the first call.
-    pub fn global() -> &'static Self {
-        &GLOBAL
-    }
-
-    /// Builds the metrics into `r`; every degrade level and TLS failure reason is exported at
-    /// zero from the start.
+    /// Builds the metrics into `r`; every degrade level is exported at zero from the start.
     pub fn new(r: &Registrar<'_>) -> Self {
         let metrics = Self {
             request_duration: r.histogram(
@@ -172,35 +140,6 @@ impl ServeMetrics {
                 "Encoded size of GetInNetworkPosts responses",
                 exp_buckets(16.0, 2.0, 20),
             ),
-            found_freshness: r.histogram_vec(
-                "get_in_network_posts_found_freshness_seconds",
-                "Age of the newest post found",
-                &["stage"],
-                time_range_buckets(),
-            ),
-            found_time_range: r.histogram_vec(
-                "get_in_network_posts_found_time_range_seconds",
-                "Time between the newest and the oldest post found",
-                &["stage"],
-                time_range_buckets(),
-            ),
-            found_reply_ratio: r.histogram_vec(
-                "get_in_network_posts_found_reply_ratio",
-                "Share of replies among the posts found",
-                &["stage"],
-                ratio_buckets(),
-            ),
-            found_unique_authors: r.histogram_vec(
-                "get_in_network_posts_found_unique_authors",
-                "Distinct authors among the posts found",
-                &["stage"],
-                exp_buckets(1.0, 1.2, 55),
-            ),
-            found_posts_per_author: r.count_histogram(
-                "get_in_network_posts_found_posts_per_author",
-                "Posts per author among the posts found",
-                vec![1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0],
-            ),
             store_queries: r.counter("post_store_requests_total", "Store queries run"),
             store_query_timeouts: r.counter(
                 "post_store_request_timeouts_total",
@@ -241,27 +180,6 @@ impl ServeMetrics {
                 "get_in_network_posts_late_answers_total",
                 "Answers ready only after the client's deadline (answered DEADLINE_EXCEEDED)",
             ),
-            connections: r.gauge_vec("grpc_connections", "Open connections by port", &["port"]),
-            connections_refused: r.counter_vec(
-                "grpc_connections_refused_total",
-                "Connections closed at accept because a connection cap was reached and every \
-                 connection that could give up its slot was busy",
-                &["port"],
-            ),
-            connections_evicted: r.counter_vec(
-                "grpc_connections_evicted_total",
-                "Idle connections closed to admit a new one at a connection cap, by cap \
-                 (max_connections, per_peer)",
-                &["port", "reason"],
-            ),
-            tls_handshake_failures: r.counter_vec(
-                "grpc_tls_handshake_failures_total",
-                &format!(
-                    "Connections to the gRPC port whose TLS handshake failed, by reason ({})",
-                    TLS_FAILURE_REASONS.join(", ")
-                ),
-                &["reason"],
-            ),
             following_fetches: r.counter_vec(
                 "strato_requests_total",
                 "Following-list fetches by outcome",
@@ -271,15 +189,12 @@ impl ServeMetrics {
         for level in DEGRADE_LEVEL_LABELS {
             metrics.degrade_levels.with_label_values(&[level]);
         }
-        for reason in TLS_FAILURE_REASONS {
-            metrics.tls_handshake_failures.with_label_values(&[reason]);
-        }
         metrics
     }
 
     /// Observes everything one `GetInNetworkPosts` call did: its status and duration always,
     /// and each stage it reached (see [`RequestSummary`]). The shape of the answer's posts is
-    /// observed apart, by [`ServeMetrics::record_found_posts`], from the posts themselves.
+    /// observed apart, by [`AnswerMetrics::record`], from the posts themselves.
     pub fn record_request(&self, summary: &RequestSummary) {
         if let Some(size) = &summary.request {
             self.request_bytes.observe(size.encoded_bytes as f64);
@@ -326,10 +241,68 @@ impl ServeMetrics {
         self.request_duration
             .observe(summary.duration.as_secs_f64());
     }
+}
+
+crate::process_instance!(ServeMetrics);
+
+/// The shape of the answers' posts: the reference's `get_in_network_posts_found_*`
+/// histograms, observed per answer apart from the call ([`AnswerMetrics::record`]).
+#[derive(Clone, Debug)]
+pub struct AnswerMetrics {
+    /// `get_in_network_posts_found_freshness_seconds{stage}`: age of the newest post found.
+    pub found_freshness: HistogramVec,
+    /// `get_in_network_posts_found_time_range_seconds{stage}`: time between the newest and the
+    /// oldest post found.
+    pub found_time_range: HistogramVec,
+    /// `get_in_network_posts_found_reply_ratio{stage}`: share of replies among the posts found.
+    pub found_reply_ratio: HistogramVec,
+    /// `get_in_network_posts_found_unique_authors{stage}`: distinct authors among the posts
+    /// found.
+    pub found_unique_authors: HistogramVec,
+    /// `get_in_network_posts_found_posts_per_author{stage}`: posts per author among the posts
+    /// found (every author of an answer observed at once).
+    pub found_posts_per_author: CountHistogramVec,
+}
+
+impl AnswerMetrics {
+    /// Builds the metrics into `r`.
+    pub fn new(r: &Registrar<'_>) -> Self {
+        Self {
+            found_freshness: r.histogram_vec(
+                "get_in_network_posts_found_freshness_seconds",
+                "Age of the newest post found",
+                &["stage"],
+                time_range_buckets(),
+            ),
+            found_time_range: r.histogram_vec(
+                "get_in_network_posts_found_time_range_seconds",
+                "Time between the newest and the oldest post found",
+                &["stage"],
+                time_range_buckets(),
+            ),
+            found_reply_ratio: r.histogram_vec(
+                "get_in_network_posts_found_reply_ratio",
+                "Share of replies among the posts found",
+                &["stage"],
+                ratio_buckets(),
+            ),
+            found_unique_authors: r.histogram_vec(
+                "get_in_network_posts_found_unique_authors",
+                "Distinct authors among the posts found",
+                &["stage"],
+                exp_buckets(1.0, 1.2, 55),
+            ),
+            found_posts_per_author: r.count_histogram(
+                "get_in_network_posts_found_posts_per_author",
+                "Posts per author among the posts found",
+                vec![1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0],
+            ),
+        }
+    }
 
     /// Observes the `get_in_network_posts_found_*` histograms for `posts` at `stage`, like the
     /// reference's `analyze_and_report_post_statistics`.
-    pub fn record_found_posts(&self, stage: Stage, posts: &[LightPost], now_secs: i64) {
+    pub fn record(&self, stage: Stage, posts: &[LightPost], now_secs: i64) {
         let (Some(newest), Some(oldest)) = (
             posts.iter().map(|p| p.created_at).max(),
             posts.iter().map(|p| p.created_at).min(),
@@ -361,11 +334,66 @@ impl ServeMetrics {
     }
 }
 
+crate::process_instance!(AnswerMetrics);
+
 thread_local! {
-    /// Posts per author of one answer, for [`ServeMetrics::record_found_posts`]; reused per thread.
+    /// Posts per author of one answer, for [`AnswerMetrics::record`]; reused per thread.
     static AUTHOR_COUNTS: std::cell::RefCell<crate::serve::author_counts::AuthorCounts> =
         std::cell::RefCell::new(crate::serve::author_counts::AuthorCounts::default());
 }
+
+/// The connections of both ports (`listener.rs`) and the gRPC port's TLS handshakes
+/// (`tls_accept.rs`).
+#[derive(Clone, Debug)]
+pub struct ConnectionMetrics {
+    /// `grpc_connections{port}`: open connections.
+    pub connections: IntGaugeVec,
+    /// `grpc_connections_refused_total{port}`: connections closed at accept (connection cap).
+    pub connections_refused: IntCounterVec,
+    /// `grpc_connections_evicted_total{port,reason}`: idle connections closed to admit a new
+    /// one at a cap.
+    pub connections_evicted: IntCounterVec,
+    /// `grpc_tls_handshake_failures_total{reason}`: connections to the gRPC port closed because
+    /// their TLS handshake failed, by [`TLS_FAILURE_REASONS`] (every reason
+    /// exported at zero from the start).
+    pub tls_handshake_failures: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    /// Builds the metrics into `r`; every TLS failure reason is exported at zero from the
+    /// start.
+    pub fn new(r: &Registrar<'_>) -> Self {
+        let metrics = Self {
+            connections: r.gauge_vec("grpc_connections", "Open connections by port", &["port"]),
+            connections_refused: r.counter_vec(
+                "grpc_connections_refused_total",
+                "Connections closed at accept because a connection cap was reached and every \
+                 connection that could give up its slot was busy",
+                &["port"],
+            ),
+            connections_evicted: r.counter_vec(
+                "grpc_connections_evicted_total",
+                "Idle connections closed to admit a new one at a connection cap, by cap \
+                 (max_connections, per_peer)",
+                &["port", "reason"],
+            ),
+            tls_handshake_failures: r.counter_vec(
+                "grpc_tls_handshake_failures_total",
+                &format!(
+                    "Connections to the gRPC port whose TLS handshake failed, by reason ({})",
+                    TLS_FAILURE_REASONS.join(", ")
+                ),
+                &["reason"],
+            ),
+        };
+        for reason in TLS_FAILURE_REASONS {
+            metrics.tls_handshake_failures.with_label_values(&[reason]);
+        }
+        metrics
+    }
+}
+
+crate::process_instance!(ConnectionMetrics);
 
 /// What one `GetInNetworkPosts` call did, for [`ServeMetrics::record_request`]. The stages the call
 /// did not reach stay `None` and are not observed.
@@ -420,7 +448,7 @@ pub struct RequestSize {
 }
 
 /// The store query's answer, as far as the metrics go: its counts, not its posts (those go to
-/// the encoder; [`ServeMetrics::record_found_posts`] observes their shape).
+/// the encoder; [`AnswerMetrics::record`] observes their shape).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QuerySummary {
     /// Posts the query returned.
@@ -454,15 +482,17 @@ mod tests {
 
     use super::*;
 
-    /// A fresh instance, so the counts do not depend on other tests.
-    fn metrics() -> (ServeMetrics, Registry) {
+    /// Fresh instances, so the counts do not depend on other tests.
+    fn metrics() -> (ServeMetrics, AnswerMetrics, Registry) {
         let registry = Registry::new();
-        (ServeMetrics::new(&Registrar::new(&registry)), registry)
+        let r = Registrar::new(&registry);
+        (ServeMetrics::new(&r), AnswerMetrics::new(&r), registry)
     }
 
     #[test]
     fn every_tls_handshake_failure_reason_is_exported_at_zero() {
-        let (_metrics, registry) = metrics();
+        let registry = Registry::new();
+        ConnectionMetrics::new(&Registrar::new(&registry));
         let families = registry.gather();
         let failures = families
             .iter()
@@ -473,11 +503,11 @@ mod tests {
 
     #[test]
     fn histogram_bounds_print_as_written() {
-        let (metrics, registry) = metrics();
+        let (metrics, answers, registry) = metrics();
         // Every histogram family gets a sample, so each prints its buckets.
         metrics.record_request(&RequestSummary::default());
         let posts = [LightPost::original(1, 10, 1_000_000)];
-        metrics.record_found_posts(Stage::Scored, &posts, 1_000_060);
+        answers.record(Stage::Scored, &posts, 1_000_060);
         let text = prometheus::TextEncoder::new()
             .encode_to_string(&registry.gather())
             .expect("encodes");
@@ -497,7 +527,7 @@ mod tests {
 
     #[test]
     fn a_refused_call_counts_only_its_status_and_duration() {
-        let (metrics, _registry) = metrics();
+        let (metrics, _answers, _registry) = metrics();
         metrics.record_request(&RequestSummary {
             code: tonic::Code::ResourceExhausted,
             duration: Duration::from_millis(2),
@@ -519,7 +549,7 @@ mod tests {
 
     #[test]
     fn a_served_call_observes_every_stage() {
-        let (metrics, _registry) = metrics();
+        let (metrics, answers, _registry) = metrics();
         let now = 1_000_000;
         let posts = vec![
             LightPost::original(1, 10, now - 60),
@@ -546,7 +576,7 @@ mod tests {
             response_bytes: Some(120),
             degrade_level: Some(2),
         });
-        metrics.record_found_posts(Stage::Scored, &posts, now);
+        answers.record(Stage::Scored, &posts, now);
         assert_eq!(metrics.degrade_levels.with_label_values(&["2"]).get(), 1);
         assert_eq!(metrics.requests.with_label_values(&["ok"]).get(), 1);
         assert_eq!(
@@ -575,15 +605,15 @@ mod tests {
         assert_eq!(metrics.store_queries.get(), 1);
         assert_eq!(metrics.store_query_timeouts.get(), 1);
         let scored = |h: &HistogramVec| h.with_label_values(&["scored"]);
-        assert_eq!(scored(&metrics.found_freshness).get_sample_sum(), 60.0);
-        assert_eq!(scored(&metrics.found_time_range).get_sample_sum(), 540.0);
-        assert_eq!(scored(&metrics.found_unique_authors).get_sample_sum(), 2.0);
+        assert_eq!(scored(&answers.found_freshness).get_sample_sum(), 60.0);
+        assert_eq!(scored(&answers.found_time_range).get_sample_sum(), 540.0);
+        assert_eq!(scored(&answers.found_unique_authors).get_sample_sum(), 2.0);
         assert_eq!(
-            metrics.found_posts_per_author.sample_count(Stage::Scored),
+            answers.found_posts_per_author.sample_count(Stage::Scored),
             2
         );
         assert_eq!(
-            metrics.found_posts_per_author.sample_sum(Stage::Scored),
+            answers.found_posts_per_author.sample_sum(Stage::Scored),
             3.0
         );
     }

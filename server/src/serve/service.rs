@@ -25,7 +25,9 @@ use crate::serve::arrival::Accepted;
 use crate::serve::codec::{DecodedRequest, PostsAnswer};
 use crate::serve::following::FollowingSource;
 use crate::serve::log_limit::{LogLimit, for_log};
-use crate::serve::metrics::{QuerySummary, RequestSize, RequestSummary, ServeMetrics};
+use crate::serve::metrics::{
+    AnswerMetrics, QuerySummary, RequestSize, RequestSummary, ServeMetrics,
+};
 use crate::serve::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
 use crate::serve::request::ValidatedRequest;
 use crate::telemetry::count_histogram::Stage;
@@ -97,7 +99,7 @@ impl ThunderService {
     /// Serves one call and records it in the metrics with a single
     /// [`ServeMetrics::record_request`] at its end (also when the call is dropped: its client
     /// left, or tonic's own timer fired), and the shape of the posts its query answered with
-    /// [`ServeMetrics::record_found_posts`].
+    /// [`AnswerMetrics::record`].
     pub async fn answer(&self, request: Request<DecodedRequest>) -> Result<Answer, ServiceError> {
         // From the stream's acceptance: the wait for this task to run counts.
         let started = Accepted::of_request(&request);
@@ -302,10 +304,9 @@ impl Recorder {
         let mut summary = self.summary.take().unwrap_or_default();
         summary.code = code;
         summary.duration = self.started.elapsed();
-        let metrics = ServeMetrics::global();
-        metrics.record_request(&summary);
+        ServeMetrics::global().record_request(&summary);
         if let (Some(query), Some(posts)) = (&summary.query, answered) {
-            metrics.record_found_posts(Stage::Scored, posts, query.now_secs);
+            AnswerMetrics::global().record(Stage::Scored, posts, query.now_secs);
         }
     }
 }

@@ -24,7 +24,7 @@ use tokio_rustls::server::TlsStream;
 
 use crate::error::StartupError;
 use crate::serve::log_limit::LogLimit;
-use crate::serve::metrics::{ServeMetrics, TLS_FAILURE_REASONS};
+use crate::serve::metrics::{ConnectionMetrics, TLS_FAILURE_REASONS};
 use crate::serve::tls::TlsFiles;
 
 /// Log lines about failed handshakes per second at most.
@@ -183,7 +183,7 @@ where
         Err(_) => io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"),
     };
     let failure = TlsFailure::of(&error);
-    ServeMetrics::global()
+    ConnectionMetrics::global()
         .tls_handshake_failures
         .with_label_values(&[failure.label()])
         .inc();

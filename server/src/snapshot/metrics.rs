@@ -2,8 +2,6 @@
 //! posts), the failed writes, and the start-up load, declared into the process registry
 //! ([`Registrar`]) and reached through [`SnapshotMetrics::global`].
 
-use std::sync::LazyLock;
-
 use prometheus::{Gauge, IntCounter, IntGauge};
 
 use crate::telemetry::registry::Registrar;
@@ -27,15 +25,7 @@ pub struct SnapshotMetrics {
     pub loaded_posts: IntGauge,
 }
 
-static GLOBAL: LazyLock<SnapshotMetrics> =
-    LazyLock::new(|| SnapshotMetrics::new(&Registrar::process()));
-
 impl SnapshotMetrics {
-    /// The process's instance, registered in the process registry by the first call.
-    pub fn global() -> &'static Self {
-        &GLOBAL
-    }
-
     /// Builds the metrics into `r`.
     pub fn new(r: &Registrar<'_>) -> Self {
         Self {
@@ -64,3 +54,5 @@ impl SnapshotMetrics {
         }
     }
 }
+
+crate::process_instance!(SnapshotMetrics);

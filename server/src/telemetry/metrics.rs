@@ -4,8 +4,6 @@
 //! maintenance task and as readiness turns on). Each wing declares its own metrics in its own
 //! `metrics.rs` (see [`registry`](crate::telemetry::registry)).
 
-use std::sync::LazyLock;
-
 use prometheus::core::Collector;
 use prometheus::{Gauge, IntGauge, IntGaugeVec};
 use thunder_engine::StoreStats;
@@ -30,15 +28,7 @@ pub struct ProcessMetrics {
     pub ready: IntGauge,
 }
 
-static PROCESS: LazyLock<ProcessMetrics> =
-    LazyLock::new(|| ProcessMetrics::new(&Registrar::process()));
-
 impl ProcessMetrics {
-    /// The process's instance, registered in the process registry by the first call.
-    pub fn global() -> &'static Self {
-        &PROCESS
-    }
-
     /// Builds the metrics into `r`.
     pub fn new(r: &Registrar<'_>) -> Self {
         let metrics = Self {
@@ -68,6 +58,8 @@ impl ProcessMetrics {
     }
 }
 
+crate::process_instance!(ProcessMetrics);
+
 /// The sizes of the store the process serves, as the `post_store_*` gauges.
 #[derive(Clone, Debug)]
 pub struct StoreMetrics {
@@ -88,14 +80,7 @@ pub struct StoreMetrics {
     pub index_bytes: IntGauge,
 }
 
-static STORE: LazyLock<StoreMetrics> = LazyLock::new(|| StoreMetrics::new(&Registrar::process()));
-
 impl StoreMetrics {
-    /// The process's instance, registered in the process registry by the first call.
-    pub fn global() -> &'static Self {
-        &STORE
-    }
-
     /// Builds the metrics into `r`.
     pub fn new(r: &Registrar<'_>) -> Self {
         Self {
@@ -149,6 +134,8 @@ impl StoreMetrics {
         self.index_bytes.set(as_i64(stats.index_bytes));
     }
 }
+
+crate::process_instance!(StoreMetrics);
 
 /// The standard `process_*` metrics of the Prometheus client libraries, read from
 /// `/proc/self` at each scrape (the prometheus crate's own collector needs another procfs

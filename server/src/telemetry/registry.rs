@@ -5,30 +5,29 @@
 //! # How a wing declares its metrics
 //! One file a wing (`serve/metrics.rs`, `kafka/metrics.rs`, `snapshot/metrics.rs`, ...), as
 //! TiKV keeps one metrics file a component: a struct of the wing's metrics with a
-//! `new(&Registrar)` that builds each field, and one instance in the process registry reached
-//! through the struct's `global()`, the wing's one way to its metrics:
+//! `new(&Registrar)` that builds each field, and [`process_instance!`] for its one instance in
+//! the process registry, reached through the struct's `global()`, the wing's one way to its
+//! metrics:
 //!
 //! ```
-//! # use std::sync::LazyLock;
 //! # use prometheus::IntCounter;
+//! # use thunder_server::process_instance;
 //! # use thunder_server::telemetry::registry::Registrar;
 //! /// The wing's metrics.
-//! struct WingMetrics {
+//! pub struct WingMetrics {
 //!     /// `wing_events_total`: events seen.
-//!     events: IntCounter,
+//!     pub events: IntCounter,
 //! }
 //!
-//! static GLOBAL: LazyLock<WingMetrics> = LazyLock::new(|| WingMetrics::new(&Registrar::process()));
-//!
 //! impl WingMetrics {
-//!     fn global() -> &'static Self {
-//!         &GLOBAL
-//!     }
-//!
-//!     fn new(r: &Registrar<'_>) -> Self {
+//!     /// Builds the metrics into `r`.
+//!     pub fn new(r: &Registrar<'_>) -> Self {
 //!         Self { events: r.counter("wing_events_total", "Events seen") }
 //!     }
 //! }
+//!
+//! process_instance!(WingMetrics);
+//! WingMetrics::global().events.inc();
 //! ```
 //!
 //! The process registry is [`prometheus::default_registry`]; [`render`] encodes it for
@@ -215,6 +214,23 @@ impl<'a> Registrar<'a> {
         self.note(&built, "histogram");
         built
     }
+}
+
+/// Gives a wing's metrics struct `$metrics` its `global()`: the process's one instance,
+/// built by `$metrics::new` into the process registry on first use.
+#[macro_export]
+macro_rules! process_instance {
+    ($metrics:ident) => {
+        impl $metrics {
+            /// The process's instance, registered in the process registry by the first call.
+            pub fn global() -> &'static Self {
+                static GLOBAL: ::std::sync::LazyLock<$metrics> = ::std::sync::LazyLock::new(|| {
+                    $metrics::new(&$crate::telemetry::registry::Registrar::process())
+                });
+                &GLOBAL
+            }
+        }
+    };
 }
 
 /// Renders the process registry in the Prometheus text format.
