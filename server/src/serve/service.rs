@@ -171,11 +171,11 @@ impl ThunderService {
             && let Some(suppressed) = self.debug_logs.allow()
         {
             tracing::info!(
-                user_id = validated.viewer_id,
+                user_id = validated.query.viewer_id,
                 following = size.following,
                 excluded = size.excluded,
-                max_results = validated.max_results,
-                video = validated.is_video,
+                max_results = validated.query.max_results,
+                video = validated.query.videos,
                 algorithm = %for_log(&algorithm),
                 suppressed,
                 "GetInNetworkPosts"
@@ -186,7 +186,7 @@ impl ThunderService {
             && let Some(source) = &self.following
         {
             let fetched = source
-                .fetch_following_list(validated.viewer_id, MAX_INPUT_LIST_SIZE)
+                .fetch_following_list(validated.query.viewer_id, MAX_INPUT_LIST_SIZE)
                 .await;
             summary.following_fetch = Some(fetched.is_ok());
             validated.set_authors(fetched.map_err(ServiceError::FollowingFetch)?);
@@ -215,21 +215,19 @@ impl ThunderService {
         let level = slot.level;
         validated.degrade(level);
         summary.degrade_level = Some(level);
-        summary.max_results = Some(validated.max_results);
-        let deadline = self.deadline(arrival, client_timeout);
-        let result = self
-            .query(validated, deadline, slot.into_permit(), summary)
-            .await;
+        summary.max_results = Some(validated.query.max_results);
+        validated.query.deadline = self.deadline(arrival, client_timeout);
+        let result = self.query(validated, slot.into_permit(), summary).await;
         summary.duration_without_fetch = Some(after_fetch.elapsed());
         result.map(|posts| Answer { posts, level })
     }
 
-    /// The store query (inline or on a blocking thread, holding `permit` until it ends):
+    /// The store query (inline or on a blocking thread, holding `permit` until it ends, and
+    /// stopping at the query's deadline):
     /// returns its posts and `next_cursor`, and notes their counts in `summary`.
     async fn query(
         &self,
         validated: ValidatedRequest,
-        deadline: Option<Instant>,
         permit: ExecutorPermit,
         summary: &mut RequestSummary,
     ) -> Result<PostsAnswer, ServiceError> {
@@ -237,7 +235,7 @@ impl ThunderService {
         let overload = Arc::clone(&self.overload);
         let run = move || {
             let started = Instant::now();
-            let outcome = validated.execute(&store, deadline);
+            let outcome = validated.execute(&store);
             overload.observe_service(started.elapsed());
             drop(permit);
             (outcome, validated, store.now_secs())
@@ -254,16 +252,14 @@ impl ThunderService {
             && let Some(suppressed) = self.debug_logs.allow()
         {
             tracing::info!(
-                user_id = validated.viewer_id,
+                user_id = validated.query.viewer_id,
                 returned = outcome.posts.len(),
                 timed_out = outcome.timed_out,
                 suppressed,
                 "GetInNetworkPosts done"
             );
         }
-        let next_cursor = validated
-            .extensions
-            .next_cursor(validated.max_results, &outcome);
+        let next_cursor = validated.next_cursor(&outcome);
         summary.query = Some(QuerySummary {
             returned: outcome.posts.len(),
             timed_out: outcome.timed_out,
