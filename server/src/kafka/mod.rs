@@ -101,6 +101,7 @@ use std::thread::JoinHandle;
 
 use rdkafka::consumer::BaseConsumer;
 use thunder_engine::PostStore;
+use thunder_events::kafka::KafkaError;
 use tokio::sync::watch;
 
 pub use config::KafkaArgs;
@@ -112,16 +113,6 @@ pub use resume::{
     AppliedOffsets, PartitionWatermarks, Restore, TopicStart, offsets_text, snapshot_offsets_text,
 };
 pub use supervisor::split_partitions;
-// The connection flags, their security checks, the producer and the error type are the
-// events crate's (`thunder_events::kafka`), shared with `thunder-cli produce`.
-pub use thunder_events::kafka::{
-    EXPIRY_WARNING_DAYS, EventProducer, Findings, IN_NETWORK_EVENTS_TOPIC, KafkaClientArgs,
-    KafkaError, ProducerStats, SecurityProtocol, builtin_features, certificate_dates, key_fits,
-    read_certificates,
-};
-pub use thunder_events::{
-    DecodeError, create_event, decode_event, delete_envelope, delete_event, light_post,
-};
 
 use gate::CatchUpGate;
 use progress::{Counters, LivePermits, Shared};
