@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use thunder_testbed::process::binary;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -13,7 +14,7 @@ use thunder_server::kafka;
 use thunder_testbed::kafka::*;
 
 fn produce(broker: &Broker, topic: &str, extra: &[&str], stdin: &str) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+    let mut child = Command::new(binary("thunder-cli"))
         .args([
             "produce",
             "--kafka-brokers",
@@ -124,7 +125,7 @@ fn synthetic_live_events_are_produced_at_a_rate() {
 #[test]
 fn an_unreachable_broker_fails_fast_with_the_reason() {
     let started = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+    let out = Command::new(binary("thunder-cli"))
         .args([
             "produce",
             "--kafka-brokers",
