@@ -114,10 +114,11 @@ async fn a_stop_during_the_catch_up_ends_it_without_a_lame_duck() {
         scale: 100,
         events_per_sec: 0,
     };
+    // Requested while the replica starts (a SIGTERM during start-up): it is not lost.
+    stops.request();
     let mut replica = Replica::start(options(source, Duration::from_secs(30)), &stops)
         .await
         .expect("starts");
-    stops.request();
     assert_eq!(
         replica.catch_up().await.expect("no failure"),
         CatchUp::StopRequested

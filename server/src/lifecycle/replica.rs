@@ -100,11 +100,13 @@ impl StopRequests {
         self.sender.send_modify(|requests| *requests += 1);
     }
 
-    /// A listener that has seen every request made so far.
+    /// A listener that has seen no request yet: one made before the replica started (a
+    /// SIGTERM while it creates its store) stops it at its first wait.
     fn listen(&self) -> StopListener {
-        let requests = self.sender.subscribe();
-        let seen = *requests.borrow();
-        StopListener { requests, seen }
+        StopListener {
+            requests: self.sender.subscribe(),
+            seen: 0,
+        }
     }
 }
 
