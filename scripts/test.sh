@@ -84,7 +84,7 @@ else
     cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$summary"
 fi
 
-step "Loom models (arena slot reuse, timeline ring: every interleaving, two preemptions)"
+step "Loom models (arena slot reuse, timeline ring, the store's core races: every interleaving, two preemptions)"
 # `--cfg thunder_loom` swaps the engine's atomics for loom's (engine/src/sync.rs); only the
 # models run under it (the `loom` filter). Its own target dir keeps the normal build cached.
 # The code compiled only under that cfg gets the same lints.

@@ -30,6 +30,7 @@ use crate::post::LightPost;
 use crate::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering, fence};
 use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
+#[cfg(not(thunder_loom))]
 use std::alloc::Layout;
 use std::sync::Arc;
 
@@ -48,6 +49,10 @@ pub(crate) fn slot_class_and_index(slot: SlotId) -> (usize, u32) {
 const CLASS_SLOTS: u32 = SMALL_CLASS;
 /// Bytes (and alignment) of one chunk: a 2 MiB huge page.
 const CHUNK_BYTES: usize = 2 << 20;
+/// log2 of the slots of a chunk under loom, for both classes: four slots, built one by one
+/// (`SlotClass::new_chunk`).
+#[cfg(thunder_loom)]
+const LOOM_CHUNK_SHIFT: u32 = 2;
 /// log2 of the slots a scan unit covers (`scan_chunk`): one large chunk, half a small one, so
 /// a snapshot chunk never holds more than 32768 posts (2 MiB).
 const SCAN_UNIT_SHIFT: u32 = 15;
@@ -96,8 +101,8 @@ struct SmallSlot {
 }
 
 impl SlotHead {
-    /// An unused head, as a zeroed chunk holds it (the loom models cannot use zeroed memory).
-    #[cfg(all(test, thunder_loom))]
+    /// An unused head, as a zeroed chunk holds it (loom's atomics cannot be zeroed memory).
+    #[cfg(thunder_loom)]
     fn empty() -> Self {
         Self {
             meta: AtomicU32::new(0),
@@ -249,8 +254,8 @@ trait PostSlot: Sized {
     /// `validated_fields` validates them).
     fn load_tail(&self, post: &mut CompactPost);
 
-    /// An unused slot, as a zeroed chunk holds it (the loom models cannot use zeroed memory).
-    #[cfg(all(test, thunder_loom))]
+    /// An unused slot, as a zeroed chunk holds it (loom's atomics cannot be zeroed memory).
+    #[cfg(thunder_loom)]
     fn empty() -> Self;
 
     /// Writes `post` into this free slot and makes it live, held by `holders`. Only the one
@@ -397,7 +402,10 @@ trait PostSlot: Sized {
 
 impl PostSlot for Slot {
     /// 32768 slots of 64 bytes = one 2 MiB chunk.
+    #[cfg(not(thunder_loom))]
     const CHUNK_SHIFT: u32 = 15;
+    #[cfg(thunder_loom)]
+    const CHUNK_SHIFT: u32 = LOOM_CHUNK_SHIFT;
 
     #[inline(always)]
     fn head(&self) -> &SlotHead {
@@ -427,7 +435,7 @@ impl PostSlot for Slot {
         post.conversation_id = self.conversation_id.load(Ordering::Relaxed);
     }
 
-    #[cfg(all(test, thunder_loom))]
+    #[cfg(thunder_loom)]
     fn empty() -> Self {
         Self {
             head: SlotHead::empty(),
@@ -442,7 +450,10 @@ impl PostSlot for Slot {
 
 impl PostSlot for SmallSlot {
     /// 65536 slots of 32 bytes = one 2 MiB chunk.
+    #[cfg(not(thunder_loom))]
     const CHUNK_SHIFT: u32 = 16;
+    #[cfg(thunder_loom)]
+    const CHUNK_SHIFT: u32 = LOOM_CHUNK_SHIFT;
 
     #[inline(always)]
     fn head(&self) -> &SlotHead {
@@ -463,7 +474,7 @@ impl PostSlot for SmallSlot {
         post.conversation_id = self.conversation_id.load(Ordering::Relaxed);
     }
 
-    #[cfg(all(test, thunder_loom))]
+    #[cfg(thunder_loom)]
     fn empty() -> Self {
         Self {
             head: SlotHead::empty(),
@@ -491,17 +502,17 @@ struct SlotClass<S: PostSlot> {
     spare: Option<Arc<crate::huge_memory::Spare>>,
     /// Whether chunks are made ahead (off while a load keeps every core busy).
     #[cfg(not(thunder_loom))]
-    ahead: std::sync::atomic::AtomicBool,
+    ahead: crate::sync::atomic::AtomicBool,
     /// Per chunk: its pages were handed back to the system (`release_free_chunks`) and none of
     /// its slots has been taken since. It is not in `chunk_count` meanwhile.
     #[cfg(not(thunder_loom))]
-    released: Box<[std::sync::atomic::AtomicBool]>,
+    released: Box<[crate::sync::atomic::AtomicBool]>,
     /// Held by the one `release_free_chunks` running.
     #[cfg(not(thunder_loom))]
-    releasing: std::sync::Mutex<()>,
+    releasing: crate::sync::Mutex<()>,
     /// Tests only: refuse every new chunk, as when the system has no memory left.
-    #[cfg(test)]
-    refuse_chunks: std::sync::atomic::AtomicBool,
+    #[cfg(all(test, not(thunder_loom)))]
+    refuse_chunks: crate::sync::atomic::AtomicBool,
 }
 
 /// Chunks a class holds before its next chunks are made ahead on a background thread (small
@@ -515,11 +526,15 @@ const BUMP_RUN_SLOTS: u32 = 32;
 
 /// Source of [`SlotClass`] ids; 0 is never handed out (an empty run names it).
 #[cfg(not(thunder_loom))]
-static NEXT_CLASS_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+static NEXT_CLASS_ID: crate::sync::atomic::AtomicU64 = crate::sync::atomic::AtomicU64::new(1);
 
 impl<S: PostSlot> SlotClass<S> {
     /// Enough chunks for every index of the class.
+    #[cfg(not(thunder_loom))]
     const MAX_CHUNKS: usize = (CLASS_SLOTS as usize) >> S::CHUNK_SHIFT;
+    /// Under loom, two chunks of four slots: the models hold a handful of posts.
+    #[cfg(thunder_loom)]
+    const MAX_CHUNKS: usize = 2;
 
     fn new() -> Self {
         Self {
@@ -531,29 +546,54 @@ impl<S: PostSlot> SlotClass<S> {
             live: StripedCount::default(),
             chunk_count: AtomicUsize::new(0),
             #[cfg(not(thunder_loom))]
-            id: NEXT_CLASS_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id: NEXT_CLASS_ID.fetch_add(1, crate::sync::atomic::Ordering::Relaxed),
             #[cfg(not(thunder_loom))]
             spare: Self::chunk_layout().map(crate::huge_memory::Spare::new),
             #[cfg(not(thunder_loom))]
-            ahead: std::sync::atomic::AtomicBool::new(true),
+            ahead: crate::sync::atomic::AtomicBool::new(true),
             #[cfg(not(thunder_loom))]
             released: (0..Self::MAX_CHUNKS)
-                .map(|_| std::sync::atomic::AtomicBool::new(false))
+                .map(|_| crate::sync::atomic::AtomicBool::new(false))
                 .collect(),
             #[cfg(not(thunder_loom))]
-            releasing: std::sync::Mutex::new(()),
-            #[cfg(test)]
-            refuse_chunks: std::sync::atomic::AtomicBool::new(false),
+            releasing: crate::sync::Mutex::new(()),
+            #[cfg(all(test, not(thunder_loom)))]
+            refuse_chunks: crate::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// A zeroed chunk: the spare made ahead when there is one, else a fresh mapping.
-    fn new_chunk(&self, layout: Layout) -> Option<*mut S> {
-        #[cfg(not(thunder_loom))]
+    #[cfg(not(thunder_loom))]
+    fn new_chunk(&self) -> Option<*mut S> {
         if let Some(ptr) = self.spare.as_ref().and_then(|s| s.take()) {
             return Some(ptr.cast());
         }
-        crate::huge_memory::allocate_zeroed(layout).map(|p| p.cast())
+        crate::huge_memory::allocate_zeroed(Self::chunk_layout()?).map(|p| p.cast())
+    }
+
+    /// A chunk of unused slots, boxed: loom's atomics cannot be zeroed memory.
+    #[cfg(thunder_loom)]
+    fn new_chunk(&self) -> Option<*mut S> {
+        let slots: Box<[S]> = (0..S::CHUNK_SLOTS).map(|_| S::empty()).collect();
+        Some(Box::into_raw(slots).cast())
+    }
+
+    /// Frees a chunk `new_chunk` made.
+    ///
+    /// # Safety
+    /// `chunk` came from `new_chunk` of this class, is freed once, and no reference into it
+    /// is left.
+    unsafe fn free_chunk(chunk: *mut S) {
+        #[cfg(not(thunder_loom))]
+        if let Some(layout) = Self::chunk_layout() {
+            // SAFETY: `new_chunk` mapped it with this layout (directly or through the spare);
+            // the caller guarantees the rest.
+            unsafe { crate::huge_memory::free(chunk.cast(), layout) };
+        }
+        #[cfg(thunder_loom)]
+        // SAFETY: `new_chunk` leaked it as a boxed slice of `CHUNK_SLOTS` slots; the caller
+        // guarantees the rest.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(chunk, S::CHUNK_SLOTS)) });
     }
 
     /// After a chunk was installed: once the class is large, asks for the next one ahead.
@@ -561,13 +601,14 @@ impl<S: PostSlot> SlotClass<S> {
         let _count = self.chunk_count.fetch_add(1, Ordering::Relaxed) + 1;
         #[cfg(not(thunder_loom))]
         if _count >= SPARE_AFTER_CHUNKS
-            && self.ahead.load(std::sync::atomic::Ordering::Relaxed)
+            && self.ahead.load(crate::sync::atomic::Ordering::Relaxed)
             && let Some(spare) = &self.spare
         {
             spare.refill();
         }
     }
 
+    #[cfg(not(thunder_loom))]
     fn chunk_layout() -> Option<Layout> {
         Layout::from_size_align(S::CHUNK_SLOTS * std::mem::size_of::<S>(), CHUNK_BYTES).ok()
     }
@@ -591,15 +632,11 @@ impl<S: PostSlot> SlotClass<S> {
         if !cell.load(Ordering::Acquire).is_null() {
             return Some(());
         }
-        #[cfg(test)]
-        if self
-            .refuse_chunks
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        #[cfg(all(test, not(thunder_loom)))]
+        if self.refuse_chunks.load(Ordering::Relaxed) {
             return None;
         }
-        let layout = Self::chunk_layout()?;
-        let fresh = self.new_chunk(layout)?;
+        let fresh = self.new_chunk()?;
         // Release publishes the zeroed chunk to readers that Acquire-load the pointer (`slot`);
         // Acquire on failure pairs with the winner's Release, whose chunk we then use.
         match cell.compare_exchange(
@@ -609,9 +646,9 @@ impl<S: PostSlot> SlotClass<S> {
             Ordering::Acquire,
         ) {
             Ok(_) => self.chunk_installed(),
-            // SAFETY: another writer installed its chunk first; ours, from `allocate_zeroed`
-            // with this layout (directly or through the spare), was never shared.
-            Err(_) => unsafe { crate::huge_memory::free(fresh.cast(), layout) },
+            // SAFETY: another writer installed its chunk first; ours, from `new_chunk`, was
+            // never shared.
+            Err(_) => unsafe { Self::free_chunk(fresh) },
         }
         Some(())
     }
@@ -638,7 +675,7 @@ impl<S: PostSlot> SlotClass<S> {
     #[cfg(not(thunder_loom))]
     #[inline]
     fn note_reused(&self, index: u32) {
-        use std::sync::atomic::Ordering::Relaxed;
+        use Ordering::Relaxed;
         // Relaxed: the flag was set before the index was pushed back onto the free list, and
         // the queue's push/pop order that before this load.
         if let Some(flag) = self.released.get((index >> S::CHUNK_SHIFT) as usize)
@@ -687,7 +724,7 @@ impl<S: PostSlot> SlotClass<S> {
             // Ids on the free list are distinct, so a full run is every slot of the chunk.
             let whole = run.len() == S::CHUNK_SLOTS;
             let flag = &self.released[chunk];
-            if whole && flag.load(std::sync::atomic::Ordering::Relaxed) {
+            if whole && flag.load(crate::sync::atomic::Ordering::Relaxed) {
                 // Released before, and no slot of it taken since.
                 discarded.extend_from_slice(run);
                 continue;
@@ -701,7 +738,7 @@ impl<S: PostSlot> SlotClass<S> {
                 unsafe { crate::huge_memory::discard(base.cast(), layout.size()) }
             };
             if whole && !base.is_null() && discard() {
-                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                flag.store(true, crate::sync::atomic::Ordering::Relaxed);
                 self.chunk_count.fetch_sub(1, Ordering::Relaxed);
                 released += 1;
                 discarded.extend_from_slice(run);
@@ -820,15 +857,12 @@ impl<S: PostSlot> SlotClass<S> {
 
 impl<S: PostSlot> Drop for SlotClass<S> {
     fn drop(&mut self) {
-        let Some(layout) = Self::chunk_layout() else {
-            return;
-        };
         for chunk in self.chunks.iter() {
             let ptr = chunk.load(Ordering::Relaxed);
             if !ptr.is_null() {
-                // SAFETY: the chunk was allocated in `ensure_chunk` by `allocate_zeroed` with
-                // this layout, and `&mut self` means no reader can still hold a slot reference.
-                unsafe { crate::huge_memory::free(ptr.cast(), layout) };
+                // SAFETY: the chunk was installed by `ensure_chunk` from `new_chunk`, and
+                // `&mut self` means no reader can still hold a slot reference.
+                unsafe { Self::free_chunk(ptr) };
             }
         }
     }
@@ -883,10 +917,10 @@ impl Arena {
         {
             self.large
                 .ahead
-                .store(on, std::sync::atomic::Ordering::Relaxed);
+                .store(on, crate::sync::atomic::Ordering::Relaxed);
             self.small
                 .ahead
-                .store(on, std::sync::atomic::Ordering::Relaxed);
+                .store(on, crate::sync::atomic::Ordering::Relaxed);
         }
         #[cfg(thunder_loom)]
         let _ = on;
@@ -903,7 +937,7 @@ impl Arena {
     #[cfg(all(test, not(thunder_loom)))]
     pub fn refuse_new_chunks(&self) {
         for refuse in [&self.large.refuse_chunks, &self.small.refuse_chunks] {
-            refuse.store(true, std::sync::atomic::Ordering::Relaxed);
+            refuse.store(true, Ordering::Relaxed);
         }
     }
 
@@ -1028,6 +1062,7 @@ impl Arena {
 
     /// Hands freed slots back to their class's free list once every reader pinned now has
     /// unpinned.
+    #[cfg(not(thunder_loom))]
     pub fn retire(&self, ids: Vec<SlotId>, guard: &Guard) {
         if !ids.is_empty() {
             let large = Arc::clone(&self.large.free);
@@ -1046,6 +1081,16 @@ impl Arena {
         // a thread-local bag until flushed; every write call flushes so garbage is collected
         // at the rate it is made instead of piling up behind the thread's bag.
         guard.flush();
+    }
+
+    /// Under loom, hands freed slots back at once: the models leave the grace period out, so
+    /// that a reader racing the reuse of its slot is checked to validate on its own (and
+    /// crossbeam-epoch, which loom does not model, stays out of the free lists).
+    #[cfg(thunder_loom)]
+    pub fn retire(&self, ids: Vec<SlotId>, _guard: &Guard) {
+        for id in ids {
+            with_class!(self, id, |class, index| class.free.push(index));
+        }
     }
 }
 
@@ -1434,8 +1479,8 @@ mod loom_tests {
 
     /// Post `n` for a slot of class `S`: every stored field and flag differs between posts 1
     /// and 2, so a mix shows; for the small class the reply and source ids are 0 (not stored).
-    fn post<S: PostSlot>(n: i64) -> CompactPost {
-        let large = S::CHUNK_SHIFT == Slot::CHUNK_SHIFT;
+    fn post<S: PostSlot + 'static>(n: i64) -> CompactPost {
+        let large = std::any::TypeId::of::<S>() == std::any::TypeId::of::<Slot>();
         let id = |base: i64| if large { base + n } else { 0 };
         let post = CompactPost {
             post_id: n,
@@ -1456,7 +1501,7 @@ mod loom_tests {
 
     /// A read of post 1 is either all of post 1 or `None`; a read of post 2 all of post 2 or
     /// `None`.
-    fn check<S: PostSlot>(read: Option<CompactPost>, n: i64) {
+    fn check<S: PostSlot + 'static>(read: Option<CompactPost>, n: i64) {
         assert!(
             read.is_none() || read == Some(post::<S>(n)),
             "read {n} returned {read:?}"

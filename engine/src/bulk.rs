@@ -48,10 +48,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, SlotId, slot_class_and_index};
 use crate::authors::Kind;
+use crate::guards::Guards;
 use crate::prefetch::prefetch;
 use crate::report::{DropReason, InsertReport};
-use crate::tables::{Guards, PendingRepost, StoreTables};
+use crate::tables::StoreTables;
 use crate::timeline::TinyPost;
+use crate::waiting::PendingRepost;
 
 /// Where a load reads its posts from: decoded in memory, or still in the records of a mapped
 /// snapshot file (`snapshot/mapped.rs`, `MappedPosts`), decoded as they are read. By index, by value.
@@ -367,8 +369,8 @@ pub(crate) fn bulk_load<P: PostSource + ?Sized>(
     threads: usize,
 ) -> Result<InsertReport, BulkRefusal> {
     let workers = threads.max(1);
-    if tables.is_shard()
-        && (0..posts.len()).any(|i| tables.is_foreign_author(posts.post(i).author_id))
+    if tables.directory.is_shard()
+        && (0..posts.len()).any(|i| tables.directory.is_foreign(posts.post(i).author_id))
     {
         return Err(BulkRefusal::ForeignAuthor);
     }
@@ -467,8 +469,8 @@ fn publish_ranks<P: PostSource + ?Sized>(
     for (offset, &index) in chunk.iter().enumerate() {
         if let Some(&ahead) = chunk.get(offset + LOOKAHEAD) {
             let ahead_id = posts.post(ahead as usize).post_id;
-            tables.prefetch_post_bucket(ahead_id, &g.epoch);
-            tables.prefetch_tombstone_word(ahead_id, &g.epoch);
+            tables.posts.prefetch_bucket(ahead_id, &g.epoch);
+            tables.tombstones.prefetch_word(ahead_id, &g.epoch);
         }
         // Relaxed: a hint to stop early; the join orders the outcome.
         if offset % 4096 == 0 && refused.load(Ordering::Relaxed) {
@@ -476,13 +478,16 @@ fn publish_ranks<P: PostSource + ?Sized>(
         }
         let post = &posts.post(index as usize);
         let post_id = post.post_id;
-        if tables.drops_create(post_id, i64::from(post.created_at), &g) {
+        if tables
+            .tombstones
+            .drops_create(post_id, i64::from(post.created_at), &g)
+        {
             out.report.count_drop(DropReason::Tombstoned);
             continue;
         }
         let own_video = has_own_video(post);
         let holders = IN_PRIMARY | if own_video { IN_VIDEO } else { 0 };
-        let slot = match tables.publish(post, holders, &g.epoch) {
+        let slot = match tables.posts.publish(post, holders, &g.epoch) {
             Ok(slot) => slot,
             // No slot (every id in use or memory exhausted): not stored, counted as in the
             // per-post path.
@@ -524,7 +529,7 @@ fn group_share<P: PostSource + ?Sized>(
     let mut posts = Vec::new();
     let refused = keys
         .chunk_by(|a, b| a >> 32 == b >> 32)
-        .filter(|hashed| hashed.len() > tables.cap())
+        .filter(|hashed| hashed.len() > tables.authors.cap())
         .any(|hashed| {
             loaded.block(hashed, &mut posts);
             authors(&posts).any(|author| {
@@ -532,7 +537,7 @@ fn group_share<P: PostSource + ?Sized>(
                     .iter()
                     .filter(|p| p.own_video || p.video_repost)
                     .count()
-                    > tables.cap()
+                    > tables.authors.cap()
             })
         })
         .then_some(BulkRefusal::VideosOverCap);
@@ -549,9 +554,9 @@ fn unpublish<P: PostSource + ?Sized>(
     let mut retired = Vec::new();
     for &key in shares.iter().flat_map(|s| &s.keys) {
         let (post_id, slot) = (loaded.post(key as u32).post_id, loaded.slot(key as u32));
-        tables.unpublish(post_id, slot, &epoch, &mut retired);
+        tables.posts.unpublish(post_id, slot, &epoch, &mut retired);
     }
-    tables.retire(retired, &epoch);
+    tables.posts.retire(retired, &epoch);
 }
 
 /// Phase 2 for one share: each author's timelines, built whole, a block of keys at a time.
@@ -576,7 +581,7 @@ fn build_share<P: PostSource + ?Sized>(
             let until = (done + author.len() + SOURCE_LOOKAHEAD).min(posts.len());
             for post in &posts[prefetched.max(done)..until] {
                 if post.video_repost {
-                    tables.prefetch_post_bucket(post.source_post_id, &g.epoch);
+                    tables.posts.prefetch_bucket(post.source_post_id, &g.epoch);
                 }
             }
             prefetched = until;
@@ -596,7 +601,7 @@ fn build_author(
     scratch: &mut AuthorScratch,
     built: &mut Built,
 ) {
-    let cap = tables.cap();
+    let cap = tables.authors.cap();
     let AuthorScratch {
         kind_ranks,
         timelines,
@@ -627,7 +632,7 @@ fn build_author(
         let joins_videos = post.own_video
             || (post.video_repost
                 && repost_joins_videos(tables, post, evicted_at, ranks, g, built)
-                && tables.hold_video(entry.slot, entry.post_id));
+                && tables.posts.hold_video(entry.slot, entry.post_id));
         if joins_videos {
             videos.push(entry);
         }
@@ -638,7 +643,7 @@ fn build_author(
     }
     timelines[Kind::Videos as usize].extend_from_slice(videos);
     // False when every author number is in use: the per-post path indexes nothing either.
-    if tables.fill_author(posts[0].author_id, timelines, &g.epoch) {
+    if tables.authors.fill(posts[0].author_id, timelines, &g.epoch) {
         for (kind, list) in timelines.iter().enumerate() {
             built.entries[kind] += list.len() as isize;
         }
@@ -658,12 +663,15 @@ fn repost_joins_videos(
 ) -> bool {
     let (source_id, rank) = (post.source_post_id, post.rank);
     let source = tables
+        .posts
         .lookup_with_slot(source_id, &g.epoch)
         .and_then(|(slot, record)| Some((ranks.get(slot)?, record)));
-    let shard = tables.is_shard();
+    let shard = tables.directory.is_shard();
     match source {
         // Stored before the repost: the videos rule decides at its insert.
-        Some((source_rank, source)) if source_rank < rank => tables.is_video_source(&source, g.now),
+        Some((source_rank, source)) if source_rank < rank => {
+            tables.retention.is_video_source(&source, g.now)
+        }
         // A shard indexes every repost whose source is not stored (yet).
         _ if shard => true,
         // Stored after the repost: promoted when it arrives, if it is a video source and
@@ -693,18 +701,20 @@ fn finish(tables: &StoreTables, built: Vec<Built>) {
         pending.extend(share.pending);
         for (post_id, slot) in share.release {
             // Only primary timelines let go of posts here (never the videos one).
-            tables.release(post_id, slot, Kind::Originals, &g.epoch, &mut retired);
+            tables
+                .posts
+                .release(post_id, slot, IN_PRIMARY, &g.epoch, &mut retired);
         }
         for (kind, n) in Kind::ALL.into_iter().zip(share.entries) {
-            tables.count_entries(kind, n);
+            tables.authors.count_entries(kind, n);
         }
     }
     pending.sort_unstable_by_key(|&(source, rank, _)| (source, rank));
     for group in pending.chunk_by(|a, b| a.0 == b.0) {
         let waiting = group.iter().map(|&(_, _, repost)| repost).collect();
-        tables.set_waiting(group[0].0, waiting, &g);
+        tables.waiting.set(group[0].0, waiting, &g);
     }
-    tables.retire(retired, &g.epoch);
+    tables.posts.retire(retired, &g.epoch);
 }
 
 /// Per-thread buffers reused from one author to the next.
@@ -761,7 +771,7 @@ mod tests {
         let (bulk, per_post) = (store(), store());
         for s in [&bulk, &per_post] {
             let g = s.tables().guards();
-            assert!(s.tables().restore_tombstone(2, NOW - 500, &g));
+            assert!(s.tables().tombstones.restore(2, NOW - 500, &g));
         }
         let report = bulk_load(bulk.tables(), &posts, &in_timeline_order(&posts, 2), 2)
             .expect("built in bulk");
@@ -771,7 +781,7 @@ mod tests {
         for s in [&bulk, &per_post] {
             assert_eq!(feed(s, &[7, 8]), vec![3, 1]);
             let g = s.tables().guards();
-            assert_eq!(s.tables().live_tombstone(2, &g), Some(NOW - 40));
+            assert_eq!(s.tables().tombstones.live(2, &g), Some(NOW - 40));
         }
     }
 
@@ -794,7 +804,12 @@ mod tests {
         );
         assert_eq!(bulk.stats().posts, 0);
         assert_eq!(bulk.stats().authors, 0);
-        assert!(bulk.tables().lookup(77, &crossbeam_epoch::pin()).is_none());
+        assert!(
+            bulk.tables()
+                .posts
+                .lookup(77, &crossbeam_epoch::pin())
+                .is_none()
+        );
         assert!(feed(&bulk, &[1, 999]).is_empty());
     }
 
@@ -839,7 +854,7 @@ mod tests {
                     scope.spawn(move || {
                         let epoch = &crossbeam_epoch::pin();
                         half.iter()
-                            .map(|p| tables.publish(p, IN_PRIMARY, epoch).expect("a slot"))
+                            .map(|p| tables.posts.publish(p, IN_PRIMARY, epoch).expect("a slot"))
                             .collect::<Vec<_>>()
                     })
                 })

@@ -130,11 +130,14 @@ impl FactTable {
 /// the parent id (0 unless the packed word says it has one).
 pub(crate) type FactRecord = (i64, u64, i64);
 
-/// The facts of the posts a shard does not own, and which authors it owns.
+/// The facts of the posts a shard does not own, and which authors it owns; on a full
+/// (unsharded) store, nothing: every author is its own and every method finds no fact.
 pub(crate) struct FactDirectory {
-    owns: Box<dyn Fn(i64) -> bool + Send + Sync>,
-    /// Behind one thin pointer, so the tables' `Option<FactDirectory>` stays three words.
-    shared: Box<Shared>,
+    /// `None` on a full store.
+    owns: Option<Box<dyn Fn(i64) -> bool + Send + Sync>>,
+    /// Behind one thin pointer, so a full store's directory costs three words. `None` on a
+    /// full store.
+    shared: Option<Box<Shared>>,
 }
 
 /// The identity and the fact tables of a shard.
@@ -142,6 +145,20 @@ struct Shared {
     /// The shard's identity, when it was given (needed to write snapshots).
     id: Option<ShardId>,
     tables: [RwLock<FactTable>; FACT_SHARDS],
+}
+
+impl Shared {
+    fn read(&self, table: usize) -> std::sync::RwLockReadGuard<'_, FactTable> {
+        self.tables[table]
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self, table: usize) -> std::sync::RwLockWriteGuard<'_, FactTable> {
+        self.tables[table]
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl std::fmt::Debug for FactDirectory {
@@ -169,43 +186,46 @@ fn table_bytes(capacity: usize, entry_bytes: usize) -> usize {
 }
 
 impl FactDirectory {
+    /// The directory of a full store: it owns every author and holds no fact.
+    pub(crate) fn unsharded() -> Self {
+        Self {
+            owns: None,
+            shared: None,
+        }
+    }
+
     /// An empty directory of the shard that owns the authors `owns` accepts; `id` when the
     /// shard's place in its fleet is known.
     pub(crate) fn new(owns: Box<dyn Fn(i64) -> bool + Send + Sync>, id: Option<ShardId>) -> Self {
         Self {
-            owns,
-            shared: Box::new(Shared {
+            owns: Some(owns),
+            shared: Some(Box::new(Shared {
                 id,
                 tables: std::array::from_fn(|_| RwLock::new(FactTable::default())),
-            }),
+            })),
         }
     }
 
-    /// True when this shard keeps the full records of `author_id`'s posts.
-    pub(crate) fn owns(&self, author_id: i64) -> bool {
-        (self.owns)(author_id)
+    /// True on an author shard (with or without its identity).
+    pub(crate) fn is_shard(&self) -> bool {
+        self.owns.is_some()
     }
 
-    /// The shard's identity, if it was given.
+    /// True on a shard that does not own `author_id` (it then has no timeline of that author;
+    /// its posts go to this directory).
+    #[inline]
+    pub(crate) fn is_foreign(&self, author_id: i64) -> bool {
+        self.owns.as_ref().is_some_and(|owns| !owns(author_id))
+    }
+
+    /// The shard's identity, if it is a shard and was given one.
     pub(crate) fn id(&self) -> Option<ShardId> {
-        self.shared.id
-    }
-
-    fn read(&self, table: usize) -> std::sync::RwLockReadGuard<'_, FactTable> {
-        self.shared.tables[table]
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self, table: usize) -> std::sync::RwLockWriteGuard<'_, FactTable> {
-        self.shared.tables[table]
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.shared.as_ref().and_then(|shared| shared.id)
     }
 
     /// The facts of `post_id`, if held (expired or not).
     pub(crate) fn get(&self, post_id: i64) -> Option<Fact> {
-        let table = self.read(table_index(post_id));
+        let table = self.shared.as_ref()?.read(table_index(post_id));
         let packed = *table.facts.get(&post_id)?;
         Some(Fact {
             created_at: packed as u32,
@@ -215,24 +235,25 @@ impl FactDirectory {
         })
     }
 
-    /// The directory's sizes.
-    pub(crate) fn stats(&self) -> DirectoryStats {
+    /// The directory's sizes; `None` on a full store.
+    pub(crate) fn stats(&self) -> Option<DirectoryStats> {
+        let shared = self.shared.as_ref()?;
         let mut stats = DirectoryStats::default();
         for table in 0..FACT_SHARDS {
-            let table = self.read(table);
+            let table = shared.read(table);
             stats.facts += table.facts.len();
             stats.parent_ids += table.parents.len();
             stats.table_bytes +=
                 table_bytes(table.facts.capacity(), 16) + table_bytes(table.parents.capacity(), 16);
         }
-        stats
+        Some(stats)
     }
 
     /// Records the facts of `post` (its time checks passed), unless the first create of its
     /// id won before (`Duplicate`) or `tombstoned` says a live tombstone drops it
     /// (`Tombstoned`). `tombstoned` runs under the write lock of the fact's table: a delete
     /// writes its tombstone before it takes that lock to remove the fact, so whichever takes
-    /// the lock second sees the other.
+    /// the lock second sees the other. `None` (nothing kept) on a full store.
     pub(crate) fn insert(
         &self,
         post: &CompactPost,
@@ -240,7 +261,7 @@ impl FactDirectory {
     ) -> Option<DropReason> {
         let post_id = post.post_id;
         let fact = Fact::of_record(post);
-        let mut table = self.write(table_index(post_id));
+        let mut table = self.shared.as_ref()?.write(table_index(post_id));
         if tombstoned() {
             return Some(DropReason::Tombstoned);
         }
@@ -257,7 +278,7 @@ impl FactDirectory {
     /// Removes the fact of `post_id` (deleted: its tombstone is already written); the
     /// removed fact's `created_at`, if there was one.
     pub(crate) fn remove(&self, post_id: i64) -> Option<u32> {
-        let mut table = self.write(table_index(post_id));
+        let mut table = self.shared.as_ref()?.write(table_index(post_id));
         table.parents.remove(&post_id);
         table.facts.remove(&post_id).map(|packed| packed as u32)
     }
@@ -271,7 +292,10 @@ impl FactDirectory {
         expired: impl Fn(u32) -> bool,
         out: &mut Vec<FactRecord>,
     ) {
-        let table = self.read(table);
+        let Some(shared) = self.shared.as_ref() else {
+            return;
+        };
+        let table = shared.read(table);
         out.reserve(table.facts.len());
         for (&post_id, &packed) in &table.facts {
             if !expired(packed as u32) {
@@ -289,6 +313,9 @@ impl FactDirectory {
         expired: impl Fn(u32) -> bool,
         mut tombstoned: impl FnMut(i64, i64) -> bool,
     ) -> usize {
+        let Some(shared) = self.shared.as_ref() else {
+            return 0;
+        };
         let mut by_table: Vec<Vec<FactRecord>> = vec![Vec::new(); FACT_SHARDS];
         for &fact in facts {
             if !expired(fact.1 as u32) {
@@ -297,7 +324,7 @@ impl FactDirectory {
         }
         let mut restored = 0;
         for (index, facts) in by_table.into_iter().enumerate() {
-            let mut table = self.write(index);
+            let mut table = shared.write(index);
             table.facts.reserve(facts.len());
             for (post_id, packed, parent) in facts {
                 if tombstoned(post_id, i64::from(packed as u32)) {
@@ -319,8 +346,11 @@ impl FactDirectory {
     /// Frees the `expired` facts (by `created_at`), in the tables `shard` (mod
     /// `TRIM_FRACTION`) stands for.
     pub(crate) fn trim(&self, shard: usize, expired: impl Fn(u32) -> bool) {
+        let Some(shared) = self.shared.as_ref() else {
+            return;
+        };
         for index in (shard % TRIM_FRACTION..FACT_SHARDS).step_by(TRIM_FRACTION) {
-            let mut table = self.write(index);
+            let mut table = shared.write(index);
             let FactTable { facts, parents } = &mut *table;
             facts.retain(|post_id, packed| {
                 let keep = !expired(*packed as u32);

@@ -14,6 +14,7 @@ mod imp {
 
     /// A zeroed region of `layout` (size and alignment), or `None` when the system has no
     /// memory left.
+    #[cfg_attr(thunder_loom, allow(dead_code))]
     pub(crate) fn allocate_zeroed(layout: Layout) -> Option<*mut u8> {
         let (size, align) = (layout.size(), layout.align());
         // Over-map by one alignment so an aligned start exists inside, then trim both ends.
@@ -54,6 +55,7 @@ mod imp {
     ///
     /// # Safety
     /// `ptr` came from [`allocate_zeroed`] with this `layout`, and nothing uses it any more.
+    #[cfg_attr(thunder_loom, allow(dead_code))]
     pub(crate) unsafe fn free(ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller guarantees `ptr..+size` is a mapping of ours no one uses.
         unsafe {
@@ -81,6 +83,7 @@ mod imp {
     use std::alloc::Layout;
 
     /// A zeroed region of `layout`, or `None` when the allocator has no memory left.
+    #[cfg_attr(thunder_loom, allow(dead_code))]
     pub(crate) fn allocate_zeroed(layout: Layout) -> Option<*mut u8> {
         // SAFETY: the layout has non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -91,6 +94,7 @@ mod imp {
     ///
     /// # Safety
     /// `ptr` came from [`allocate_zeroed`] with this `layout`, and nothing uses it any more.
+    #[cfg_attr(thunder_loom, allow(dead_code))]
     pub(crate) unsafe fn free(ptr: *mut u8, layout: Layout) {
         // SAFETY: as the caller guarantees.
         unsafe { std::alloc::dealloc(ptr, layout) }
@@ -106,10 +110,10 @@ mod imp {
     }
 }
 
-// Chunk release is left out of loom builds (engine/src/arena.rs), so `discard` has no caller there.
+// Loom builds box every chunk and table (their atomics cannot be zeroed memory) and leave chunk
+// release out (engine/src/arena.rs): nothing there maps memory.
 #[cfg(not(thunder_loom))]
-pub(crate) use imp::discard;
-pub(crate) use imp::{allocate_zeroed, free};
+pub(crate) use imp::{allocate_zeroed, discard, free};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

@@ -37,9 +37,13 @@
 //! [`PostStore`] (`store.rs`) is a thin public face over private tables: each of its methods
 //! calls the part that does the work, and no part reads the face's field or calls it back.
 //! - `store.rs`: [`PostStore`] and [`StoreConfig`], the face;
-//! - `tables.rs`: `StoreTables`, the tables (arena, post index, authors, tombstones, waiting
-//!   reposts, a shard's fact directory) and the narrow methods that keep them consistent with
-//!   one another, the insert/delete orderings included;
+//! - `tables.rs`: `StoreTables`, the tables each behind its owner, and the orderings that span
+//!   two of them (publish, then check the tombstones; tombstone, then remove; wait for a
+//!   source, then look; entries out, then records released); the owners: `posts.rs` (the
+//!   record arena and the post index), `authors.rs` (the authors and their timelines),
+//!   `tombstones.rs` (the tombstones and their filter), `waiting.rs` (the reposts that wait
+//!   for their source), `directory.rs` (below); `guards.rs` (the pins one call holds),
+//!   `retention.rs` (the expiry rule);
 //! - `write.rs`: the write path (insert, delete, trim and their reference rules);
 //! - `query.rs`: the read path (the newest-first merge); `feed_query.rs`: what a query asks
 //!   ([`FeedQuery`], [`OwnedQuery`], the one per-author clamp [`PerAuthorLimits`]) and what it
@@ -53,10 +57,10 @@
 //!   own methods (it knows nothing of the store; `tables.rs` calls it); `shard.rs`: [`ShardId`];
 //! - `report.rs`: what the calls report ([`InsertReport`], [`StoreStats`], ...);
 //! - `contract.rs`: the [`Store`] trait every store (engine, model, baseline) implements;
-//! - leaves below them: `arena.rs` (record slots), `index.rs` (the tag index), `authors.rs`
-//!   (author records and their timelines), `timeline.rs` (the rings), `tombstone_filter.rs`,
-//!   `counter.rs` (per-thread counters), `huge_memory.rs` (huge-page mappings), `prefetch.rs`,
-//!   `sync.rs` (the atomics shim the loom models plug into);
+//! - leaves below them: `arena.rs` (record slots), `index.rs` (the tag index),
+//!   `author_index.rs` (author records and their timelines), `timeline.rs` (the rings),
+//!   `tombstone_filter.rs`, `counter.rs` (per-thread counters), `huge_memory.rs` (huge-page
+//!   mappings), `prefetch.rs`, `sync.rs` (the atomics shim the loom models plug into);
 //! - value types: `post.rs` ([`LightPost`] and the events), `page.rs` (answer order, page
 //!   positions, time bounds), `seen.rs` ([`SeenFilter`]), `clock.rs`, `config.rs` (the
 //!   reference's constants); `BEHAVIOUR.md`: the exact rules.
@@ -91,16 +95,20 @@ pub mod post;
 pub mod seen;
 
 mod arena;
+mod author_index;
 mod authors;
 mod bulk;
 mod counter;
 mod directory;
 mod feed_query;
+mod guards;
 mod huge_memory;
 mod index;
+mod posts;
 mod prefetch;
 mod query;
 mod report;
+mod retention;
 mod shard;
 pub mod snapshot;
 mod store;
@@ -108,6 +116,8 @@ mod sync;
 mod tables;
 mod timeline;
 mod tombstone_filter;
+mod tombstones;
+mod waiting;
 mod write;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -204,7 +204,8 @@ impl Reader<'_> {
                 return false;
             };
             let created_at = i64::from(entry.created_at);
-            if self.tables.expired(entry.created_at, self.now) || created_at < self.oldest {
+            if self.tables.retention.expired(entry.created_at, self.now) || created_at < self.oldest
+            {
                 return false;
             }
             if created_at > self.newest
@@ -213,7 +214,7 @@ impl Reader<'_> {
             {
                 continue;
             }
-            self.tables.prefetch_record(entry.slot);
+            self.tables.posts.prefetch_record(entry.slot);
             s.current = entry;
             return true;
         }
@@ -660,14 +661,14 @@ fn query_in(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask, bump: &Bump) 
         for &author_id in batch {
             // A shard holds no timeline of a foreign author (it stays in `followed` for
             // the reply rule), so it is not probed.
-            if followed.insert(author_id) && !tables.is_foreign_author(author_id) {
-                let hashed = tables.author_hash(author_id);
-                tables.prefetch_author_bucket(hashed, &g.epoch);
+            if followed.insert(author_id) && !tables.directory.is_foreign(author_id) {
+                let hashed = tables.authors.hash(author_id);
+                tables.authors.prefetch_bucket(hashed, &g.epoch);
                 probes.push((author_id, hashed, None));
             }
         }
         for probe in probes.iter_mut() {
-            probe.2 = tables.author_candidate(probe.1, &g.epoch);
+            probe.2 = tables.authors.candidate(probe.1, &g.epoch);
             if let Some(author) = probe.2 {
                 // The record's first line holds its id and the feed timelines; the videos
                 // timeline is in the second.
@@ -680,7 +681,7 @@ fn query_in(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask, bump: &Bump) 
         }
         for &(author_id, hashed, candidate) in probes.iter() {
             let Some(author) =
-                candidate.and_then(|c| tables.verified_author(author_id, hashed, c, &g.epoch))
+                candidate.and_then(|c| tables.authors.verified(author_id, hashed, c, &g.epoch))
             else {
                 continue;
             };
@@ -692,7 +693,7 @@ fn query_in(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask, bump: &Bump) 
                 if summary.len == 0
                     || limit == 0
                     || query.max_results == 0
-                    || tables.expired(newest, now)
+                    || tables.retention.expired(newest, now)
                     || i64::from(newest) < reader.oldest
                 {
                     continue;
@@ -776,7 +777,7 @@ fn query_in(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask, bump: &Bump) 
             continue;
         }
         let entry = stream.current;
-        if let Some(record) = tables.read(entry.slot, entry.post_id)
+        if let Some(record) = tables.posts.read(entry.slot, entry.post_id)
             && (stream.kind != Kind::Videos
                 || record.has_video
                 || repost_source_is_video(tables, &record, &g.epoch, now))
@@ -851,7 +852,7 @@ fn visible(
     let Some(parent) = tables.fact(post.in_reply_to_post_id, epoch) else {
         return false;
     };
-    if tables.expired(parent.created_at, now) {
+    if tables.retention.expired(parent.created_at, now) {
         return false;
     }
     if parent.is_original() {

@@ -108,7 +108,7 @@ impl PostStore {
 
     /// The retention window in seconds.
     pub fn retention_secs(&self) -> i64 {
-        self.tables.retention_secs()
+        self.tables.retention.secs()
     }
 
     /// The store clock's current time.
@@ -119,12 +119,12 @@ impl PostStore {
     /// The shard this store is, if it was built with
     /// [`with_author_shard`](Self::with_author_shard); `None` for a full store.
     pub fn shard_id(&self) -> Option<ShardId> {
-        self.tables.shard_id()
+        self.tables.directory.id()
     }
 
     /// Sizes of the fact directory; `None` for a full (unsharded) store.
     pub fn directory_stats(&self) -> Option<DirectoryStats> {
-        self.tables.directory_stats()
+        self.tables.directory.stats()
     }
 
     /// Stores a batch of new posts. See `BEHAVIOUR.md` for the exact rules.
@@ -162,7 +162,7 @@ impl PostStore {
     /// replay of a known backlog) never stops its writers to rehash the index on the way.
     /// Nothing if the index is that large already; the index still grows past it if needed.
     pub fn reserve_posts(&self, posts: usize) {
-        self.tables.reserve_posts(posts);
+        self.tables.posts.reserve(posts);
     }
 
     /// The newest originals and replies+reposts of `query.authors` (reference rules §4.4–4.6).
@@ -318,7 +318,7 @@ mod tests {
             let g = store.tables.guards();
             deleted
                 .clone()
-                .filter(|&id| store.tables.tombstone_filter_passes(id, &g.epoch))
+                .filter(|&id| store.tables.tombstones.filter_passes(id, &g.epoch))
                 .count()
         };
         assert_eq!(passing(&store), 200_000);
@@ -397,7 +397,7 @@ mod memory_tests {
     #[test]
     fn a_post_without_a_slot_is_dropped_and_counted() {
         let store = PostStore::with_clock(RETENTION, Arc::new(ManualClock::new(NOW)));
-        store.tables.refuse_new_chunks();
+        store.tables.posts.refuse_new_chunks();
         let mut drops = Vec::new();
         let report = store.insert_posts_with(&[post(1, NOW), post(3, NOW)], |i, reason| {
             drops.push((i, reason))
@@ -486,8 +486,8 @@ mod memory_tests {
                             assert_whole(served, outcome.as_of_secs);
                         }
                         // A scan of every slot, as a snapshot makes.
-                        for unit in 0..store.tables.scan_chunks() {
-                            store.tables.scan_chunk(unit, |_, record| {
+                        for unit in 0..store.tables.posts.scan_chunks() {
+                            store.tables.posts.scan_chunk(unit, |_, record| {
                                 let light = record.to_light();
                                 assert_eq!(light.author_id, 1 + light.post_id % AUTHORS);
                                 assert_eq!(light.is_reply, light.post_id % 3 == 0);
@@ -505,7 +505,7 @@ mod memory_tests {
                 // Every post of the round is there, whole.
                 let epoch = crossbeam_epoch::pin();
                 for id in first..first + per_round {
-                    let record = store.tables.lookup(id, &epoch).expect("stored");
+                    let record = store.tables.posts.lookup(id, &epoch).expect("stored");
                     assert_whole(&record.to_light(), now);
                 }
                 drop(epoch);

@@ -1,8 +1,14 @@
-//! The atomics the arena and timeline protocols are written against: `std`'s in every normal
-//! build, loom's under `RUSTFLAGS="--cfg thunder_loom"`, so the loom models next to that code
-//! explore every interleaving and every weak-memory outcome of the real functions (tokio's
-//! `crate::loom` facade is the model for this). The cfg has the crate's own name, not `loom`,
-//! because dependencies such as tokio change shape under a plain `--cfg loom`.
+//! The atomics, fences and locks the store's protocols are written against: `std`'s in every
+//! normal build, loom's under `RUSTFLAGS="--cfg thunder_loom"`, so the loom models next to that
+//! code explore every interleaving and every weak-memory outcome of the real functions (tokio's
+//! `crate::loom` facade is the model for this).
+//!
+//! Those protocols: the arena, the indexes, the timelines, the tombstone filter, the author
+//! writer locks and the orderings of `tables.rs`. What loom cannot model stays outside:
+//! crossbeam-epoch (a ring's buffer pointer, the grace periods), the papaya maps (tombstones,
+//! waiting reposts) and the lock-free free lists of slots and author numbers. The cfg has the
+//! crate's own name, not `loom`, because dependencies such as tokio change shape under a plain
+//! `--cfg loom`.
 //!
 //! Outside `cfg(thunder_loom)` this is a plain re-export: no wrapper, no cost. Under loom the
 //! atomics only work inside `loom::model`, so a `--cfg thunder_loom` build is for running the

@@ -1,105 +1,73 @@
-//! [`StoreTables`]: the tables behind the store's face (`store.rs`), and the narrow methods
-//! through which everything else reads and changes them.
+//! [`StoreTables`]: the store's tables, each behind its owner, and the orderings that span
+//! two of them.
 //!
-//! The tables: the record arena (`arena.rs`), the `post_id -> slot` index (`index.rs`), the
-//! authors and their three timelines (`authors.rs`, `timeline.rs`) with the entry counters,
-//! the tombstones and the filter in front of them (`tombstone_filter.rs`), the reposts that
-//! wait for their source and, on an author shard, the fact directory (`directory.rs`). The
-//! fields are this module's own: the write path (`write.rs`), the read path (`query.rs`), the
-//! bulk build (`bulk.rs`) and the snapshot wing call methods that each keep the tables
-//! consistent with one another (a record is indexed while a timeline holds it, the entry
-//! counters follow the timelines, a tombstone's filter bit is set once it is written).
+//! The owners, each with its own narrow methods in its own file:
+//! - [`Posts`] (`posts.rs`): the record arena and the `post_id -> slot` index;
+//! - [`Authors`] (`authors.rs`): the authors and their three timelines, with the entry counts;
+//! - [`Tombstones`] (`tombstones.rs`): the tombstones and the filter in front of them;
+//! - [`WaitingReposts`] (`waiting.rs`): the reposts that wait for their source;
+//! - [`FactDirectory`] (`directory.rs`): on an author shard, the facts of other authors' posts.
+//!
+//! The write path (`write.rs`), the read path (`query.rs`), the bulk build (`bulk.rs`) and the
+//! snapshot wing talk to the owners they need through the fields. What spans two tables, in
+//! an order, is here and only here:
+//! - **publish, then check**: an insert publishes `post_id -> slot`, then re-checks the
+//!   tombstones ([`publish_checked`](StoreTables::publish_checked));
+//! - **tombstone, then remove**: a delete writes the tombstone, then removes `post_id -> slot`
+//!   or, on a shard, the fact ([`tombstone_and_remove`](StoreTables::tombstone_and_remove));
+//! - **wait, then look; store, then take**: a repost without its source waits, then looks the
+//!   source up ([`wait_for_source`](StoreTables::wait_for_source)); a video source, once
+//!   stored, takes the reposts that wait for it ([`take_waiting`](StoreTables::take_waiting));
+//! - **entry out, then record released**: an entry that leaves a timeline (a cap eviction, an
+//!   expiry) releases its record ([`index`](StoreTables::index),
+//!   [`expire_entries`](StoreTables::expire_entries));
+//! - **a record, else its fact**: the reply and videos rules read a post stored here or, on a
+//!   shard, its fact ([`fact`](StoreTables::fact), [`source_is_video`](StoreTables::source_is_video)),
+//!   and a fact is kept by the tombstone rule of a record ([`insert_fact`](StoreTables::insert_fact),
+//!   [`restore_facts`](StoreTables::restore_facts)).
+//!
+//! The first two pairs keep concurrent inserts and deletes honest (bug 20 of the reference):
+//! each side stores, then loads what the other stores, so whichever of a create and its
+//! delete runs second sees the other's write: the create is either removed by the delete or
+//! undone by itself, never left live. The repost pair is ordered the same way. Each pair is
+//! ordered twice: by a SeqCst fence on each side, between its store and its load, and by the
+//! post index's stripe lock, which the index write of one side and the index read of the
+//! other both take (`TagIndex::insert_with`, `remove_where`, `get_locked`). Either alone
+//! orders the pair; the fences keep it independent of how the index serialises its writers.
+//! The loom models at the end of this file run these races on the real write and read paths.
 //!
 //! Concurrency: any number of threads may call any method at once. Readers take no lock.
 //! Writers serialise per author only (the author's mutex guards its three timelines) and,
-//! briefly, per index stripe; the post and author indexes never make a reader wait, the small
-//! maps are lock-free (papaya) and the arena is lock-free.
-//!
-//! Two orderings keep concurrent inserts and deletes honest (bug 20 of the reference), both
-//! kept here:
-//! - an insert publishes `post_id -> slot`, then (after a SeqCst fence) re-checks the
-//!   tombstones ([`StoreTables::publish_checked`]);
-//! - a delete writes the tombstone, then (after a SeqCst fence) removes `post_id -> slot`
-//!   ([`StoreTables::tombstone_and_remove`]).
-//!
-//! Whichever runs second sees the other's write, so a create racing its delete is either
-//! removed by the delete or undone by itself: it is never left live. A third pair orders a
-//! repost that waits for its source with the source's arrival ([`StoreTables::wait_for_source`]
-//! and [`StoreTables::take_waiting`]).
+//! briefly, per index stripe.
 
-use crate::arena::{Arena, CompactPost, IN_VIDEO, Release, SlotId};
-use crate::authors::{Author, AuthorIndex, Kind};
+use crate::arena::{CompactPost, SlotId};
+use crate::authors::{Author, Authors, Kind};
 use crate::clock::Clock;
-use crate::counter::StripedCount;
 use crate::directory::{Fact, FactDirectory, FactRecord};
-use crate::index::{Hashed, TagIndex};
-use crate::prefetch::prefetch;
-use crate::report::{DirectoryStats, DropReason, StoreStats};
+use crate::guards::{Guards, SmallMaps};
+use crate::posts::{Posts, Removal};
+use crate::report::{DropReason, StoreStats};
+use crate::retention::RetentionWindow;
 use crate::shard::ShardId;
-use crate::timeline::{MAX_CAPACITY, TinyPost};
-use crate::tombstone_filter::TombstoneFilter;
+use crate::sync::atomic::{Ordering, fence};
+use crate::timeline::TinyPost;
+use crate::tombstones::Tombstones;
+use crate::waiting::{PendingRepost, WaitingReposts};
 use crossbeam_epoch::Guard;
-use std::sync::atomic::{Ordering, fence};
-use std::sync::{Arc, PoisonError};
-
-type IdHasher = foldhash::fast::RandomState;
-
-type IdMap<V> = papaya::HashMap<i64, V, IdHasher>;
-
-/// Posts the post index holds before its first growth.
-const POST_INDEX_INITIAL_CAPACITY: usize = 4096;
-
-/// Retired entries of the small maps a thread gathers before it tries to reclaim them
-/// (seize's batch size; its default is 32). Each attempt issues a `membarrier` system call,
-/// which interrupts every other core running a thread of the process; with the default, the
-/// tombstone updates of a delete-heavy load made one every 32 deletes, 2.7% of two writers'
-/// samples at scale 10. A batch holds at most this many small entries (or a replaced table)
-/// per thread a little longer.
-const RETIRE_BATCH: usize = 1024;
-
-/// A repost remembered until its source arrives (bug 13 of the reference).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PendingRepost {
-    pub(crate) post_id: i64,
-    pub(crate) author_id: i64,
-    pub(crate) created_at: u32,
-}
-
-/// The guards one call (a query, or an insert, delete or trim of a batch) holds while it runs,
-/// and the time it runs at.
-pub(crate) struct Guards<'s> {
-    /// The store clock when the call began.
-    pub(crate) now: i64,
-    /// The epoch pin that keeps records, rings and index tables read meanwhile alive.
-    pub(crate) epoch: Guard,
-    /// The small maps' guard (tombstones and waiting reposts share one collector).
-    maps: papaya::LocalGuard<'s>,
-}
+use std::sync::Arc;
 
 /// The store's tables (see the module docs).
 #[derive(Debug)]
 pub(crate) struct StoreTables {
-    retention_secs: i64,
-    /// Entries per timeline before the oldest is evicted.
-    cap: usize,
     clock: Arc<dyn Clock>,
-    arena: Arena,
-    /// `post_id -> slot`; the slot's record verifies a hit.
-    posts: TagIndex,
-    authors: AuthorIndex,
-    /// `post_id -> basis secs`: a tombstone expires a retention after its basis.
-    tombstones: IdMap<i64>,
-    /// A one-sided filter in front of `tombstones`: a clear bit among a post id's two bits
-    /// proves "no tombstone", so the common insert (never deleted) skips the map probe. Bits
-    /// are set after the tombstone is written; trim renews the filter from the map once stale
-    /// bits pile up (`tombstone_filter.rs`).
-    tombstone_filter: TombstoneFilter,
-    /// `source post_id ->` the reposts waiting for it.
-    pending_videos: IdMap<Vec<PendingRepost>>,
-    /// Entries per timeline kind.
-    entries: [StripedCount; 3],
-    /// On an author shard: the facts of other authors' posts.
-    directory: Option<FactDirectory>,
+    /// How long posts and tombstones live.
+    pub(crate) retention: RetentionWindow,
+    pub(crate) posts: Posts,
+    pub(crate) authors: Authors,
+    pub(crate) tombstones: Tombstones,
+    pub(crate) waiting: WaitingReposts,
+    /// On an author shard: the facts of other authors' posts; empty on a full store.
+    pub(crate) directory: FactDirectory,
 }
 
 impl StoreTables {
@@ -110,26 +78,16 @@ impl StoreTables {
         max_posting_list_size: usize,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        // One collector for every map, so one guard covers them all.
-        let collector = Arc::new(seize::Collector::new().batch_size(RETIRE_BATCH));
-        fn map<V: Send + 'static>(collector: &Arc<seize::Collector>) -> IdMap<V> {
-            papaya::HashMap::builder()
-                .hasher(IdHasher::default())
-                .shared_collector(Arc::clone(collector))
-                .build()
-        }
+        let retention = RetentionWindow::new(retention_secs);
+        let maps = SmallMaps::new();
         Self {
-            retention_secs: retention_secs.max(0),
-            cap: max_posting_list_size.clamp(1, MAX_CAPACITY),
             clock,
-            arena: Arena::new(),
-            posts: TagIndex::with_capacity(POST_INDEX_INITIAL_CAPACITY),
-            authors: AuthorIndex::new(),
-            tombstones: map(&collector),
-            tombstone_filter: TombstoneFilter::new(),
-            pending_videos: map(&collector),
-            entries: Default::default(),
-            directory: None,
+            retention,
+            posts: Posts::new(),
+            authors: Authors::new(max_posting_list_size),
+            tombstones: Tombstones::new(&maps, retention),
+            waiting: WaitingReposts::new(&maps, retention),
+            directory: FactDirectory::unsharded(),
         }
     }
 
@@ -139,19 +97,7 @@ impl StoreTables {
         owns: Box<dyn Fn(i64) -> bool + Send + Sync>,
         id: Option<ShardId>,
     ) {
-        self.directory = Some(FactDirectory::new(owns, id));
-    }
-
-    // Time.
-
-    /// The retention window in seconds.
-    pub(crate) fn retention_secs(&self) -> i64 {
-        self.retention_secs
-    }
-
-    /// Entries per timeline before the oldest is evicted.
-    pub(crate) fn cap(&self) -> usize {
-        self.cap
+        self.directory = FactDirectory::new(owns, id);
     }
 
     /// The store clock's current time.
@@ -159,138 +105,15 @@ impl StoreTables {
         self.clock.now_secs()
     }
 
-    /// True when a post created at `created_at` is older than the retention at `now`.
-    #[inline]
-    pub(crate) fn expired(&self, created_at: u32, now: i64) -> bool {
-        now - i64::from(created_at) > self.retention_secs
-    }
-
-    /// Pins both reclaimers for one call. Pin the epoch first so it is released last.
+    /// Pins every table's reclaimer for one call, at the clock's time.
     pub(crate) fn guards(&self) -> Guards<'_> {
-        Guards {
-            now: self.clock.now_secs(),
-            epoch: crossbeam_epoch::pin(),
-            maps: self.tombstones.guard(),
-        }
+        Guards::pin(self.clock.now_secs(), self.tombstones.map())
     }
 
-    // The author shard.
-
-    /// The shard these tables are, if they were given its identity.
-    pub(crate) fn shard_id(&self) -> Option<ShardId> {
-        self.directory.as_ref().and_then(FactDirectory::id)
-    }
-
-    /// True on an author shard (with or without its identity).
-    pub(crate) fn is_shard(&self) -> bool {
-        self.directory.is_some()
-    }
-
-    /// True on a shard that does not own `author_id` (it then has no timeline of that author;
-    /// its posts go to the fact directory).
-    #[inline]
-    pub(crate) fn is_foreign_author(&self, author_id: i64) -> bool {
-        self.directory.as_ref().is_some_and(|d| !d.owns(author_id))
-    }
-
-    /// Sizes of the fact directory; `None` for a full (unsharded) store.
-    pub(crate) fn directory_stats(&self) -> Option<DirectoryStats> {
-        self.directory.as_ref().map(FactDirectory::stats)
-    }
-
-    // Records and the post index.
-
-    /// The live record of `post_id`, if stored.
-    #[inline]
-    pub(crate) fn lookup(&self, post_id: i64, epoch: &Guard) -> Option<CompactPost> {
-        self.lookup_with_slot(post_id, epoch)
-            .map(|(_, record)| record)
-    }
-
-    /// The slot and live record of `post_id`, if stored.
-    #[inline]
-    pub(crate) fn lookup_with_slot(
-        &self,
-        post_id: i64,
-        epoch: &Guard,
-    ) -> Option<(SlotId, CompactPost)> {
-        self.posts.get(self.posts.hash(post_id), epoch, |slot| {
-            self.arena.read(slot, post_id).map(|record| (slot, record))
-        })
-    }
-
-    /// The live record of `post_id`, if stored, looked up under the post's index stripe lock.
-    fn lookup_locked(&self, post_id: i64, epoch: &Guard) -> Option<CompactPost> {
-        self.posts
-            .get_locked(self.posts.hash(post_id), epoch, |slot| {
-                self.arena.read(slot, post_id)
-            })
-    }
-
-    /// The record in `slot` if it still is `post_id`'s (validated: never another post's).
-    #[inline]
-    pub(crate) fn read(&self, slot: SlotId, post_id: i64) -> Option<CompactPost> {
-        self.arena.read(slot, post_id)
-    }
-
-    /// The record in `slot` if the slot is live, whichever post it holds.
-    #[inline]
-    pub(crate) fn read_live(&self, slot: SlotId) -> Option<CompactPost> {
-        self.arena.read_live(slot)
-    }
-
-    /// Prefetches the record in `slot`.
-    #[inline]
-    pub(crate) fn prefetch_record(&self, slot: SlotId) {
-        prefetch(self.arena.slot_ptr(slot));
-    }
-
-    /// Prefetches `post_id`'s post index bucket.
-    #[inline]
-    pub(crate) fn prefetch_post_bucket(&self, post_id: i64, epoch: &Guard) {
-        prefetch(self.posts.bucket_ptr(self.posts.hash(post_id), epoch));
-    }
-
-    /// Prefetches the record `post_id`'s index bucket names first (unverified); its bucket
-    /// should have been prefetched before.
-    #[inline]
-    pub(crate) fn prefetch_stored_record(&self, post_id: i64, epoch: &Guard) {
-        if let Some(slot) = self.posts.probe(self.posts.hash(post_id), epoch) {
-            prefetch(self.arena.slot_ptr(slot));
-        }
-    }
-
-    /// Publishes `record` to a fresh slot held by `holders` and indexes it. `NoSlot` when no
-    /// slot can be had, `Duplicate` (and nothing kept) when the post is already stored.
-    #[inline]
-    pub(crate) fn publish(
-        &self,
-        record: &CompactPost,
-        holders: u32,
-        epoch: &Guard,
-    ) -> Result<SlotId, DropReason> {
-        let post_id = record.post_id;
-        let Some(slot) = self.arena.publish(record, holders) else {
-            // Only when every u32 slot id is in use or memory is exhausted.
-            return Err(DropReason::NoSlot);
-        };
-        let is_stored = |s: SlotId| self.arena.read(s, post_id).is_some();
-        if self
-            .posts
-            .insert_with(self.posts.hash(post_id), epoch, is_stored, || Some(slot))
-            .is_err()
-        {
-            // A concurrent insert of the same post won.
-            self.arena.unpublish_unshared(slot, post_id);
-            return Err(DropReason::Duplicate);
-        }
-        Ok(slot)
-    }
-
-    /// [`publish`](Self::publish), then the tombstones checked again (after the fence that
-    /// pairs with [`tombstone_and_remove`](Self::tombstone_and_remove)): a post deleted
-    /// meanwhile is taken back (`Tombstoned`, its tombstone's basis raised as for any dropped
-    /// create). Check the tombstones once before: most deleted posts stop there.
+    /// Publishes `record` ([`Posts::publish`]), then checks the tombstones again (after the
+    /// fence that pairs with [`tombstone_and_remove`](Self::tombstone_and_remove)): a post
+    /// deleted meanwhile is taken back (`Tombstoned`, its tombstone's basis raised as for any
+    /// dropped create). Check the tombstones once before: most deleted posts stop there.
     #[inline]
     pub(crate) fn publish_checked(
         &self,
@@ -300,337 +123,17 @@ impl StoreTables {
         retired: &mut Vec<SlotId>,
     ) -> Result<SlotId, DropReason> {
         let post_id = record.post_id;
-        let slot = self.publish(record, holders, &g.epoch)?;
+        let slot = self.posts.publish(record, holders, &g.epoch)?;
         // Pairs with the fence in `tombstone_and_remove` (store-load: publish, then check).
         fence(Ordering::SeqCst);
-        if self.drops_create(post_id, i64::from(record.created_at), g) {
-            self.unpublish(post_id, slot, &g.epoch, retired);
+        if self
+            .tombstones
+            .drops_create(post_id, i64::from(record.created_at), g)
+        {
+            self.posts.unpublish(post_id, slot, &g.epoch, retired);
             return Err(DropReason::Tombstoned);
         }
         Ok(slot)
-    }
-
-    /// Takes a published record back: out of the index, its slot freed (and pushed to
-    /// `retired` when this call freed it).
-    pub(crate) fn unpublish(
-        &self,
-        post_id: i64,
-        slot: SlotId,
-        epoch: &Guard,
-        retired: &mut Vec<SlotId>,
-    ) {
-        self.posts
-            .remove_exact(self.posts.hash(post_id), slot, epoch);
-        if self.arena.free(slot, post_id) {
-            retired.push(slot);
-        }
-    }
-
-    /// Drops a `kind` timeline's hold on `post_id`'s record in `slot`; unindexes and frees
-    /// the record if that was its last hold (true then, the slot pushed to `retired`).
-    pub(crate) fn release(
-        &self,
-        post_id: i64,
-        slot: SlotId,
-        kind: Kind,
-        epoch: &Guard,
-        retired: &mut Vec<SlotId>,
-    ) -> bool {
-        if self.arena.release(slot, post_id, kind.holder()) != Release::Freed {
-            return false;
-        }
-        self.posts
-            .remove_exact(self.posts.hash(post_id), slot, epoch);
-        retired.push(slot);
-        true
-    }
-
-    /// Adds the videos timeline's hold to `post_id`'s record in `slot`; false if the slot no
-    /// longer holds it or it has that hold already.
-    pub(crate) fn hold_video(&self, slot: SlotId, post_id: i64) -> bool {
-        self.arena.hold(slot, post_id, IN_VIDEO)
-    }
-
-    /// Hands slots freed by one call back to the arena after the epoch's grace period.
-    pub(crate) fn retire(&self, retired: Vec<SlotId>, epoch: &Guard) {
-        self.arena.retire(retired, epoch);
-    }
-
-    /// Live post records.
-    pub(crate) fn live_posts(&self) -> usize {
-        self.arena.live()
-    }
-
-    /// Units of work a scan of every record splits into (see [`scan_chunk`](Self::scan_chunk)).
-    pub(crate) fn scan_chunks(&self) -> usize {
-        self.arena.scan_chunks()
-    }
-
-    /// Calls `each(slot, record)` for every live record of scan unit `index`; takes no lock
-    /// and no pin (every read is validated).
-    pub(crate) fn scan_chunk(&self, index: usize, each: impl FnMut(SlotId, CompactPost)) {
-        self.arena.scan_chunk(index, each);
-    }
-
-    /// Sizes the post index at once for about `posts` posts.
-    pub(crate) fn reserve_posts(&self, posts: usize) {
-        self.posts.reserve(posts, &crossbeam_epoch::pin());
-    }
-
-    /// Whether the arena maps its next chunk ahead on a thread of its own.
-    pub(crate) fn make_chunks_ahead(&self, on: bool) {
-        self.arena.make_chunks_ahead(on);
-    }
-
-    /// Hands arena chunks whose slots are all free back to the system.
-    pub(crate) fn release_free_chunks(&self) {
-        self.arena.release_free_chunks();
-    }
-
-    /// The next arena chunk is refused, as if the system had no memory left (tests).
-    #[cfg(all(test, not(thunder_loom)))]
-    pub(crate) fn refuse_new_chunks(&self) {
-        self.arena.refuse_new_chunks();
-    }
-
-    // Authors and their timelines.
-
-    /// `author_id`'s place in the author index.
-    #[inline]
-    pub(crate) fn author_hash(&self, author_id: i64) -> Hashed {
-        self.authors.hash(author_id)
-    }
-
-    /// Prefetches the author index bucket of `hashed`.
-    #[inline]
-    pub(crate) fn prefetch_author_bucket(&self, hashed: Hashed, epoch: &Guard) {
-        prefetch(self.authors.bucket_ptr(hashed, epoch));
-    }
-
-    /// The author record the index bucket of `hashed` names first, unverified (it may be
-    /// another author's, or reused since): for prefetching, then
-    /// [`verified_author`](Self::verified_author).
-    #[inline]
-    pub(crate) fn author_candidate(&self, hashed: Hashed, epoch: &Guard) -> Option<&Author> {
-        self.authors
-            .probe(hashed, epoch)
-            .and_then(|number| self.authors.record(number))
-    }
-
-    /// `candidate` if it is `author_id`'s record, else the full lookup of `hashed`.
-    #[inline]
-    pub(crate) fn verified_author<'a>(
-        &'a self,
-        author_id: i64,
-        hashed: Hashed,
-        candidate: &'a Author,
-        epoch: &Guard,
-    ) -> Option<&'a Author> {
-        if candidate.author_id() == author_id {
-            return Some(candidate);
-        }
-        // A tag collision (or a record replaced meanwhile).
-        self.authors.get_hashed(author_id, hashed, epoch)
-    }
-
-    /// `author_id`'s record, if indexed.
-    #[inline]
-    pub(crate) fn find_author(&self, author_id: i64, epoch: &Guard) -> Option<&Author> {
-        self.authors.get(author_id, epoch)
-    }
-
-    /// Runs `f` on the author's timelines under the author's writer lock. With `create`, a
-    /// missing author is added; without, a missing author means `None`.
-    pub(crate) fn with_author<R>(
-        &self,
-        author_id: i64,
-        create: bool,
-        g: &Guards<'_>,
-        f: impl FnOnce(&Author) -> R,
-    ) -> Option<R> {
-        self.with_author_from(None, author_id, create, g, f)
-    }
-
-    /// [`with_author`](Self::with_author), trying `candidate` (a record found earlier, perhaps
-    /// reused for another author since) before the lookup. Records are never freed while the
-    /// store lives, so a stale candidate is only a wrong one, and the checks under its lock
-    /// reject it.
-    pub(crate) fn with_author_from<R>(
-        &self,
-        candidate: Option<&Author>,
-        author_id: i64,
-        create: bool,
-        g: &Guards<'_>,
-        f: impl FnOnce(&Author) -> R,
-    ) -> Option<R> {
-        if let Some(author) = candidate
-            && author.author_id() == author_id
-        {
-            let removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            if !*removed && author.author_id() == author_id {
-                return Some(f(author));
-            }
-        }
-        loop {
-            // A plain lookup first: most writes go to an existing author, and the index's
-            // insert path is heavier than its read path.
-            let author = match self.authors.get(author_id, &g.epoch) {
-                Some(author) => author,
-                None if create => self.authors.get_or_create(author_id, &g.epoch)?,
-                None => return None,
-            };
-            let removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            if *removed || author.author_id() != author_id {
-                // Dropped by a trim after we found it; the map no longer holds it.
-                continue;
-            }
-            return Some(f(author));
-        }
-    }
-
-    /// Calls `f` on every author record that may be in use (check its writer flag under the
-    /// lock).
-    pub(crate) fn for_each_author(&self, f: impl FnMut(&Author)) {
-        self.authors.for_each(f);
-    }
-
-    /// Drops `author`, whose timelines are empty: out of the index, its rings released. The
-    /// caller holds its writer lock and has marked it not in use.
-    pub(crate) fn drop_author(&self, author: &Author, epoch: &Guard) {
-        self.authors.remove(author, epoch);
-        // The record stays for reuse; its (empty) rings need not.
-        for kind in Kind::ALL {
-            author.timeline(kind).release_buffer(epoch);
-        }
-    }
-
-    /// Inserts `entry` into `author`'s `kind` timeline, whose writer lock the caller holds; a
-    /// cap eviction releases the evicted entry's record.
-    pub(crate) fn index(
-        &self,
-        author: &Author,
-        kind: Kind,
-        entry: TinyPost,
-        epoch: &Guard,
-        retired: &mut Vec<SlotId>,
-    ) {
-        match author.timeline(kind).insert(entry, self.cap, epoch) {
-            Some(evicted) => {
-                self.release(evicted.post_id, evicted.slot, kind, epoch, retired);
-            }
-            None => {
-                self.entries[kind as usize].add(1);
-            }
-        }
-    }
-
-    /// Removes `post_id` (created at `created_at`) from `author`'s `kind` timeline, whose
-    /// writer lock the caller holds. Does not release the record.
-    pub(crate) fn unindex(
-        &self,
-        author: &Author,
-        kind: Kind,
-        post_id: i64,
-        created_at: u32,
-        epoch: &Guard,
-    ) {
-        if author.timeline(kind).remove(post_id, created_at, epoch) {
-            self.entries[kind as usize].add(-1);
-        }
-    }
-
-    /// Removes the expired entries at `now` from `author`'s `kind` timeline, whose writer lock
-    /// the caller holds, and releases their records: `(entries removed, records freed)`.
-    pub(crate) fn expire_entries(
-        &self,
-        author: &Author,
-        kind: Kind,
-        now: i64,
-        epoch: &Guard,
-        retired: &mut Vec<SlotId>,
-    ) -> (usize, usize) {
-        let popped = author
-            .timeline(kind)
-            .pop_expired(|e| self.expired(e.created_at, now), epoch);
-        self.entries[kind as usize].add(-(popped.len() as isize));
-        let mut freed = 0;
-        for entry in &popped {
-            if self.release(entry.post_id, entry.slot, kind, epoch, retired) {
-                freed += 1;
-            }
-        }
-        (popped.len(), freed)
-    }
-
-    /// Gives `author_id` (added to the index) the three timelines `timelines`, each written
-    /// whole into a fresh ring (`Timeline::fill_fresh`: the author's timelines are empty),
-    /// under its writer lock. Counts nothing (see [`count_entries`](Self::count_entries));
-    /// false, and nothing indexed, when no author record can be had.
-    pub(crate) fn fill_author(
-        &self,
-        author_id: i64,
-        timelines: &[Vec<TinyPost>; 3],
-        epoch: &Guard,
-    ) -> bool {
-        let Some(author) = self.authors.get_or_create(author_id, epoch) else {
-            return false;
-        };
-        let _writer = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        for kind in Kind::ALL {
-            author
-                .timeline(kind)
-                .fill_fresh(&timelines[kind as usize], self.cap, epoch);
-        }
-        true
-    }
-
-    /// Adds `n` to the entry count of `kind` timelines (after [`fill_author`](Self::fill_author)).
-    pub(crate) fn count_entries(&self, kind: Kind, n: isize) {
-        self.entries[kind as usize].add(n);
-    }
-
-    // Tombstones.
-
-    /// Prefetches the tombstone filter word of `post_id`.
-    #[inline]
-    pub(crate) fn prefetch_tombstone_word(&self, post_id: i64, epoch: &Guard) {
-        prefetch(self.tombstone_filter.word_ptr(post_id, epoch));
-    }
-
-    /// The basis of `post_id`'s tombstone if it has one that has not expired (trimmed or not).
-    #[inline]
-    pub(crate) fn live_tombstone(&self, post_id: i64, g: &Guards<'_>) -> Option<i64> {
-        // The SeqCst fence before the check orders it (see the module docs).
-        if !self.tombstone_filter.may_hold(post_id, &g.epoch) {
-            return None;
-        }
-        self.tombstones
-            .get(&post_id, &g.maps)
-            .copied()
-            .filter(|basis| !self.tombstone_expired(*basis, g.now))
-    }
-
-    /// True when a live tombstone drops a create of `post_id` created at `created_at`; the
-    /// tombstone then lives at least as long as that post could (as if the create had come
-    /// first and the delete had removed it), so its basis does not depend on the order.
-    #[inline]
-    pub(crate) fn drops_create(&self, post_id: i64, created_at: i64, g: &Guards<'_>) -> bool {
-        let Some(basis) = self.live_tombstone(post_id, g) else {
-            return false;
-        };
-        if created_at > basis {
-            self.tombstones.update_or_insert(
-                post_id,
-                |old| (*old).max(created_at),
-                created_at,
-                &g.maps,
-            );
-        }
-        true
-    }
-
-    fn tombstone_expired(&self, basis: i64, now: i64) -> bool {
-        now.saturating_sub(basis) > self.retention_secs
     }
 
     /// Tombstones `post_id` with `basis` (keeping a later basis it has), then removes its
@@ -645,91 +148,24 @@ impl StoreTables {
         g: &Guards<'_>,
         retired: &mut Vec<SlotId>,
     ) -> Option<CompactPost> {
-        self.tombstones
-            .update_or_insert(post_id, |old| (*old).max(basis), basis, &g.maps);
-        // After the map: a filter renewal either sees the entry or this add sees it running
-        // (`tombstone_filter.rs`).
-        self.tombstone_filter.add(post_id, &g.epoch);
+        self.tombstones.write(post_id, basis, g);
         // Pairs with the fence in `publish_checked` (store-load: tombstone, then check).
         fence(Ordering::SeqCst);
-        let Some(slot) = self
-            .posts
-            .remove_where(self.posts.hash(post_id), &g.epoch, |s| {
-                self.arena.read(s, post_id).is_some()
-            })
-        else {
-            self.forget_fact(post_id, g);
-            return None;
+        let record = match self.posts.remove(post_id, &g.epoch, retired) {
+            Removal::Freed(record) => record,
+            Removal::FreedElsewhere => return None,
+            Removal::NotStored => {
+                // On a shard: the fact of another author's post, raised to as a record is.
+                if let Some(created_at) = self.directory.remove(post_id) {
+                    self.tombstones.raise(post_id, i64::from(created_at), g);
+                }
+                return None;
+            }
         };
-        let record = self.arena.read(slot, post_id)?;
-        if !self.arena.free(slot, post_id) {
-            return None;
-        }
-        retired.push(slot);
-        self.raise_tombstone(post_id, i64::from(record.created_at), g);
+        self.tombstones
+            .raise(post_id, i64::from(record.created_at), g);
         Some(record)
     }
-
-    /// Raises `post_id`'s tombstone (if it has one) to the `created_at` of the post it removed.
-    fn raise_tombstone(&self, post_id: i64, created_at: i64, g: &Guards<'_>) {
-        self.tombstones
-            .update(post_id, |old| (*old).max(created_at), &g.maps);
-    }
-
-    /// Every tombstone not expired at `now` as `(post_id, basis_secs)` (for snapshots).
-    pub(crate) fn live_tombstones(&self, now: i64) -> Vec<(i64, i64)> {
-        let tombstones = self.tombstones.pin();
-        tombstones
-            .iter()
-            .filter(|(_, basis)| !self.tombstone_expired(**basis, now))
-            .map(|(&post_id, &basis)| (post_id, basis))
-            .collect()
-    }
-
-    /// Restores a tombstone read from a snapshot, keeping the larger basis if one exists.
-    /// False (and nothing stored) if it has expired at `g.now`. Does not touch stored posts:
-    /// restore tombstones before the records.
-    pub(crate) fn restore_tombstone(&self, post_id: i64, basis: i64, g: &Guards<'_>) -> bool {
-        if self.tombstone_expired(basis, g.now) {
-            return false;
-        }
-        self.tombstones
-            .update_or_insert(post_id, |old| (*old).max(basis), basis, &g.maps);
-        self.tombstone_filter.add(post_id, &g.epoch);
-        true
-    }
-
-    /// Forgets the tombstones expired at `g.now` (how many), and renews the filter once the
-    /// stale bits pile up.
-    pub(crate) fn expire_tombstones(&self, g: &Guards<'_>) -> usize {
-        let mut expired = 0;
-        self.tombstones.retain(
-            |_, basis| {
-                let keep = !self.tombstone_expired(*basis, g.now);
-                expired += usize::from(!keep);
-                keep
-            },
-            &g.maps,
-        );
-        self.tombstone_filter.renew_if_stale(
-            self.tombstones.len(),
-            |set| {
-                for (&post_id, _) in self.tombstones.iter(&g.maps) {
-                    set(post_id);
-                }
-            },
-            &g.epoch,
-        );
-        expired
-    }
-
-    /// True while the filter lets `post_id` through to the tombstone map (tests).
-    #[cfg(all(test, not(thunder_loom)))]
-    pub(crate) fn tombstone_filter_passes(&self, post_id: i64, epoch: &Guard) -> bool {
-        self.tombstone_filter.may_hold(post_id, epoch)
-    }
-
-    // Reposts waiting for their source.
 
     /// Remembers `repost` as waiting for `source`, then (after the fence that pairs with
     /// [`take_waiting`](Self::take_waiting)) looks the source up: either its insert sees the
@@ -740,21 +176,11 @@ impl StoreTables {
         repost: PendingRepost,
         g: &Guards<'_>,
     ) -> Option<CompactPost> {
-        self.pending_videos.update_or_insert_with(
-            source,
-            |waiting| {
-                let mut more = waiting.clone();
-                more.push(repost);
-                more
-            },
-            || vec![repost],
-            &g.maps,
-        );
+        self.waiting.add(source, repost, g);
         // Pairs with the fence in `take_waiting`.
         fence(Ordering::SeqCst);
-        // A locked lookup: it is ordered with the source's insert by the stripe lock as well as
-        // by the fences (a lock-free reader could still be in a table replaced meanwhile).
-        self.lookup_locked(source, &g.epoch)
+        // A locked lookup: ordered with the source's publish by the stripe lock as well.
+        self.posts.lookup_locked(source, &g.epoch)
     }
 
     /// The reposts that waited for `post_id` (a video source just stored), no longer waiting.
@@ -765,50 +191,60 @@ impl StoreTables {
     ) -> Option<&'g [PendingRepost]> {
         // Pairs with the fence in `wait_for_source`.
         fence(Ordering::SeqCst);
-        self.pending_videos
-            .remove(&post_id, &g.maps)
-            .map(Vec::as_slice)
+        self.waiting.take(post_id, g)
     }
 
-    /// Sets the reposts waiting for `source` (a bulk build's, in rank order).
-    pub(crate) fn set_waiting(&self, source: i64, waiting: Vec<PendingRepost>, g: &Guards<'_>) {
-        self.pending_videos.insert(source, waiting, &g.maps);
+    /// Inserts `entry` into `author`'s `kind` timeline, whose writer lock the caller holds; a
+    /// cap eviction releases the evicted entry's record.
+    pub(crate) fn index(
+        &self,
+        author: &Author,
+        kind: Kind,
+        entry: TinyPost,
+        epoch: &Guard,
+        retired: &mut Vec<SlotId>,
+    ) {
+        if let Some(evicted) = self.authors.insert_entry(author, kind, entry, epoch) {
+            self.posts
+                .release(evicted.post_id, evicted.slot, kind.holder(), epoch, retired);
+        }
     }
 
-    /// Forgets the sources every waiting repost of which has expired at `g.now`.
-    pub(crate) fn expire_waiting(&self, g: &Guards<'_>) {
-        self.pending_videos.retain(
-            |_, waiting| waiting.iter().any(|r| !self.expired(r.created_at, g.now)),
-            &g.maps,
+    /// Removes the expired entries at `now` from `author`'s `kind` timeline, whose writer lock
+    /// the caller holds, and releases their records: `(entries removed, records freed)`.
+    pub(crate) fn expire_entries(
+        &self,
+        author: &Author,
+        kind: Kind,
+        now: i64,
+        epoch: &Guard,
+        retired: &mut Vec<SlotId>,
+    ) -> (usize, usize) {
+        let retention = self.retention;
+        let popped = self.authors.pop_expired(
+            author,
+            kind,
+            |e| retention.expired(e.created_at, now),
+            epoch,
         );
+        let freed = popped
+            .iter()
+            .filter(|e| {
+                self.posts
+                    .release(e.post_id, e.slot, kind.holder(), epoch, retired)
+            })
+            .count();
+        (popped.len(), freed)
     }
-
-    // The fact directory of an author shard.
 
     /// Records the facts of `post`, of an author this shard does not own (its time checks
     /// passed): the tombstone and first-create-wins rules of a record apply. `None` when kept,
     /// or on a full store.
     pub(crate) fn insert_fact(&self, post: &CompactPost, g: &Guards<'_>) -> Option<DropReason> {
-        let directory = self.directory.as_ref()?;
-        directory.insert(post, || {
-            self.drops_create(post.post_id, i64::from(post.created_at), g)
+        self.directory.insert(post, || {
+            self.tombstones
+                .drops_create(post.post_id, i64::from(post.created_at), g)
         })
-    }
-
-    /// Removes the fact of a deleted post (its tombstone is already written) and raises the
-    /// tombstone's basis to the post's `created_at`, as removing a stored record does.
-    fn forget_fact(&self, post_id: i64, g: &Guards<'_>) {
-        if let Some(created_at) = self.directory.as_ref().and_then(|d| d.remove(post_id)) {
-            self.raise_tombstone(post_id, i64::from(created_at), g);
-        }
-    }
-
-    /// The unexpired facts at `now` of fact table `table` (of `FACT_SHARDS`), appended to
-    /// `out` (for snapshots).
-    pub(crate) fn copy_facts(&self, table: usize, now: i64, out: &mut Vec<FactRecord>) {
-        if let Some(directory) = self.directory.as_ref() {
-            directory.copy(table, |created_at| self.expired(created_at, now), out);
-        }
     }
 
     /// Restores facts read from a snapshot by the rules of
@@ -816,119 +252,282 @@ impl StoreTables {
     /// it (raising the basis), the first fact of an id wins. Restore tombstones first. The
     /// number restored.
     pub(crate) fn restore_facts(&self, facts: &[FactRecord], g: &Guards<'_>) -> usize {
-        let Some(directory) = self.directory.as_ref() else {
-            return 0;
-        };
-        directory.restore(
+        self.directory.restore(
             facts,
-            |created_at| self.expired(created_at, g.now),
-            |post_id, created_at| self.drops_create(post_id, created_at, g),
+            |created_at| self.retention.expired(created_at, g.now),
+            |post_id, created_at| self.tombstones.drops_create(post_id, created_at, g),
         )
-    }
-
-    /// Frees the facts expired at `now`, in the fact tables `shard` (mod `TRIM_FRACTION`)
-    /// stands for.
-    pub(crate) fn trim_facts(&self, shard: usize, now: i64) {
-        if let Some(directory) = self.directory.as_ref() {
-            directory.trim(shard, |created_at| self.expired(created_at, now));
-        }
     }
 
     /// The facts of `post_id`: from its stored record, or from the directory on a shard that
     /// does not own its author.
     #[inline]
     pub(crate) fn fact(&self, post_id: i64, epoch: &Guard) -> Option<Fact> {
-        match self.lookup(post_id, epoch) {
+        match self.posts.lookup(post_id, epoch) {
             Some(record) => Some(Fact::of_record(&record)),
-            None => self.directory.as_ref()?.get(post_id),
+            None => self.directory.get(post_id),
         }
     }
 
-    /// True if `source` makes a repost of it video-eligible at `now`: an unexpired original or
-    /// repost (not a reply) with its own video. The videos rule of `BEHAVIOUR.md`.
-    #[inline]
-    pub(crate) fn is_video_source(&self, source: &CompactPost, now: i64) -> bool {
-        source.has_video && !source.is_reply && !self.expired(source.created_at, now)
-    }
-
-    /// The videos rule for a repost's source (see
-    /// [`is_video_source`](Self::is_video_source)), wherever it is stored.
+    /// The videos rule for a repost's source ([`RetentionWindow::is_video_source`]),
+    /// wherever it is stored.
     #[inline]
     pub(crate) fn source_is_video(&self, source_post_id: i64, epoch: &Guard, now: i64) -> bool {
-        match self.lookup(source_post_id, epoch) {
-            Some(source) => self.is_video_source(&source, now),
-            None => self
-                .directory
-                .as_ref()
-                .and_then(|d| d.get(source_post_id))
-                .is_some_and(|f| f.has_video_source_shape() && !self.expired(f.created_at, now)),
+        match self.posts.lookup(source_post_id, epoch) {
+            Some(source) => self.retention.is_video_source(&source, now),
+            None => self.directory.get(source_post_id).is_some_and(|f| {
+                f.has_video_source_shape() && !self.retention.expired(f.created_at, now)
+            }),
         }
     }
-
-    // Sizes.
 
     /// True if nothing was ever loaded or inserted: no posts, authors, tombstones, waiting
     /// reposts or facts.
     pub(crate) fn is_fresh(&self) -> bool {
-        self.arena.live() == 0
-            && self.authors.live() == 0
+        self.posts.live() == 0
+            && self.authors.is_empty()
             && self.tombstones.is_empty()
-            && self.pending_videos.is_empty()
-            && self.directory_stats().is_none_or(|d| d.facts == 0)
+            && self.waiting.is_empty()
+            && self.directory.stats().is_none_or(|d| d.facts == 0)
     }
 
     /// Current sizes (see [`StoreStats`]).
     pub(crate) fn stats(&self) -> StoreStats {
-        let entries = |k: Kind| self.entries[k as usize].sum_usize();
-        let g = self.guards();
-        let mut timeline_bytes = 0;
-        self.authors.for_each(|a| {
-            timeline_bytes += a
-                .timelines
-                .iter()
-                .map(|t| t.buffer_bytes(&g.epoch))
-                .sum::<usize>();
-        });
-        StoreStats {
-            authors: self.authors.live(),
-            posts: self.arena.live(),
-            original_entries: entries(Kind::Originals),
-            secondary_entries: entries(Kind::Secondary),
-            video_entries: entries(Kind::Videos),
-            tombstones: self.tombstones.len(),
-            arena_bytes_reserved: self.arena.bytes_reserved(),
-            arena_bytes_used: self.arena.bytes_used(),
-            timeline_bytes,
-            index_bytes: self.posts.bytes(&g.epoch) + self.authors.bytes(&g.epoch),
-        }
+        let epoch = crossbeam_epoch::pin();
+        let mut stats = StoreStats::default();
+        self.posts.add_stats(&mut stats, &epoch);
+        self.authors.add_stats(&mut stats, &epoch);
+        stats.tombstones = self.tombstones.len();
+        stats
     }
 
     /// [`stats`](Self::stats) with the counts recounted from the data (see
     /// `PostStore::recount`).
     pub(crate) fn recount(&self) -> StoreStats {
         let mut stats = self.stats();
-        let g = self.guards();
-        let (mut authors, mut entries) = (0, [0usize; 3]);
-        self.authors.for_each(|author| {
-            let removed = author.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            if *removed {
-                return;
-            }
-            authors += 1;
-            for (kind, timeline) in author.timelines.iter().enumerate() {
-                entries[kind] += timeline.view(&g.epoch).map_or(0, |view| view.len());
-            }
-        });
-        let mut posts = 0;
-        for unit in 0..self.arena.scan_chunks() {
-            self.arena.scan_chunk(unit, |_, _| posts += 1);
-        }
+        let (authors, entries) = self.authors.recount(&crossbeam_epoch::pin());
         stats.authors = authors;
-        stats.posts = posts;
+        stats.posts = self.posts.recount();
         stats.original_entries = entries[Kind::Originals as usize];
         stats.secondary_entries = entries[Kind::Secondary as usize];
         stats.video_entries = entries[Kind::Videos as usize];
-        stats.tombstones = self.tombstones.pin().iter().count();
+        stats.tombstones = self.tombstones.recount();
         stats
+    }
+}
+
+/// Loom models of the orderings above, on the real write and read paths (`write.rs`,
+/// `query.rs`) over real tables (`RUSTFLAGS="--cfg thunder_loom" cargo test --lib loom`, see
+/// `crate::sync`): each explores the interleavings and weak-memory outcomes of two threads.
+/// What loom sees: the arena, the post and author indexes, the timelines' rings and summaries,
+/// the tombstone filter, the counters and every lock; what it does not: the papaya maps (the
+/// tombstones and the waiting reposts, whose operations it runs as if atomic) and
+/// crossbeam-epoch (a ring's buffer pointer). Under loom a freed slot is reused at once
+/// (`Arena::retire`), so a reader that races a delete also races the reuse of its slot.
+#[cfg(all(test, thunder_loom))]
+mod loom_tests {
+    use crate::clock::ManualClock;
+    use crate::feed_query::FeedQuery;
+    use crate::post::{DeleteEvent, LightPost};
+    use crate::report::{DeleteReport, InsertReport};
+    use crate::store::PostStore;
+    use crate::sync::atomic::{AtomicBool, Ordering};
+    use loom::sync::Arc;
+    use loom::thread::{self, JoinHandle};
+
+    const NOW: i64 = 1_000_000;
+    const RETENTION: i64 = 1000;
+
+    /// Runs `f` under loom. Each execution runs the write and read paths whole, some
+    /// thousands of steps: more than loom's default bound on one execution's branches (1000),
+    /// which `LOOM_MAX_BRANCHES` still overrides.
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
+            builder.max_branches = 20_000;
+        }
+        builder.check(f);
+    }
+
+    /// A store on a clock standing at `NOW`, and that clock.
+    fn store() -> (Arc<PostStore>, std::sync::Arc<ManualClock>) {
+        let clock = std::sync::Arc::new(ManualClock::new(NOW));
+        let store = PostStore::with_clock(RETENTION, clock.clone());
+        (Arc::new(store), clock)
+    }
+
+    fn delete(post_id: i64) -> DeleteEvent {
+        DeleteEvent {
+            post_id,
+            deleted_at: NOW,
+        }
+    }
+
+    /// Post 1 of author 10, a video, and post 2 of author 20, a repost of it without a video
+    /// of its own.
+    fn source_and_repost() -> (LightPost, LightPost) {
+        let source = LightPost {
+            has_video: true,
+            ..LightPost::original(1, 10, NOW - 5)
+        };
+        let repost = LightPost {
+            is_retweet: true,
+            source_post_id: Some(1),
+            source_user_id: Some(10),
+            ..LightPost::original(2, 20, NOW - 4)
+        };
+        (source, repost)
+    }
+
+    /// A thread that inserts `post` into `store`.
+    fn spawn_insert(store: &Arc<PostStore>, post: LightPost) -> JoinHandle<InsertReport> {
+        let store = Arc::clone(store);
+        thread::spawn(move || store.insert_posts(&[post]))
+    }
+
+    /// A thread that deletes `post_id` from `store`.
+    fn spawn_delete(store: &Arc<PostStore>, post_id: i64) -> JoinHandle<DeleteReport> {
+        let store = Arc::clone(store);
+        thread::spawn(move || store.mark_as_deleted(&[delete(post_id)]))
+    }
+
+    /// True if `store` holds a record of `post_id`.
+    fn is_stored(store: &PostStore, post_id: i64) -> bool {
+        let epoch = crossbeam_epoch::pin();
+        store.tables().posts.lookup(post_id, &epoch).is_some()
+    }
+
+    /// The posts the store answers for `author`'s feed (`videos`: its videos).
+    fn answer(store: &PostStore, author: i64, videos: bool) -> Vec<LightPost> {
+        let query = FeedQuery::new(0, std::slice::from_ref(&author));
+        let outcome = if videos {
+            store.get_videos_by_users(&query)
+        } else {
+            store.get_all_posts_by_users(&query)
+        };
+        outcome.posts
+    }
+
+    /// Every count the store keeps matches its contents, and once everything has expired and
+    /// been trimmed nothing is left: no record held by a timeline entry that is gone, no entry
+    /// whose record is gone.
+    fn check_consistent_and_empty_after_expiry(store: &PostStore, clock: &ManualClock) {
+        assert_eq!(store.stats(), store.recount());
+        clock.advance(RETENTION + 1);
+        store.trim_all();
+        let stats = store.stats();
+        assert_eq!(stats, store.recount());
+        assert_eq!(
+            (stats.posts, stats.authors, stats.tombstones),
+            (0, 0, 0),
+            "{stats:?}"
+        );
+    }
+
+    /// A create racing its delete: whichever runs second sees the other (publish, then check;
+    /// tombstone, then remove), so the post is never left live, in the index or in a
+    /// timeline, and the tombstone still drops a later create.
+    #[test]
+    fn loom_a_create_racing_its_delete_is_never_left_live() {
+        model(|| {
+            let (store, clock) = store();
+            let post = LightPost::original(1, 10, NOW - 5);
+            let creator = spawn_insert(&store, post);
+            let deleted = store.mark_as_deleted(&[delete(1)]);
+            let created = creator.join().unwrap();
+            assert_eq!(created.inserted + created.tombstoned, 1, "{created:?}");
+            // A create that went through was removed by the delete.
+            assert!(
+                created.inserted <= deleted.removed,
+                "{created:?} {deleted:?}"
+            );
+            assert!(answer(&store, 10, false).is_empty());
+            assert!(!is_stored(&store, 1));
+            assert_eq!(store.insert_posts(&[post]).tombstoned, 1);
+            check_consistent_and_empty_after_expiry(&store, &clock);
+        });
+    }
+
+    /// A query racing a delete and the reuse of the deleted post's slot by the next post
+    /// (same slot class, every field different): it serves whole posts only, and once the
+    /// delete has returned (as the query saw it) never the deleted one.
+    #[test]
+    fn loom_a_query_racing_a_delete_serves_whole_posts_and_never_a_deleted_one() {
+        model(|| {
+            let (store, clock) = store();
+            let first = LightPost::original(1, 10, NOW - 5);
+            let second = LightPost {
+                conversation_id: Some(77),
+                has_video: true,
+                ..LightPost::original(2, 10, NOW - 4)
+            };
+            assert_eq!(store.insert_posts(&[first]).inserted, 1);
+            let deleted = Arc::new(AtomicBool::new(false));
+            let reader = {
+                let (store, deleted) = (Arc::clone(&store), Arc::clone(&deleted));
+                thread::spawn(move || {
+                    // Acquire pairs with the Release store after the delete: a query that
+                    // begins after the delete returned.
+                    let after_delete = deleted.load(Ordering::Acquire);
+                    (after_delete, answer(&store, 10, false))
+                })
+            };
+            assert_eq!(store.mark_as_deleted(&[delete(1)]).removed, 1);
+            deleted.store(true, Ordering::Release);
+            // Takes post 1's slot: loom's `Arena::retire` hands it back at once.
+            assert_eq!(store.insert_posts(&[second]).inserted, 1);
+            let (after_delete, served) = reader.join().unwrap();
+            for post in &served {
+                assert!(*post == first || *post == second, "served {post:?}");
+            }
+            assert!(
+                !(after_delete && served.contains(&first)),
+                "served {served:?} after the delete"
+            );
+            assert_eq!(answer(&store, 10, false), [second]);
+            check_consistent_and_empty_after_expiry(&store, &clock);
+        });
+    }
+
+    /// A repost (without its own video) racing the arrival of its video source: either the
+    /// repost finds the source stored or the source finds the repost waiting (wait, then
+    /// look; store, then take), so the repost ends in its author's videos, once.
+    #[test]
+    fn loom_a_repost_racing_its_source_joins_the_videos_once() {
+        model(|| {
+            let (store, clock) = store();
+            let (source, repost) = source_and_repost();
+            let reposter = spawn_insert(&store, repost);
+            assert_eq!(store.insert_posts(&[source]).inserted, 1);
+            assert_eq!(reposter.join().unwrap().inserted, 1);
+            assert_eq!(answer(&store, 20, true), [repost]);
+            assert_eq!(store.stats().video_entries, 2);
+            check_consistent_and_empty_after_expiry(&store, &clock);
+        });
+    }
+
+    /// A repost racing its video source's arrival and the source's delete, three threads: the
+    /// source's create and delete race as in the first model (its record is never left live),
+    /// the repost ends in the feed but is no video, and every hold the repost's record took is
+    /// released with the entry that took it.
+    #[test]
+    fn loom_a_repost_racing_its_source_and_the_source_delete_leaves_no_video() {
+        model(|| {
+            let (store, clock) = store();
+            let (source, repost) = source_and_repost();
+            let reposter = spawn_insert(&store, repost);
+            let deleter = spawn_delete(&store, 1);
+            let created = store.insert_posts(&[source]);
+            let deleted = deleter.join().unwrap();
+            assert!(
+                created.inserted <= deleted.removed,
+                "{created:?} {deleted:?}"
+            );
+            assert_eq!(reposter.join().unwrap().inserted, 1);
+            assert!(!is_stored(&store, 1));
+            assert!(answer(&store, 20, true).is_empty());
+            assert_eq!(answer(&store, 20, false), [repost]);
+            check_consistent_and_empty_after_expiry(&store, &clock);
+        });
     }
 }

@@ -18,8 +18,11 @@
 
 use crate::arena::SlotId;
 use crate::sync::atomic::{AtomicU64, Ordering, fence};
-use crossbeam_epoch::{Atomic, Guard, Owned, Pointer, Shared};
+#[cfg(not(thunder_loom))]
+use crossbeam_epoch::Pointer;
+use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use std::mem::{MaybeUninit, align_of, size_of};
+#[cfg(not(thunder_loom))]
 use std::sync::Arc;
 
 /// A timeline entry: which post, when, and where its record lives.
@@ -129,15 +132,17 @@ fn header_of(cells: &Buffer) -> &RingHeader {
 /// free them (`retire_home`): a lock-free stack linked through the rings themselves (each
 /// ring's header cell holds the next ring's `Owned::into_usize`, 0 ending the stack), so
 /// handing a ring back allocates nothing.
+#[cfg(not(thunder_loom))]
 struct Returned {
     /// The top ring's `Owned::into_usize`, or 0.
-    top: std::sync::atomic::AtomicUsize,
+    top: crate::sync::atomic::AtomicUsize,
 }
 
+#[cfg(not(thunder_loom))]
 impl Returned {
     /// Pushes a retired ring, past its grace period, given as its `Owned::into_usize`.
     fn push(&self, raw: usize) {
-        use std::sync::atomic::Ordering::{Relaxed, Release};
+        use Ordering::{Relaxed, Release};
         let mut top = self.top.load(Relaxed);
         loop {
             // SAFETY: `raw` is a retired ring past its grace period: no reader can reach it,
@@ -161,7 +166,7 @@ impl Returned {
     /// Frees every ring on the stack; returns how many.
     fn free_all(&self) -> usize {
         // Acquire pairs with the pushes' Release: their links are written.
-        let mut at = self.top.swap(0, std::sync::atomic::Ordering::Acquire);
+        let mut at = self.top.swap(0, Ordering::Acquire);
         let mut freed = 0;
         while at != 0 {
             // SAFETY: `at` is a ring pushed by `push` (a retired ring past its grace period);
@@ -176,16 +181,18 @@ impl Returned {
     }
 }
 
+#[cfg(not(thunder_loom))]
 impl Drop for Returned {
     fn drop(&mut self) {
         self.free_all();
     }
 }
 
+#[cfg(not(thunder_loom))]
 thread_local! {
     /// The rings this thread retired that have come back to it.
     static RETURNED: Arc<Returned> = Arc::new(Returned {
-        top: std::sync::atomic::AtomicUsize::new(0),
+        top: crate::sync::atomic::AtomicUsize::new(0),
     });
 }
 
@@ -208,6 +215,7 @@ thread_local! {
 /// # Safety
 /// As for `Guard::defer_destroy`: `old` is unreachable for anyone who pins after this call,
 /// and is retired once.
+#[cfg(not(thunder_loom))]
 unsafe fn retire_home(old: Shared<'_, Buffer>, guard: &Guard) -> usize {
     let Ok(home) = RETURNED.try_with(Arc::clone) else {
         // SAFETY: as the caller guarantees.
@@ -218,6 +226,18 @@ unsafe fn retire_home(old: Shared<'_, Buffer>, guard: &Guard) -> usize {
     // The function runs once every thread pinned before it was deferred has unpinned.
     guard.defer(move || home.push(raw));
     RETURNED.with(|returned| returned.free_all())
+}
+
+/// Under loom, retires `old` straight through the epoch: a thread-local stack would outlive
+/// the model's execution (loom runs its threads on one thread of the process).
+///
+/// # Safety
+/// As the non-loom `retire_home`.
+#[cfg(thunder_loom)]
+unsafe fn retire_home(old: Shared<'_, Buffer>, guard: &Guard) -> usize {
+    // SAFETY: as the caller guarantees.
+    unsafe { guard.defer_destroy(old) };
+    0
 }
 
 /// A ring of `TinyPost`s in [`TinyPost::key`] order (`created_at`, then `post_id`).
@@ -517,6 +537,7 @@ impl Timeline {
 
     /// The number of entries (writer side; readers use a view).
     #[cfg(test)]
+    #[cfg_attr(thunder_loom, allow(dead_code))]
     pub fn len(&self, guard: &Guard) -> usize {
         self.view(guard).map_or(0, |s| s.len())
     }
@@ -780,7 +801,7 @@ impl Drop for Timeline {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(thunder_loom)))]
 mod tests {
     use super::*;
 
@@ -971,7 +992,7 @@ mod tests {
     #[test]
     fn rings_handed_back_from_other_threads_are_freed_once() {
         let home = Returned {
-            top: std::sync::atomic::AtomicUsize::new(0),
+            top: crate::sync::atomic::AtomicUsize::new(0),
         };
         let (threads, per_thread) = (4, 2000);
         std::thread::scope(|scope| {

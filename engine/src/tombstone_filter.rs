@@ -31,8 +31,8 @@
 //! the insert's fence precedes the delete's second fence and the delete finds the inserted post.
 //! The loom model below runs the real functions through every interleaving of the three.
 
+use crate::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::TryLockError;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use crossbeam_epoch::Guard;
 

@@ -1,6 +1,7 @@
 //! The write path: insert, delete and trim, following the reference rules (see
-//! `BEHAVIOUR.md`), over the store's tables (`tables.rs`, which keeps the orderings that make
-//! a create racing its delete come out right).
+//! `BEHAVIOUR.md`), over the store's tables: each table's owner for what concerns one table,
+//! `tables.rs` for the orderings that span two (those that make a create racing its delete
+//! come out right among them).
 //!
 //! Each call pins the reclaimers once for its whole batch, gathers the slots it frees and
 //! hands them back to the arena when it ends.
@@ -8,11 +9,13 @@
 use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, SlotId};
 use crate::authors::{Author, Kind};
 use crate::config::TRIM_FRACTION;
+use crate::guards::Guards;
 use crate::post::{DeleteEvent, LightPost};
 use crate::prefetch::prefetch;
 use crate::report::{DeleteReport, DropReason, InsertReport, TrimReport};
-use crate::tables::{Guards, PendingRepost, StoreTables};
+use crate::tables::StoreTables;
 use crate::timeline::TinyPost;
+use crate::waiting::PendingRepost;
 use crossbeam_epoch::Guard;
 use std::sync::PoisonError;
 
@@ -46,7 +49,7 @@ pub(crate) fn insert_posts(
         let base = c * CHUNK;
         let mut kept: Vec<u64> = Vec::with_capacity(chunk.len());
         for (i, post) in chunk.iter().enumerate() {
-            match time_check(tables.retention_secs(), post.created_at, g.now) {
+            match time_check(tables.retention.secs(), post.created_at, g.now) {
                 None => kept.push(((post.created_at as u64) << 32) | i as u64),
                 Some(reason) => {
                     report.count_drop(reason);
@@ -91,7 +94,7 @@ pub(crate) fn insert_posts(
                 None
             };
             let post = &chunk[i];
-            let applied = if tables.is_foreign_author(post.author_id) {
+            let applied = if tables.directory.is_foreign(post.author_id) {
                 tables
                     .insert_fact(&CompactPost::from_light(post), &g)
                     .map_or(Ok(()), Err)
@@ -107,7 +110,7 @@ pub(crate) fn insert_posts(
             }
         }
     }
-    tables.retire(retired, &g.epoch);
+    tables.posts.retire(retired, &g.epoch);
     report
 }
 
@@ -115,12 +118,13 @@ pub(crate) fn insert_posts(
 /// an insert of `post` will read, and the bucket of the source it looks up.
 #[inline]
 fn prefetch_buckets(tables: &StoreTables, post: &LightPost, epoch: &Guard) {
-    tables.prefetch_post_bucket(post.post_id, epoch);
+    tables.posts.prefetch_bucket(post.post_id, epoch);
     if let Some(source) = looks_up_source(post) {
-        tables.prefetch_post_bucket(source, epoch);
+        tables.posts.prefetch_bucket(source, epoch);
     }
-    tables.prefetch_author_bucket(tables.author_hash(post.author_id), epoch);
-    tables.prefetch_tombstone_word(post.post_id, epoch);
+    let authors = &tables.authors;
+    authors.prefetch_bucket(authors.hash(post.author_id), epoch);
+    tables.tombstones.prefetch_word(post.post_id, epoch);
 }
 
 /// Prefetches the record line of `post`'s author (its candidate in the author index) and,
@@ -134,9 +138,10 @@ fn prefetch_author<'t>(
 ) -> Option<&'t Author> {
     // The repost's source record too: its bucket was prefetched with the post's.
     if let Some(source) = looks_up_source(post) {
-        tables.prefetch_stored_record(source, epoch);
+        tables.posts.prefetch_stored_record(source, epoch);
     }
-    let author = tables.author_candidate(tables.author_hash(post.author_id), epoch)?;
+    let authors = &tables.authors;
+    let author = authors.candidate(authors.hash(post.author_id), epoch)?;
     prefetch((author as *const Author).cast());
     Some(author)
 }
@@ -154,7 +159,7 @@ fn prefetch_timeline(
 ) {
     let author = match candidate {
         Some(author) if author.author_id() == post.author_id => author,
-        _ => match tables.find_author(post.author_id, epoch) {
+        _ => match tables.authors.find(post.author_id, epoch) {
             Some(author) => author,
             None => return,
         },
@@ -198,7 +203,7 @@ fn insert_one(
     retired: &mut Vec<SlotId>,
 ) -> Result<(), DropReason> {
     let post_id = post.post_id;
-    if tables.drops_create(post_id, post.created_at, g) {
+    if tables.tombstones.drops_create(post_id, post.created_at, g) {
         return Err(DropReason::Tombstoned);
     }
     // No separate duplicate probe: publishing finds duplicates (a rare case that then costs
@@ -210,10 +215,10 @@ fn insert_one(
         if record.has_video {
             video = true;
         } else if record.is_retweet && record.source_post_id != 0 {
-            match tables.lookup(record.source_post_id, &g.epoch) {
-                Some(source) => video = tables.is_video_source(&source, g.now),
+            match tables.posts.lookup(record.source_post_id, &g.epoch) {
+                Some(source) => video = tables.retention.is_video_source(&source, g.now),
                 // A shard cannot see every source: the query-time videos rule decides.
-                None if tables.is_shard() => video = true,
+                None if tables.directory.is_shard() => video = true,
                 None => awaited_source = Some(record.source_post_id),
             }
         }
@@ -226,10 +231,11 @@ fn insert_one(
         slot,
     };
     let kind = Kind::primary_of(&record);
-    tables.with_author_from(candidate, record.author_id, true, g, |author| {
+    let authors = &tables.authors;
+    authors.with_author_from(candidate, record.author_id, true, &g.epoch, |author| {
         // A delete that won the race already removed the record: index nothing then. The
         // delete removes timeline entries under this same lock, so no entry can outlive it.
-        if tables.read(slot, post_id).is_none() {
+        if tables.posts.read(slot, post_id).is_none() {
             return;
         }
         tables.index(author, kind, entry, &g.epoch, retired);
@@ -244,7 +250,7 @@ fn insert_one(
             created_at: record.created_at,
         };
         if let Some(stored) = tables.wait_for_source(source, repost, g)
-            && tables.is_video_source(&stored, g.now)
+            && tables.retention.is_video_source(&stored, g.now)
         {
             promote_to_video(tables, source, repost, g, retired);
         }
@@ -269,30 +275,33 @@ fn promote_to_video(
     g: &Guards<'_>,
     retired: &mut Vec<SlotId>,
 ) {
-    tables.with_author(repost.author_id, false, g, |author| {
-        let Some((slot, record)) = tables.lookup_with_slot(repost.post_id, &g.epoch) else {
-            return;
-        };
-        let same_repost = record.author_id == repost.author_id
-            && record.source_post_id == source
-            && record.created_at == repost.created_at;
-        if !same_repost
-            || record.is_reply
-            || !record.is_retweet
-            || record.has_video
-            || tables.expired(record.created_at, g.now)
-        {
-            return;
-        }
-        if tables.hold_video(slot, repost.post_id) {
-            let entry = TinyPost {
-                post_id: repost.post_id,
-                created_at: record.created_at,
-                slot,
+    tables
+        .authors
+        .with_author(repost.author_id, false, &g.epoch, |author| {
+            let Some((slot, record)) = tables.posts.lookup_with_slot(repost.post_id, &g.epoch)
+            else {
+                return;
             };
-            tables.index(author, Kind::Videos, entry, &g.epoch, retired);
-        }
-    });
+            let same_repost = record.author_id == repost.author_id
+                && record.source_post_id == source
+                && record.created_at == repost.created_at;
+            if !same_repost
+                || record.is_reply
+                || !record.is_retweet
+                || record.has_video
+                || tables.retention.expired(record.created_at, g.now)
+            {
+                return;
+            }
+            if tables.posts.hold_video(slot, repost.post_id) {
+                let entry = TinyPost {
+                    post_id: repost.post_id,
+                    created_at: record.created_at,
+                    slot,
+                };
+                tables.index(author, Kind::Videos, entry, &g.epoch, retired);
+            }
+        });
 }
 
 /// The basis a delete event gives its tombstone at `now` (before the removed record's
@@ -315,19 +324,20 @@ pub(crate) fn mark_as_deleted(tables: &StoreTables, events: &[DeleteEvent]) -> D
     let mut retired = Vec::new();
     for event in events {
         let post_id = event.post_id;
-        let basis = delete_basis(tables.retention_secs(), event.deleted_at, g.now);
+        let basis = delete_basis(tables.retention.secs(), event.deleted_at, g.now);
         report.tombstoned += 1;
         let Some(record) = tables.tombstone_and_remove(post_id, basis, &g, &mut retired) else {
             continue;
         };
         report.removed += 1;
-        tables.with_author(record.author_id, false, &g, |author| {
+        let authors = &tables.authors;
+        authors.with_author(record.author_id, false, &g.epoch, |author| {
             for kind in [Kind::primary_of(&record), Kind::Videos] {
-                tables.unindex(author, kind, post_id, record.created_at, &g.epoch);
+                authors.remove_entry(author, kind, post_id, record.created_at, &g.epoch);
             }
         });
     }
-    tables.retire(retired, &g.epoch);
+    tables.posts.retire(retired, &g.epoch);
     report
 }
 
@@ -339,7 +349,7 @@ pub(crate) fn trim(tables: &StoreTables, shard: usize) -> TrimReport {
     let shard = (shard % TRIM_FRACTION) as i64;
     let mut retired = Vec::new();
     let in_shard = |author: &Author| author.author_id().rem_euclid(TRIM_FRACTION as i64) == shard;
-    tables.for_each_author(|author| {
+    tables.authors.for_each(|author| {
         // Filter before locking (unused records keep a stale id; the lock re-checks).
         if !in_shard(author) {
             return;
@@ -357,16 +367,19 @@ pub(crate) fn trim(tables: &StoreTables, shard: usize) -> TrimReport {
         }
         if empty {
             *removed = true;
-            tables.drop_author(author, &g.epoch);
+            tables.authors.drop_author(author, &g.epoch);
             report.authors_dropped += 1;
         }
     });
-    report.tombstones_expired = tables.expire_tombstones(&g);
-    tables.trim_facts(shard as usize, now);
-    tables.expire_waiting(&g);
-    tables.retire(retired, &g.epoch);
+    report.tombstones_expired = tables.tombstones.expire(&g);
+    let retention = tables.retention;
+    tables.directory.trim(shard as usize, |created_at| {
+        retention.expired(created_at, now)
+    });
+    tables.waiting.expire(&g);
+    tables.posts.retire(retired, &g.epoch);
     // The slots freed above reach the free list after their grace period: a later trim
     // releases what they empty.
-    tables.release_free_chunks();
+    tables.posts.release_free_chunks();
     report
 }

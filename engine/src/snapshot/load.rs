@@ -279,7 +279,9 @@ pub(crate) fn load_in_place(
             // In timeline order the expired posts are the oldest: a prefix.
             let now = tables.now_secs();
             let total_posts = posts.len() as u64;
-            posts.skip(first_unexpired(&posts, |t| tables.expired(t, now)));
+            posts.skip(first_unexpired(&posts, |t| {
+                tables.retention.expired(t, now)
+            }));
             let count = posts.len() as u32;
             let built = build_loaded(tables, &read, &posts, threads, allow_bulk, |_| {
                 (0..count).collect()
@@ -300,11 +302,11 @@ pub(crate) fn load_in_place(
 /// Refuses a snapshot written with a shorter retention than this store's (it would lack
 /// posts this store keeps) or for another author shard.
 fn check_loadable(tables: &StoreTables, header: &SnapshotHeader) -> Result<(), SnapshotError> {
-    if header.retention_secs < tables.retention_secs() {
+    if header.retention_secs < tables.retention.secs() {
         return Err(SnapshotError::Incompatible(format!(
             "written with a retention of {} s, shorter than this store's {} s",
             header.retention_secs,
-            tables.retention_secs()
+            tables.retention.secs()
         )));
     }
     check_shard(tables, header.shard)
@@ -323,7 +325,7 @@ fn load_decoded(
     let restored = restore_tombstones_and_facts(tables, &read);
     let now = tables.now_secs();
     let total_posts = posts.len() as u64;
-    posts.retain(|p| !tables.expired(p.created_at, now));
+    posts.retain(|p| !tables.retention.expired(p.created_at, now));
     let threads = threads.max(1);
     let built = build_loaded(tables, &read, &posts, threads, allow_bulk, |posts| {
         in_timeline_order(posts, threads)
@@ -336,7 +338,7 @@ fn restore_tombstones_and_facts(tables: &StoreTables, read: &ReadSnapshot) -> (u
     let g = tables.guards();
     let mut tombstones_loaded = 0;
     for &(post_id, basis) in &read.tombstones {
-        tombstones_loaded += u64::from(tables.restore_tombstone(post_id, basis, &g));
+        tombstones_loaded += u64::from(tables.tombstones.restore(post_id, basis, &g));
     }
     let facts_loaded = tables.restore_facts(&read.facts, &g) as u64;
     (tombstones_loaded, facts_loaded)
@@ -357,7 +359,7 @@ fn build_loaded<P: PostSource + ?Sized>(
     // (each growth stops both loading threads to rehash); on another thread while this
     // one orders them, when there is one.
     let order = std::thread::scope(|scope| {
-        let reserve = |posts: usize| tables.reserve_posts(posts);
+        let reserve = |posts: usize| tables.posts.reserve(posts);
         if threads == 1 {
             reserve(posts.len());
             return order_of(posts);
@@ -373,7 +375,7 @@ fn build_loaded<P: PostSource + ?Sized>(
     // With a loading thread on every core, a chunk made ahead only takes a core from them.
     let every_core = threads >= std::thread::available_parallelism().map_or(1, |n| n.get());
     if every_core {
-        tables.make_chunks_ahead(false);
+        tables.posts.make_chunks_ahead(false);
     }
     let bulk = if !allow_bulk {
         Err(BulkRefusal::PerPostRequested)
@@ -387,7 +389,7 @@ fn build_loaded<P: PostSource + ?Sized>(
         Err(reason) => (load_per_post(tables, posts, &order, threads), Some(reason)),
     };
     if every_core {
-        tables.make_chunks_ahead(true);
+        tables.posts.make_chunks_ahead(true);
     }
     built
 }
@@ -452,8 +454,8 @@ pub(crate) fn check_shard(
         Some(shard) => format!("author shard {shard}"),
         None => "a full store".to_owned(),
     };
-    let this = tables.shard_id();
-    let unnamed_shard = this.is_none() && tables.is_shard();
+    let this = tables.directory.id();
+    let unnamed_shard = this.is_none() && tables.directory.is_shard();
     if written_by != this || unnamed_shard {
         return Err(SnapshotError::Incompatible(format!(
             "written by {}, this store is {}",

@@ -277,7 +277,7 @@ fn a_load_in_place_builds_what_a_streamed_load_builds() {
     skipped.skip(5_000);
     assert_eq!(skipped.len(), decoded.len() - 5_000);
     assert!((0..skipped.len()).all(|i| skipped.post(i) == decoded[i + 5_000]));
-    let expired = first_unexpired(&skipped, |t| store.tables().expired(t, NOW + 160));
+    let expired = first_unexpired(&skipped, |t| store.tables().retention.expired(t, NOW + 160));
     assert!(expired > 0 && expired < skipped.len());
 
     let reference = PostStore::with_clock(1_000, clock.clone());
@@ -300,7 +300,7 @@ fn a_load_in_place_builds_what_a_streamed_load_builds() {
             stats.authors,
         );
         let held: Vec<_> = (0..=70_001)
-            .map(|id| loaded.tables().lookup(id, &epoch))
+            .map(|id| loaded.tables().posts.lookup(id, &epoch))
             .collect();
         (sizes, held)
     };

@@ -62,7 +62,7 @@ pub(crate) fn write_snapshot(
 ) -> Result<SnapshotSummary, SnapshotError> {
     let started = Instant::now();
     let now = tables.now_secs();
-    if tables.is_shard() && tables.shard_id().is_none() {
+    if tables.directory.is_shard() && tables.directory.id().is_none() {
         return Err(SnapshotError::Incompatible(
             "an author shard built without its shard id (with_author_shard) cannot be snapshotted"
                 .into(),
@@ -71,10 +71,10 @@ pub(crate) fn write_snapshot(
     let header = SnapshotHeader {
         format_version: FORMAT_VERSION,
         layout_hash: layout_hash(),
-        retention_secs: tables.retention_secs(),
+        retention_secs: tables.retention.secs(),
         created_at_secs: now,
         meta: meta.clone(),
-        shard: tables.shard_id(),
+        shard: tables.directory.id(),
     };
     let encoded = encode_header(&header)?;
     let mut writer = ChunkWriter {
@@ -88,7 +88,7 @@ pub(crate) fn write_snapshot(
     writer.out.write_all(&encoded)?;
     // Tombstones first: a post deleted while the scan runs then either is in the scan and
     // has its tombstone after it in time (the replay deletes it again), or is not.
-    let tombstones = tables.live_tombstones(now);
+    let tombstones = tables.tombstones.live_at(now);
     for chunk in tombstones.chunks(TOMBSTONES_PER_CHUNK) {
         for &(post_id, basis) in chunk {
             writer.buf.extend_from_slice(&post_id.to_le_bytes());
@@ -101,7 +101,12 @@ pub(crate) fn write_snapshot(
     let mut facts = Vec::new();
     for table in 0..FACT_SHARDS {
         facts.clear();
-        tables.copy_facts(table, now, &mut facts);
+        let retention = tables.retention;
+        tables.directory.copy(
+            table,
+            |created_at| retention.expired(created_at, now),
+            &mut facts,
+        );
         for chunk in facts.chunks(FACTS_PER_CHUNK) {
             for &(post_id, packed, parent) in chunk {
                 writer.buf.extend_from_slice(&post_id.to_le_bytes());
@@ -143,11 +148,12 @@ fn write_posts_in_timeline_order<W: Write>(
     now: i64,
     writer: &mut ChunkWriter<W>,
 ) -> Result<(), SnapshotError> {
-    let live = tables.live_posts();
+    let posts = &tables.posts;
+    let live = posts.live();
     let mut keys: Vec<u64> = Vec::with_capacity(live + live / 64 + 1024);
-    for index in 0..tables.scan_chunks() {
-        tables.scan_chunk(index, |slot, post| {
-            if !tables.expired(post.created_at, now) {
+    for index in 0..posts.scan_chunks() {
+        posts.scan_chunk(index, |slot, post| {
+            if !tables.retention.expired(post.created_at, now) {
                 keys.push(u64::from(post.created_at) << 32 | u64::from(slot));
             }
         });
@@ -159,9 +165,9 @@ fn write_posts_in_timeline_order<W: Write>(
     for (i, &key) in keys.iter().enumerate() {
         // The slots are read in no order the hardware can guess: ask for them ahead.
         if let Some(&ahead) = keys.get(i + WRITE_READ_AHEAD) {
-            tables.prefetch_record(ahead as SlotId);
+            posts.prefetch_record(ahead as SlotId);
         }
-        if let Some(post) = tables.read_live(key as SlotId)
+        if let Some(post) = posts.read_live(key as SlotId)
             && post.created_at == second_of(key)
         {
             second.push(post);
