@@ -1,16 +1,20 @@
-//! `thunder-cli query`: one GetInNetworkPosts call, printed as a table or as JSON.
+//! `thunder-cli query`: one GetInNetworkPosts call, printed as a table or as JSON: the answer
+//! in the proto3 JSON mapping, as grpcurl prints it (thunder-proto's `serde` feature), a
+//! page's `next_cursor` in base64 as that mapping writes bytes.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use thunder_client::{ClientConfig, ShardError, ThunderClient};
 use thunder_engine::SeenFilter;
 use thunder_engine::seen::DEFAULT_BITS_PER_ID;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_proto::{
-    GetInNetworkPostsRequest, LightPost, PerAuthorLimits, SeenFilter as WireSeenFilter,
-    SeenFilterFormat,
+    GetInNetworkPostsRequest, GetInNetworkPostsResponse, LightPost, PerAuthorLimits,
+    SeenFilter as WireSeenFilter, SeenFilterFormat,
 };
 use tonic::codec::CompressionEncoding;
 use tonic::transport::{Channel, Endpoint};
@@ -56,7 +60,8 @@ pub struct QueryArgs {
     /// How many pages to fetch and print (stops early when the answer is complete).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pages: u32,
-    /// Start after this cursor (hex, as printed as next_cursor).
+    /// Start after this cursor: a `next_cursor` as printed (base64; the hex of older
+    /// versions is accepted too).
     #[arg(long)]
     cursor: Option<String>,
     /// Video posts only.
@@ -210,7 +215,7 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
         per_author_limits,
         seen_filter,
         cursor: match &args.cursor {
-            Some(hex) => from_hex(hex).context("--cursor is not hex")?,
+            Some(text) => cursor_bytes(text)?,
             None => Vec::new(),
         },
         min_created_at: args.min_created_at,
@@ -229,17 +234,12 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
                     Ok(response) => response.into_inner(),
                     Err(status) => return Err(call_failed(status, &args.addr, tls.as_ref()).await),
                 };
-                show_page(
-                    view,
-                    &mut pages,
-                    page,
-                    &response.posts,
-                    &response.next_cursor,
-                );
-                if response.next_cursor.is_empty() {
+                let next_cursor = response.next_cursor.clone();
+                show_page(view, &mut pages, page, response);
+                if next_cursor.is_empty() {
                     break;
                 }
-                request.cursor = response.next_cursor;
+                request.cursor = next_cursor;
             }
         }
         (None, Some(spec)) => {
@@ -250,13 +250,17 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
             );
             let (posts, errors) = ask_shards(spec, request, timeout).await?;
             shard_errors = errors;
-            show_page(view, &mut pages, 1, &posts, &[]);
+            let answer = GetInNetworkPostsResponse {
+                posts,
+                next_cursor: Vec::new(),
+            };
+            show_page(view, &mut pages, 1, answer);
         }
         (None, None) => anyhow::bail!("neither --addr nor --shards"),
     }
     if args.json {
         let out = match <[_; 1]>::try_from(pages) {
-            Ok([one]) => one,
+            Ok([one]) => serde_json::to_value(one)?,
             Err(pages) => serde_json::json!({ "pages": pages }),
         };
         outln!("{}", serde_json::to_string_pretty(&out)?);
@@ -278,56 +282,36 @@ struct PageView {
 /// Prints one page (or keeps it for the JSON output).
 fn show_page(
     view: PageView,
-    pages: &mut Vec<serde_json::Value>,
+    pages: &mut Vec<GetInNetworkPostsResponse>,
     page: u32,
-    posts: &[LightPost],
-    next_cursor: &[u8],
+    answer: GetInNetworkPostsResponse,
 ) {
-    let next_cursor = to_hex(next_cursor);
     if view.json {
-        let posts: Vec<serde_json::Value> = posts.iter().map(post_json).collect();
-        pages.push(serde_json::json!({ "posts": posts, "next_cursor": next_cursor }));
-    } else {
-        if view.numbered {
-            outln!("page {page}");
-        }
-        print_table(posts);
-        if !next_cursor.is_empty() {
-            outln!("next_cursor {next_cursor}");
-        }
+        pages.push(answer);
+        return;
+    }
+    if view.numbered {
+        outln!("page {page}");
+    }
+    print_table(&answer.posts);
+    if !answer.next_cursor.is_empty() {
+        outln!("next_cursor {}", BASE64.encode(&answer.next_cursor));
     }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(hex: &str) -> anyhow::Result<Vec<u8>> {
-    anyhow::ensure!(hex.len().is_multiple_of(2), "odd number of hex digits");
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| {
-            hex.get(i..i + 2)
-                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
-                .ok_or_else(|| anyhow::anyhow!("not a hex digit pair at {i}"))
-        })
-        .collect()
-}
-
-fn post_json(post: &LightPost) -> serde_json::Value {
-    serde_json::json!({
-        "post_id": post.post_id,
-        "author_id": post.author_id,
-        "created_at": post.created_at,
-        "in_reply_to_post_id": post.in_reply_to_post_id,
-        "in_reply_to_user_id": post.in_reply_to_user_id,
-        "is_retweet": post.is_retweet,
-        "is_reply": post.is_reply,
-        "source_post_id": post.source_post_id,
-        "source_user_id": post.source_user_id,
-        "has_video": post.has_video,
-        "conversation_id": post.conversation_id,
-    })
+/// The bytes of `--cursor`: base64 as the proto3 JSON mapping writes bytes (what `next_cursor`
+/// prints), or the hex older versions printed.
+fn cursor_bytes(text: &str) -> anyhow::Result<Vec<u8>> {
+    let hex = text.len().is_multiple_of(2) && text.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex {
+        return Ok((0..text.len())
+            .step_by(2)
+            .filter_map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+            .collect());
+    }
+    BASE64
+        .decode(text)
+        .context("--cursor is neither base64 (as next_cursor prints) nor hex")
 }
 
 fn print_table(posts: &[LightPost]) {
@@ -360,4 +344,18 @@ fn print_table(posts: &[LightPost]) {
         );
     }
     outln!("{} posts", posts.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_is_read_as_printed_or_as_the_older_hex() {
+        let bytes = vec![0xde, 0xad, 0xbe, 0xef, 0x00, 0x7f];
+        assert_eq!(cursor_bytes(&BASE64.encode(&bytes)).expect("base64"), bytes);
+        assert_eq!(cursor_bytes("deadbeef007f").expect("hex"), bytes);
+        let error = cursor_bytes("not a cursor!").expect_err("refused");
+        assert!(error.to_string().contains("base64"), "{error}");
+    }
 }

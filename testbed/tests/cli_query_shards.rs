@@ -40,7 +40,8 @@ fn post_ids(stdout: &[u8]) -> Vec<i64> {
         .as_array()
         .expect("posts")
         .iter()
-        .filter_map(|p| p["post_id"].as_i64())
+        // The proto3 JSON mapping: lowerCamelCase, 64-bit integers as strings.
+        .filter_map(|p| p["postId"].as_str()?.parse().ok())
         .collect()
 }
 
