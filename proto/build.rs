@@ -1,6 +1,6 @@
-//! Generates the `thunder.v1` messages and tonic stubs, the file descriptor set for reflection,
-//! and (pbjson) the messages' serde implementations in the proto3 JSON mapping, compiled with
-//! the `serde` feature. Uses the vendored `protoc`, so no system protobuf compiler is needed.
+//! Generates the `thunder.v1` messages and tonic stubs, the file descriptor set for
+//! reflection, and (pbjson-build, from that set) the messages' proto3 JSON mapping. Uses the
+//! vendored `protoc`, so no system protobuf compiler is needed.
 
 use std::path::PathBuf;
 
@@ -12,12 +12,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         unsafe { std::env::set_var("PROTOC", protoc) };
     }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
-    let descriptors = out_dir.join("thunder_v1_descriptor.bin");
+    let descriptor_set = out_dir.join("thunder_v1_descriptor.bin");
     tonic_prost_build::configure()
-        .file_descriptor_set_path(&descriptors)
+        .file_descriptor_set_path(&descriptor_set)
         .compile_protos(&["proto/thunder/v1/in_network.proto"], &["proto"])?;
     pbjson_build::Builder::new()
-        .register_descriptors(&std::fs::read(&descriptors)?)?
+        .register_descriptors(&std::fs::read(&descriptor_set)?)?
         .build(&[".thunder.v1"])?;
     Ok(())
 }

@@ -11,9 +11,11 @@
 #[macro_use]
 mod out;
 
+mod explain;
 mod frame;
 mod produce;
 mod query;
+mod request;
 mod snapshot;
 mod tls;
 
@@ -35,6 +37,8 @@ struct Cli {
 enum Command {
     /// Ask the server for a feed and print the posts.
     Query(query::QueryArgs),
+    /// Ask the server why a viewer's feed holds, or does not hold, some posts.
+    Explain(explain::ExplainArgs),
     /// Send create/delete events to the Kafka topic (JSON lines on stdin, or `--synth`).
     Produce(produce::ProduceArgs),
     /// Write one request as a gRPC frame file (the body h2load posts; see scripts/serve-bench.sh).
@@ -48,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Query(args) => query::run(args).await,
+        Command::Explain(args) => explain::run(args).await,
         Command::Produce(args) => produce::run(args).await,
         Command::Frame(args) => frame::run(args).await,
         Command::Snapshot(args) => snapshot::run(args),

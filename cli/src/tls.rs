@@ -1,8 +1,8 @@
-//! The TLS of `thunder-cli query`: its files ([`TlsSettings`]), and why a connection to the
-//! server failed, in words. tonic reports a refused handshake as `transport error` or
-//! `operation was canceled`: the cause (rustls' error, or the server's alert) sits deep in the
-//! error's sources, or, when the server refuses the client's certificate after the client has
-//! finished its side of a TLS 1.3 handshake, nowhere. [`explain`] looks in the sources, and
+//! The TLS of `thunder-cli query` and `explain`: its files ([`TlsSettings`]), and why a
+//! connection to the server failed, in words. tonic reports a refused handshake as `transport
+//! error` or `operation was canceled`: the cause (rustls' error, or the server's alert) sits
+//! deep in the error's sources, or, when the server refuses the client's certificate after the
+//! client has finished its side of a TLS 1.3 handshake, nowhere. [`explain`] looks in the sources, and
 //! [`diagnose`] runs the handshake again as the query did and reads the server's answer; both
 //! say what the failure means for the flags, as the server's log says it for its side.
 

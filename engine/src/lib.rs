@@ -45,9 +45,12 @@
 //!   for their source), `directory.rs` (below); `guards.rs` (the pins one call holds),
 //!   `retention.rs` (the expiry rule);
 //! - `write.rs`: the write path (insert, delete, trim and their reference rules);
-//! - `query.rs`: the read path (the newest-first merge); `feed_query.rs`: what a query asks
-//!   ([`FeedQuery`], [`OwnedQuery`], the one per-author clamp [`PerAuthorLimits`]) and what it
-//!   answers ([`QueryOutcome`]);
+//! - `query.rs`: the read path (the newest-first merge), generic over an observer
+//!   (`observe.rs`: the hooks every rule's decision goes through; the serving path's are
+//!   empty); `explain.rs`: [`PostStore::explain`], each post's [`Verdict`] from the query run
+//!   with an observer that keeps them; `feed_query.rs`: what a query asks ([`FeedQuery`],
+//!   [`OwnedQuery`], the one per-author clamp [`PerAuthorLimits`]) and what it answers
+//!   ([`QueryOutcome`]);
 //! - `snapshot/`, one concept a file: `mod.rs` the format's doc, `format.rs` constants,
 //!   header, errors, record codec and CRC32C, `reader.rs` the streamed reader and verify,
 //!   `mapped.rs` the in-place reader of a mapped file, `order.rs` timeline order and the thread
@@ -100,10 +103,12 @@ mod authors;
 mod bulk;
 mod counter;
 mod directory;
+mod explain;
 mod feed_query;
 mod guards;
 mod huge_memory;
 mod index;
+mod observe;
 mod posts;
 mod prefetch;
 mod query;
@@ -123,7 +128,9 @@ mod write;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::Store;
 pub use directory::FACT_SHARDS;
+pub use explain::{Explanation, PostExplanation, PostState, TimelineKind, TimelinePlace, Verdict};
 pub use feed_query::{FeedQuery, OwnedQuery, PerAuthorLimits, QueryOutcome};
+pub use observe::ReplyRuleMiss;
 pub use page::{AnswerWindow, PagePosition};
 pub use post::{DeleteEvent, EventBatch, LightPost, PostEvent};
 pub use report::{DeleteReport, DirectoryStats, DropReason, InsertReport, StoreStats, TrimReport};

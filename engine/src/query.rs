@@ -27,12 +27,24 @@
 //!
 //! Scratch (sets, streams, heap) lives in a per-thread bumpalo arena that is reset, not freed,
 //! between queries.
+//!
+//! The query is a few named steps: `rank_timelines` (resolve the authors, rank their
+//! timelines), `merge` (the loop), and the rules the merge applies to the entry it takes
+//! (`Reader::advance`: time bounds, exclusions, seen filter, retention; `Rules::take`: the
+//! videos rule, the self-repost filter, the reply rule, the page position, `max_results`;
+//! `Rules::go_on`: the per-author limit and scan window). Every step reports each decision to
+//! a [`QueryObserver`]: the serving path's ([`Unobserved`]) does nothing and compiles away
+//! (measured, docs/performance-history.md), the explain path's (`explain.rs`) keeps the
+//! decisions about the posts it was asked about.
 
 use crate::arena::CompactPost;
 use crate::authors::{Author, Kind};
 use crate::config::{MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEO_POSTS_PER_AUTHOR};
 use crate::feed_query::{FeedQuery, QueryOutcome};
 use crate::index::Hashed;
+use crate::observe::{Decision, QueryObserver, Rejection, ReplyRuleMiss, StreamEnd, Unobserved};
+use crate::page::AnswerWindow;
+use crate::post::LightPost;
 use crate::prefetch::prefetch;
 use crate::seen::SeenFilter;
 use crate::tables::StoreTables;
@@ -139,17 +151,24 @@ struct Reader<'q> {
 }
 
 impl Reader<'_> {
-    /// Takes a view of the stream's timeline and moves to its newest readable entry no later in
-    /// key order than the rank it was given (entries that arrived since are left for the
-    /// next query, which keeps the answer in order). False when nothing is left.
-    fn materialize<'g>(&self, s: &mut Stream<'g>, guard: &'g Guard) -> bool {
+    /// Takes a view of stream `index`'s timeline and moves to its newest readable entry no
+    /// later in key order than the rank it was given (entries that arrived since are left for
+    /// the next query, which keeps the answer in order). False when nothing is left.
+    fn materialize<'g, O: QueryObserver>(
+        &self,
+        s: &mut Stream<'g>,
+        index: usize,
+        guard: &'g Guard,
+        observer: &mut O,
+    ) -> bool {
         let Some(view) = s.timeline.view(guard) else {
+            observer.ended(index, StreamEnd::Exhausted);
             return false;
         };
         let hint = s.current.key();
         s.view = Some(view);
         s.seq = view.head;
-        while self.advance(s) {
+        while self.advance(s, index, observer) {
             if s.current.key() <= hint {
                 return true;
             }
@@ -157,12 +176,18 @@ impl Reader<'_> {
         false
     }
 
-    /// Materializes `s` the first time it is reached (at the top or working ahead); false when
-    /// it has nothing readable at or below its rank.
+    /// Materializes stream `index` the first time it is reached (at the top or working
+    /// ahead); false when it has nothing readable at or below its rank.
     #[inline]
-    fn reach<'g>(&self, s: &mut Stream<'g>, guard: &'g Guard) -> bool {
+    fn reach<'g, O: QueryObserver>(
+        &self,
+        s: &mut Stream<'g>,
+        index: usize,
+        guard: &'g Guard,
+        observer: &mut O,
+    ) -> bool {
         if s.view.is_none() && !s.done {
-            s.done = !self.materialize(s, guard);
+            s.done = !self.materialize(s, index, guard, observer);
         }
         !s.done
     }
@@ -171,7 +196,13 @@ impl Reader<'_> {
     /// overlap across the group instead of following one another stream by stream: every
     /// stream's buffer header, then (the headers having arrived) every newest cell, then each
     /// stream moves to its first readable entry, which prefetches that entry's record.
-    fn stage<'g>(&self, streams: &mut [Stream<'g>], keys: &[u128], guard: &'g Guard) {
+    fn stage<'g, O: QueryObserver>(
+        &self,
+        streams: &mut [Stream<'g>],
+        keys: &[u128],
+        guard: &'g Guard,
+        observer: &mut O,
+    ) {
         let unread = |s: &Stream<'_>| s.view.is_none() && !s.done;
         for &key in keys {
             let stream = &streams[stream_of(key)];
@@ -186,38 +217,56 @@ impl Reader<'_> {
             }
         }
         for &key in keys {
-            self.reach(&mut streams[stream_of(key)], guard);
+            let index = stream_of(key);
+            self.reach(&mut streams[index], index, guard, observer);
         }
     }
 
-    /// Moves to the next older entry that is neither excluded nor expired; false when none.
-    /// Runs once per post the merge takes: kept in the merge loop (left to the hint, the
-    /// compiler called it out of line: 1.22x the CPU per post at scale 10, 2026-12-07 in
-    /// docs/performance-history.md).
+    /// Moves stream `index` to its next older entry that is neither skipped nor past its end;
+    /// false (the end reported) when none. Runs once per post the merge takes: kept in the
+    /// merge loop (left to the hint, the compiler called it out of line: 1.22x the CPU per
+    /// post at scale 10, 2026-12-07 in docs/performance-history.md).
     #[inline(always)]
-    fn advance(&self, s: &mut Stream<'_>) -> bool {
+    fn advance<O: QueryObserver>(
+        &self,
+        s: &mut Stream<'_>,
+        index: usize,
+        observer: &mut O,
+    ) -> bool {
         let Some(view) = s.view else { return false };
         while s.seq > view.tail {
             s.seq -= 1;
             // None: the writer evicted it meanwhile; everything older is gone too.
             let Some(entry) = view.get(s.seq) else {
+                observer.ended(index, StreamEnd::Exhausted);
                 return false;
             };
             let created_at = i64::from(entry.created_at);
-            if self.tables.retention.expired(entry.created_at, self.now) || created_at < self.oldest
-            {
+            if self.tables.retention.expired(entry.created_at, self.now) {
+                observer.ended(index, StreamEnd::Expired);
                 return false;
             }
-            if created_at > self.newest
-                || (!self.exclude.is_empty() && self.exclude.contains(&entry.post_id))
-                || self.seen.is_some_and(|seen| seen.contains(entry.post_id))
-            {
-                continue;
+            if created_at < self.oldest {
+                let min_created_at = self.oldest;
+                observer.ended(index, StreamEnd::BeforeMinCreatedAt { min_created_at });
+                return false;
             }
-            self.tables.posts.prefetch_record(entry.slot);
-            s.current = entry;
-            return true;
+            let skipped = if created_at > self.newest {
+                Decision::AfterUpperBound {
+                    upper_bound: self.newest,
+                }
+            } else if !self.exclude.is_empty() && self.exclude.contains(&entry.post_id) {
+                Decision::Excluded
+            } else if self.seen.is_some_and(|seen| seen.contains(entry.post_id)) {
+                Decision::Seen
+            } else {
+                self.tables.posts.prefetch_record(entry.slot);
+                s.current = entry;
+                return true;
+            };
+            observer.decided(index, entry.post_id, entry.created_at, skipped);
         }
+        observer.ended(index, StreamEnd::Exhausted);
         false
     }
 }
@@ -332,7 +381,9 @@ impl<'b> Merge<'b> {
     }
 
     /// The largest key queued, or `None` when the queue is empty.
-    #[inline]
+    // Always: the merge of every observer calls it; with two instantiations of the merge
+    // (the serving path's and the explain path's) the compiler called it out of line.
+    #[inline(always)]
     fn top(&mut self) -> Option<u128> {
         let mut ranked = self.ranked.get(self.next).copied();
         let heap = self.heap.first().copied();
@@ -410,7 +461,9 @@ impl<'b> Merge<'b> {
     }
 
     /// Replaces the top by `key` (its stream goes on, ranked lower).
-    #[inline]
+    // Always: the merge of every observer calls it; with two instantiations of the merge
+    // (the serving path's and the explain path's) the compiler called it out of line.
+    #[inline(always)]
     fn replace(&mut self, key: u128) {
         if self.top_in_heap {
             self.heap[0] = key;
@@ -550,14 +603,16 @@ fn rank_by_second<'b>(keys: &[u128], keep: usize, bump: &'b Bump) -> Option<Rank
 /// `PREFETCH_AHEAD` places further has its buffer's header prefetched, and one `RECORD_AHEAD`
 /// places further still has its timeline (the line of its author's record that holds the
 /// buffer's address) prefetched.
-fn work_ahead<'g>(
+fn work_ahead<'g, O: QueryObserver>(
     reader: &Reader<'_>,
     queue: &mut Merge<'_>,
     streams: &mut [Stream<'g>],
     guard: &'g Guard,
+    observer: &mut O,
 ) {
     while let Some(key) = queue.next_ahead(MATERIALIZE_AHEAD) {
-        reader.reach(&mut streams[stream_of(key)], guard);
+        let index = stream_of(key);
+        reader.reach(&mut streams[index], index, guard, observer);
     }
     let unread = |depth: usize| {
         queue
@@ -582,14 +637,24 @@ fn timed_out(deadline: Option<Instant>) -> bool {
 
 /// Answers `query` from `tables` (`ask`: which of the two questions): the read path.
 pub(crate) fn run(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask) -> QueryOutcome {
+    run_observed(tables, query, ask, &mut Unobserved)
+}
+
+/// [`run`], telling `observer` what every rule decided.
+pub(crate) fn run_observed<O: QueryObserver>(
+    tables: &StoreTables,
+    query: &FeedQuery<'_>,
+    ask: Ask,
+    observer: &mut O,
+) -> QueryOutcome {
     SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
         Ok(mut bump) => {
             bump.reset();
-            query_in(tables, query, ask, &bump)
+            query_in(tables, query, ask, &bump, observer)
         }
         // Re-entered from inside a query on this thread (not done by this crate): use a
         // private arena rather than share.
-        Err(_) => query_in(tables, query, ask, &Bump::new()),
+        Err(_) => query_in(tables, query, ask, &Bump::new(), observer),
     })
 }
 
@@ -617,136 +682,271 @@ fn stream_limits(query: &FeedQuery<'_>, ask: Ask) -> ([(Kind, usize); 2], usize)
     }
 }
 
-fn query_in(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask, bump: &Bump) -> QueryOutcome {
-    let mut outcome = QueryOutcome::default();
-    let g = tables.guards();
-    let now = g.now;
-
+/// The query, in named steps: the requested timelines are ranked ([`rank_timelines`]), then
+/// merged newest first into the answer ([`merge`]), each entry the merge takes put through the
+/// rules that need its record ([`Rules::take`]).
+fn query_in<O: QueryObserver>(
+    tables: &StoreTables,
+    query: &FeedQuery<'_>,
+    ask: Ask,
+    bump: &Bump,
+    observer: &mut O,
+) -> QueryOutcome {
     let mut followed =
         ScratchSet::with_capacity_and_hasher_in(query.authors.len(), Default::default(), bump);
     let mut exclude =
         ScratchSet::with_capacity_and_hasher_in(query.exclude.len(), Default::default(), bump);
     exclude.extend(query.exclude.iter().copied());
-    let (rows, used) = stream_limits(query, ask);
-    let limits = &rows[..used];
-
-    // Resolve authors (deduplicated, request order) and rank every requested timeline by
-    // the newest `created_at` its writer published, without touching its buffer: a
-    // timeline's ring is read only when the merge actually reaches it.
-    let window = query.window;
+    let g = tables.guards();
+    let mut outcome = QueryOutcome {
+        as_of_secs: g.now,
+        ..QueryOutcome::default()
+    };
     let reader = Reader {
         tables,
         exclude: &exclude,
         seen: query.seen,
-        now,
-        newest: window.upper_bound(now),
-        oldest: window.lower_bound(),
+        now: g.now,
+        newest: query.window.upper_bound(g.now),
+        oldest: query.window.lower_bound(),
     };
-    outcome.as_of_secs = now;
-    let mut streams: BumpVec<Stream<'_>> =
-        BumpVec::with_capacity_in(query.authors.len() * limits.len(), bump);
-    let mut keys: BumpVec<u128> = BumpVec::with_capacity_in(streams.capacity(), bump);
-    // Authors are resolved a window at a time, in three passes whose cache misses overlap
-    // instead of chaining two per author: hash every id and prefetch its index bucket;
-    // probe the buckets and prefetch each candidate's record line (which holds the
-    // timelines' summaries); then verify and rank.
-    let mut probes: BumpVec<(i64, Hashed, Option<&Author>)> =
-        BumpVec::with_capacity_in(DEADLINE_STRIDE, bump);
+    let ranked = rank_timelines(
+        &reader,
+        query,
+        ask,
+        &mut followed,
+        &g.epoch,
+        bump,
+        &mut outcome,
+        observer,
+    );
+    let rules = Rules {
+        reader: &reader,
+        followed: &followed,
+        viewer_id: query.viewer_id,
+        epoch: &g.epoch,
+    };
+    outcome.posts = merge(
+        &rules,
+        query,
+        ranked,
+        bump,
+        &mut outcome.timed_out,
+        observer,
+    );
+    outcome
+}
+
+/// The streams of a query, one per requested timeline worth reading, and their merge keys.
+struct Streams<'g, 'b> {
+    streams: BumpVec<'b, Stream<'g>>,
+    keys: BumpVec<'b, u128>,
+}
+
+impl<'g> Streams<'g, '_> {
+    /// Opens a stream on `author_id`'s (`author`) timeline of `kind`, read up to `limit`
+    /// posts, unless none of it can be read. The timeline's length: the query's `eligible`
+    /// counts it either way.
+    #[allow(clippy::too_many_arguments)]
+    fn open<O: QueryObserver>(
+        &mut self,
+        reader: &Reader<'_>,
+        author_id: i64,
+        author: &'g Author,
+        kind: Kind,
+        limit: usize,
+        max_results: usize,
+        observer: &mut O,
+    ) -> usize {
+        let timeline = author.timeline(kind);
+        let summary = timeline.summary();
+        let newest = summary.newest_created_at;
+        if summary.len == 0 {
+            return 0;
+        }
+        let unread = if limit == 0 {
+            Some(StreamEnd::Limit { limit })
+        } else if reader.tables.retention.expired(newest, reader.now) {
+            Some(StreamEnd::Expired)
+        } else if i64::from(newest) < reader.oldest {
+            Some(StreamEnd::BeforeMinCreatedAt {
+                min_created_at: reader.oldest,
+            })
+        } else {
+            None
+        };
+        if let Some(why) = unread {
+            observer.unread(author_id, kind, why);
+            return summary.len as usize;
+        }
+        if max_results == 0 && !O::RANKS_PAST_THE_ANSWER {
+            return summary.len as usize;
+        }
+        // Ranked by the newest entry the writer published, or, past the window's upper bound,
+        // above every entry of that second: materializing finds the entry at or below it.
+        let bound = u32::try_from(reader.newest.max(0)).unwrap_or(u32::MAX);
+        let rank = if newest <= bound {
+            TinyPost {
+                post_id: summary.newest_post_id,
+                created_at: newest,
+                slot: 0,
+            }
+        } else {
+            TinyPost {
+                post_id: i64::MAX,
+                created_at: bound,
+                slot: 0,
+            }
+        };
+        let index = self.streams.len();
+        observer.opened(index, author_id, kind);
+        self.keys.push(heap_key(rank, index));
+        self.streams.push(Stream {
+            timeline,
+            view: None,
+            seq: 0,
+            current: rank,
+            kind,
+            taken: 0,
+            limit: limit as u16,
+            examined: 0,
+            done: false,
+        });
+        summary.len as usize
+    }
+}
+
+/// Resolves the requested authors (deduplicated, in request order, into `followed`) and ranks
+/// every timeline the question reads by the newest `created_at` its writer published, without
+/// touching its buffer: a ring is read only when the merge reaches it. Authors are resolved a
+/// window at a time ([`probe_authors`]), so that their cache misses overlap, then verified
+/// and ranked.
+#[allow(clippy::too_many_arguments)]
+fn rank_timelines<'g, 'b, O: QueryObserver>(
+    reader: &Reader<'g>,
+    query: &FeedQuery<'_>,
+    ask: Ask,
+    followed: &mut ScratchSet<'_>,
+    epoch: &'g Guard,
+    bump: &'b Bump,
+    outcome: &mut QueryOutcome,
+    observer: &mut O,
+) -> Streams<'g, 'b> {
+    let tables = reader.tables;
+    let (rows, used) = stream_limits(query, ask);
+    let limits = &rows[..used];
+    let capacity = query.authors.len() * limits.len();
+    let mut ranked = Streams {
+        streams: BumpVec::with_capacity_in(capacity, bump),
+        keys: BumpVec::with_capacity_in(capacity, bump),
+    };
+    let mut probes: BumpVec<Probe<'g>> = BumpVec::with_capacity_in(DEADLINE_STRIDE, bump);
     for (w, batch) in query.authors.chunks(DEADLINE_STRIDE).enumerate() {
         if w > 0 && timed_out(query.deadline) {
             outcome.timed_out = true;
             break;
         }
-        probes.clear();
-        for &author_id in batch {
-            // A shard holds no timeline of a foreign author (it stays in `followed` for
-            // the reply rule), so it is not probed.
-            if followed.insert(author_id) && !tables.directory.is_foreign(author_id) {
-                let hashed = tables.authors.hash(author_id);
-                tables.authors.prefetch_bucket(hashed, &g.epoch);
-                probes.push((author_id, hashed, None));
-            }
-        }
-        for probe in probes.iter_mut() {
-            probe.2 = tables.authors.candidate(probe.1, &g.epoch);
-            if let Some(author) = probe.2 {
-                // The record's first line holds its id and the feed timelines; the videos
-                // timeline is in the second.
-                prefetch((author as *const Author).cast());
-                if matches!(ask, Ask::Videos) {
-                    let videos = author.timeline(Kind::Videos);
-                    prefetch((videos as *const Timeline).cast());
-                }
-            }
-        }
+        probe_authors(tables, batch, ask, followed, &mut probes, epoch);
         for &(author_id, hashed, candidate) in probes.iter() {
             let Some(author) =
-                candidate.and_then(|c| tables.authors.verified(author_id, hashed, c, &g.epoch))
+                candidate.and_then(|c| tables.authors.verified(author_id, hashed, c, epoch))
             else {
                 continue;
             };
             for &(kind, limit) in limits {
-                let timeline = author.timeline(kind);
-                let summary = timeline.summary();
-                let newest = summary.newest_created_at;
-                outcome.eligible += summary.len as usize;
-                if summary.len == 0
-                    || limit == 0
-                    || query.max_results == 0
-                    || tables.retention.expired(newest, now)
-                    || i64::from(newest) < reader.oldest
-                {
-                    continue;
-                }
-                // Ranked by the newest entry the writer published, or, past the window's
-                // upper bound, above every entry of that second: materializing finds the
-                // entry at or below it.
-                let bound = u32::try_from(reader.newest.max(0)).unwrap_or(u32::MAX);
-                let rank = if newest <= bound {
-                    TinyPost {
-                        post_id: summary.newest_post_id,
-                        created_at: newest,
-                        slot: 0,
-                    }
-                } else {
-                    TinyPost {
-                        post_id: i64::MAX,
-                        created_at: bound,
-                        slot: 0,
-                    }
-                };
-                keys.push(heap_key(rank, streams.len()));
-                streams.push(Stream {
-                    timeline,
-                    view: None,
-                    seq: 0,
-                    current: rank,
+                outcome.eligible += ranked.open(
+                    reader,
+                    author_id,
+                    author,
                     kind,
-                    taken: 0,
-                    limit: limit as u16,
-                    examined: 0,
-                    done: false,
-                });
+                    limit,
+                    query.max_results,
+                    observer,
+                );
             }
         }
     }
+    ranked
+}
+
+/// An author being resolved: its id, its hash and the record its index bucket names (not yet
+/// verified).
+type Probe<'g> = (i64, Hashed, Option<&'g Author>);
+
+/// The first two passes over one window of `authors` (each new to `followed`, which takes it):
+/// hash every id and prefetch its index bucket; probe the buckets and prefetch each
+/// candidate's record line (which holds the timelines' summaries). Their misses overlap
+/// instead of chaining two per author.
+// Always: see `Merge::top`.
+#[inline(always)]
+fn probe_authors<'g>(
+    tables: &'g StoreTables,
+    authors: &[i64],
+    ask: Ask,
+    followed: &mut ScratchSet<'_>,
+    probes: &mut BumpVec<'_, Probe<'g>>,
+    epoch: &'g Guard,
+) {
+    probes.clear();
+    for &author_id in authors {
+        // A shard holds no timeline of a foreign author (it stays in `followed` for the reply
+        // rule), so it is not probed.
+        if followed.insert(author_id) && !tables.directory.is_foreign(author_id) {
+            let hashed = tables.authors.hash(author_id);
+            tables.authors.prefetch_bucket(hashed, epoch);
+            probes.push((author_id, hashed, None));
+        }
+    }
+    for probe in probes.iter_mut() {
+        probe.2 = tables.authors.candidate(probe.1, epoch);
+        if let Some(author) = probe.2 {
+            // The record's first line holds its id and the feed timelines; the videos
+            // timeline is in the second.
+            prefetch((author as *const Author).cast());
+            if matches!(ask, Ask::Videos) {
+                let videos = author.timeline(Kind::Videos);
+                prefetch((videos as *const Timeline).cast());
+            }
+        }
+    }
+}
+
+/// Merges the ranked streams in the answer order into the answer. Every timeline is in key
+/// order (`created_at`, then `post_id`) and every stream is ranked by its newest entry's key
+/// before it is read, so the pops come out in the answer order and the merge stops at
+/// `max_results` exactly: a run of equal `created_at` (a busy second) is read only as far as
+/// the cut. An observer that ranks past the answer keeps it going, with nothing more added to
+/// the answer and no deadline, until it is satisfied.
+fn merge<'g, O: QueryObserver>(
+    rules: &Rules<'_, 'g>,
+    query: &FeedQuery<'_>,
+    ranked: Streams<'g, '_>,
+    bump: &Bump,
+    timed_out_flag: &mut bool,
+    observer: &mut O,
+) -> Vec<LightPost> {
+    let Streams { mut streams, keys } = ranked;
+    let (reader, epoch) = (rules.reader, rules.epoch);
     let mut queue = Merge::new(keys, query.max_results, bump);
     let walk = WALK.with(std::cell::Cell::get);
-
-    // Merge in the answer order. Every timeline is in key order (`created_at`, then
-    // `post_id`) and every stream is ranked by its newest entry's key before it is read,
-    // so the pops come out in the answer order and the merge stops at `max_results`
-    // exactly: a run of equal `created_at` (a busy second) is read only as far as the cut.
-    let mut posts = Vec::with_capacity(query.max_results.min(4096));
+    let mut answer = Answer {
+        posts: Vec::with_capacity(query.max_results.min(4096)),
+        max_results: query.max_results,
+        window: query.window,
+        past: 0,
+    };
     let mut pops = 0usize;
     loop {
-        if posts.len() >= query.max_results {
+        if answer.posts.len() >= query.max_results && observer.satisfied() {
             break;
         }
         let Some(top) = queue.top() else { break };
         pops += 1;
-        if pops.is_multiple_of(DEADLINE_STRIDE) && timed_out(query.deadline) {
-            outcome.timed_out = true;
+        if pops.is_multiple_of(DEADLINE_STRIDE)
+            && (!O::RANKS_PAST_THE_ANSWER || answer.posts.len() < query.max_results)
+            && timed_out(query.deadline)
+        {
+            *timed_out_flag = true;
             break;
         }
         let index = stream_of(top);
@@ -758,13 +958,13 @@ fn query_in(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask, bump: &Bump) 
         match walk {
             Walk::Groups(group) => {
                 if let Some(keys) = queue.group_ahead(group) {
-                    reader.stage(&mut streams, keys, &g.epoch);
+                    reader.stage(&mut streams, keys, epoch, observer);
                 }
             }
-            Walk::Distance => work_ahead(&reader, &mut queue, &mut streams, &g.epoch),
+            Walk::Distance => work_ahead(reader, &mut queue, &mut streams, epoch, observer),
         }
         let stream = &mut streams[index];
-        if !reader.reach(stream, &g.epoch) {
+        if !reader.reach(stream, index, epoch, observer) {
             queue.pop();
             continue;
         }
@@ -776,45 +976,131 @@ fn query_in(tables: &StoreTables, query: &FeedQuery<'_>, ask: Ask, bump: &Bump) 
             queue.replace(key);
             continue;
         }
-        let entry = stream.current;
-        if let Some(record) = tables.posts.read(entry.slot, entry.post_id)
-            && (stream.kind != Kind::Videos
-                || record.has_video
-                || repost_source_is_video(tables, &record, &g.epoch, now))
-        {
-            stream.examined += 1;
-            if visible(
-                tables,
-                &record,
-                stream.kind,
-                query.viewer_id,
-                &followed,
-                &g.epoch,
-                now,
-            ) {
-                // A candidate before the page position still counts toward its author's
-                // limit (it is in an earlier page), it is just not returned again.
-                if window.admits(i64::from(entry.created_at), entry.post_id) {
-                    posts.push(record.to_light());
-                }
-                stream.taken += 1;
-            }
-        }
-        let more = stream.taken < stream.limit
-            && usize::from(stream.examined) < MAX_TINY_POSTS_PER_USER_SCAN
-            && reader.advance(stream);
-        if more {
+        rules.take(stream, index, &mut answer, observer);
+        if rules.go_on(stream, index, observer) {
             queue.replace(heap_key(stream.current, index));
         } else {
             queue.pop();
         }
     }
     debug_assert!(
-        posts.is_sorted_by(|a, b| crate::page::answer_order(a, b).is_lt()),
+        answer
+            .posts
+            .is_sorted_by(|a, b| crate::page::answer_order(a, b).is_lt()),
         "the merge left the answer order"
     );
-    outcome.posts = posts;
-    outcome
+    answer.posts
+}
+
+/// The answer as the merge builds it.
+struct Answer {
+    posts: Vec<LightPost>,
+    max_results: usize,
+    window: AnswerWindow,
+    /// Candidates ranked past `max_results` (only for an observer that ranks past the answer).
+    past: usize,
+}
+
+impl Answer {
+    /// Adds `record`, a candidate at `entry`, unless it comes at or before the page position
+    /// (it is in an earlier page: it still counts toward its author's limit, it is just not
+    /// returned again) or the answer is full. What became of it.
+    #[inline(always)]
+    fn offer<O: QueryObserver>(&mut self, record: &CompactPost, entry: TinyPost) -> Decision {
+        if !self
+            .window
+            .admits(i64::from(entry.created_at), entry.post_id)
+        {
+            return Decision::BeforeCursor;
+        }
+        if O::RANKS_PAST_THE_ANSWER && self.posts.len() >= self.max_results {
+            self.past += 1;
+            return Decision::PastTheAnswer {
+                rank: self.posts.len() + self.past,
+            };
+        }
+        self.posts.push(record.to_light());
+        Decision::Returned {
+            position: self.posts.len(),
+        }
+    }
+}
+
+/// The rules the merge applies once it takes an entry, and what they read.
+struct Rules<'q, 'g> {
+    reader: &'q Reader<'g>,
+    followed: &'q ScratchSet<'q>,
+    viewer_id: i64,
+    epoch: &'g Guard,
+}
+
+impl Rules<'_, '_> {
+    /// Puts the entry stream `index` is at through the rules that read its record: the videos
+    /// rule, then (the entry now examined) the self-repost filter and the reply rule, then (a
+    /// candidate, counted toward the author's limit) the page position and `max_results`.
+    #[inline(always)]
+    fn take<O: QueryObserver>(
+        &self,
+        stream: &mut Stream<'_>,
+        index: usize,
+        answer: &mut Answer,
+        observer: &mut O,
+    ) {
+        let tables = self.reader.tables;
+        let now = self.reader.now;
+        let entry = stream.current;
+        let decision = match tables.posts.read(entry.slot, entry.post_id) {
+            None => Decision::Gone,
+            Some(record)
+                if stream.kind == Kind::Videos
+                    && !record.has_video
+                    && !repost_source_is_video(tables, &record, self.epoch, now) =>
+            {
+                Decision::NotAVideoNow
+            }
+            Some(record) => {
+                stream.examined += 1;
+                match visible(
+                    tables,
+                    &record,
+                    stream.kind,
+                    self.viewer_id,
+                    self.followed,
+                    self.epoch,
+                    now,
+                ) {
+                    Err(rejection) => Decision::Rejected(rejection),
+                    Ok(()) => {
+                        stream.taken += 1;
+                        answer.offer::<O>(&record, entry)
+                    }
+                }
+            }
+        };
+        observer.decided(index, entry.post_id, entry.created_at, decision);
+    }
+
+    /// Whether stream `index` goes on after its current entry: while under its per-author
+    /// limit and scan window, to its next readable entry. When not, its end is reported.
+    #[inline(always)]
+    fn go_on<O: QueryObserver>(
+        &self,
+        stream: &mut Stream<'_>,
+        index: usize,
+        observer: &mut O,
+    ) -> bool {
+        let end = if stream.taken >= stream.limit {
+            StreamEnd::Limit {
+                limit: usize::from(stream.limit),
+            }
+        } else if usize::from(stream.examined) >= MAX_TINY_POSTS_PER_USER_SCAN {
+            StreamEnd::ScanWindow
+        } else {
+            return self.reader.advance(stream, index, observer);
+        };
+        observer.ended(index, end);
+        false
+    }
 }
 
 /// For a videos-timeline entry without its own video (a repost that joined through its
@@ -833,7 +1119,10 @@ fn repost_source_is_video(
         && tables.source_is_video(repost.source_post_id, epoch, now)
 }
 
-/// The self-repost filter and, for the secondary timeline, the reply rule.
+/// The self-repost filter and, for the secondary timeline, the reply rule: `Err` names the
+/// one that drops `post`.
+// Always: see `Merge::top`.
+#[inline(always)]
 fn visible(
     tables: &StoreTables,
     post: &CompactPost,
@@ -842,26 +1131,29 @@ fn visible(
     followed: &ScratchSet<'_>,
     epoch: &Guard,
     now: i64,
-) -> bool {
+) -> Result<(), Rejection> {
     if post.is_retweet && post.source_user_id != 0 && post.source_user_id == viewer_id {
-        return false;
+        return Err(Rejection::ViewerOwnRepost);
     }
     if kind != Kind::Secondary || post.in_reply_to_post_id == 0 {
-        return true;
+        return Ok(());
     }
     let Some(parent) = tables.fact(post.in_reply_to_post_id, epoch) else {
-        return false;
+        return Err(Rejection::Reply(ReplyRuleMiss::ParentMissing));
     };
     if tables.retention.expired(parent.created_at, now) {
-        return false;
+        return Err(Rejection::Reply(ReplyRuleMiss::ParentExpired));
     }
     if parent.is_original() {
-        return true;
+        return Ok(());
     }
-    post.conversation_id != 0
-        && parent.in_reply_to_post_id == post.conversation_id
-        && post.in_reply_to_user_id != 0
-        && followed.contains(&post.in_reply_to_user_id)
+    if post.conversation_id == 0 || parent.in_reply_to_post_id != post.conversation_id {
+        return Err(Rejection::Reply(ReplyRuleMiss::ConversationMismatch));
+    }
+    if post.in_reply_to_user_id == 0 || !followed.contains(&post.in_reply_to_user_id) {
+        return Err(Rejection::Reply(ReplyRuleMiss::ReplyToUnfollowed));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

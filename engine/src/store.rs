@@ -11,6 +11,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
+use crate::explain::{self, Explanation};
 use crate::feed_query::{FeedQuery, QueryOutcome};
 use crate::post::{DeleteEvent, LightPost};
 use crate::query::{self, Ask};
@@ -174,6 +175,17 @@ impl PostStore {
     /// per-author limits of `query` do not apply.
     pub fn get_videos_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
         query::run(&self.tables, query, Ask::Videos)
+    }
+
+    /// Explains the answer to `query` (a videos query with `videos`, as
+    /// [`get_videos_by_users`](Self::get_videos_by_users) answers it) for each of `post_ids`:
+    /// what the store holds of the post and where the answer holds it, or the first rule that
+    /// kept it out, from the same query code that answers. It costs a query and, when a post
+    /// is past `max_results`, the rest of the merge up to it (no deadline applies to that
+    /// part); a caller bounds `post_ids`.
+    pub fn explain(&self, query: &FeedQuery<'_>, videos: bool, post_ids: &[i64]) -> Explanation {
+        let ask = if videos { Ask::Videos } else { Ask::AllPosts };
+        explain::explain(&self.tables, query, ask, post_ids)
     }
 
     /// Current sizes (see [`StoreStats`]).

@@ -10,7 +10,7 @@ use proptest::test_runner::TestCaseError;
 use thunder_engine::bench_internals::{Walk, set_walk};
 use thunder_engine::{
     AnswerWindow, Clock, DeleteEvent, FeedQuery, LightPost, ManualClock, OwnedQuery, PagePosition,
-    PostStore, QueryOutcome, SeenFilter, Store, StoreConfig,
+    PostStore, QueryOutcome, SeenFilter, Store, StoreConfig, Verdict,
 };
 use thunder_testkit::model::{ModelStore, answers_agree};
 
@@ -391,6 +391,7 @@ impl Pair {
                 q.window = window.resolve(now);
                 self.compare_query(step, &q)?;
                 self.check_paging(step, &q)?;
+                self.check_explain(step, &q)?;
             }
         }
         self.audit(step)
@@ -436,6 +437,55 @@ impl Pair {
                 name,
                 page_size
             );
+        }
+        Ok(())
+    }
+
+    /// Explains the query for the post ids of the small-id tests (stored, expired, deleted,
+    /// never seen, evicted), the excluded ones and a sample of every stored post (the long
+    /// timelines' too): the engine's explanation, which its query gives, equals the model's,
+    /// which names the rule by the model's reading of `BEHAVIOUR.md`; the explained query
+    /// answers as the plain one; and a post's verdict is "returned at k" exactly when the
+    /// answer holds it at k.
+    fn check_explain(&self, step: usize, q: &OwnedQuery) -> Result<(), TestCaseError> {
+        let stored = self.model.post_ids();
+        let mut post_ids: Vec<i64> = POST_IDS.chain(q.exclude.iter().copied()).collect();
+        post_ids.extend(stored.iter().step_by(stored.len() / 150 + 1));
+        let explained = self.engine.explain(&q.feed(), q.videos, &post_ids);
+        let model = self.model.explain(q, &post_ids);
+        for (engine, model) in explained.posts.iter().zip(&model) {
+            prop_assert_eq!(engine, model, "step {}: explanations differ", step);
+        }
+        prop_assert_eq!(explained.posts.len(), model.len());
+        let answer = self.ask(true, q);
+        prop_assert_eq!(
+            ids(&explained.outcome.posts),
+            ids(&answer.posts),
+            "step {}: the explained query answered otherwise",
+            step
+        );
+        for explanation in &explained.posts {
+            let at = answer
+                .posts
+                .iter()
+                .position(|p| p.post_id == explanation.post_id);
+            match explanation.verdict {
+                Verdict::Returned { position } => prop_assert_eq!(
+                    at.map(|i| i + 1),
+                    Some(position),
+                    "step {}: post {} returned elsewhere",
+                    step,
+                    explanation.post_id
+                ),
+                other => prop_assert_eq!(
+                    at,
+                    None,
+                    "step {}: post {} is in the answer, verdict {:?}",
+                    step,
+                    explanation.post_id,
+                    other
+                ),
+            }
         }
         Ok(())
     }

@@ -15,6 +15,14 @@
 //! time bounds and cursor included) and its `next_cursor` is one the server accepts. Control
 //! bit 0x40 replaces the request's cursor by a valid one derived from the input, bit 0x80 adds
 //! a seen filter built from the request's exclude list, so both paths are reached.
+//!
+//! Control bit 0x08 reads the request bytes as an `ExplainPostRequest` instead, through
+//! `handle_explain` or the service's `explain` in the same situations: the status code must be
+//! the documented one (INVALID_ARGUMENT exactly for a missing request, no or more than 100
+//! post ids, more than 10000 seen ids, an id 0 or above `i64` in either list, or what
+//! GetInNetworkPosts refuses), every post gets a verdict, in order, and an `OK` explanation
+//! agrees with the answer to the same request: a post is "returned at position k" exactly when
+//! that answer holds it at k.
 #![no_main]
 
 use std::collections::HashMap;
@@ -27,13 +35,17 @@ use prost::Message;
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
 use thunder_engine::seen::SEEN_FILTER_MAX_BYTES;
 use thunder_engine::{LightPost, ManualClock, PagePosition, PostStore, SeenFilter};
-use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
+use thunder_proto::{
+    ExplainPostRequest, ExplainPostResponse, GetInNetworkPostsRequest, GetInNetworkPostsResponse,
+    Reason,
+};
+use thunder_server::convert::post_from_proto;
+use thunder_server::handle_request;
 use thunder_server::serve::admission::Admission;
 use thunder_server::serve::codec::{DecodedRequest, decode_request};
-use thunder_server::convert::post_from_proto;
 use thunder_server::serve::cursor::{Cursor, CursorKey};
+use thunder_server::serve::explain::{MAX_EXPLAINED_POSTS, handle_explain};
 use thunder_server::serve::following::{FollowingSource, StaticFollowing};
-use thunder_server::handle_request;
 use thunder_server::serve::request::{BLACKLISTED_AUTHORS, ValidatedRequest};
 use thunder_server::serve::service::{ThunderService, log_failure};
 use tonic::Code;
@@ -160,20 +172,7 @@ fn serve(
     if !situation.via_service {
         return handle_request(&store(), &req).map(unpack);
     }
-    let admission = Admission::new(NonZeroU32::MIN);
-    if situation.quota_spent {
-        drop(admission.admit().expect("a fresh quota admits one call"));
-    }
-    let following: Option<Arc<dyn FollowingSource>> = match situation.fallback {
-        1 => Some(Arc::new(StaticFollowing::new(HashMap::from([(
-            i64::try_from(req.user_id).unwrap_or(0),
-            FALLBACK_AUTHORS.to_vec(),
-        )])))),
-        2 => Some(Arc::new(FailingFollowing)),
-        _ => None,
-    };
-    let request_timeout = situation.zero_request_timeout.then_some(Duration::ZERO);
-    let service = ThunderService::new(store(), admission, following, request_timeout);
+    let service = service(situation, req.user_id);
     let mut request = tonic::Request::new(DecodedRequest::new(req));
     if let Some(value) = timeout {
         request.metadata_mut().insert("grpc-timeout", value);
@@ -190,21 +189,8 @@ fn serve(
     Ok(unpack(response))
 }
 
-fuzz_target!(|data: &[u8]| {
-    let [control, header_len, rest @ ..] = data else {
-        return;
-    };
-    let header_len = usize::from(header_len % 16).min(rest.len());
-    let (header, body) = rest.split_at(header_len);
-    let situation = Situation::from_byte(*control);
-    // The server's codec decodes as prost does: the same request, or an error where prost
-    // errs (tonic then answers INTERNAL itself, before the service runs).
-    let decoded = decode_request(body);
-    let Ok(mut req) = GetInNetworkPostsRequest::decode(body) else {
-        assert!(decoded.is_err(), "prost refuses what the codec took: {decoded:?}");
-        return;
-    };
-    assert_eq!(decoded.as_ref(), Ok(&req), "the codec decoded otherwise than prost");
+/// The request tweaks of control bits 0x40 (a valid cursor) and 0x80 (a seen filter).
+fn tweak(control: u8, req: &mut GetInNetworkPostsRequest) {
     if control & 0x40 != 0 {
         let at = |x: u64| NOW_SECS - (x % 5000) as i64;
         req.cursor = CursorKey::global().seal(&Cursor {
@@ -225,14 +211,27 @@ fuzz_target!(|data: &[u8]| {
             bits: filter.to_bytes(),
         });
     }
-    let timeout: Option<MetadataValue<tonic::metadata::Ascii>> = (!header.is_empty())
-        .then(|| MetadataValue::try_from(header).ok())
-        .flatten();
+}
 
-    let invalid = has_invalid_id(&req) || has_invalid_extension(&req);
-    let uses_fallback =
-        situation.via_service && situation.fallback != 0 && req.following_user_ids.is_empty();
-    let expected = if situation.via_service && situation.quota_spent {
+/// The `grpc-timeout` header value of the input, if it is one metadata takes.
+fn timeout_header(header: &[u8]) -> Option<MetadataValue<tonic::metadata::Ascii>> {
+    (!header.is_empty())
+        .then(|| MetadataValue::try_from(header).ok())
+        .flatten()
+}
+
+/// True when `timeout` is a `grpc-timeout` the server reads as a deadline.
+fn has_deadline(timeout: Option<&MetadataValue<tonic::metadata::Ascii>>) -> bool {
+    timeout.is_some_and(|value| {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        metadata.insert("grpc-timeout", value.clone());
+        thunder_server::serve::service::grpc_timeout(&metadata).is_some()
+    })
+}
+
+/// The documented status code of a call in `situation`.
+fn expected_code(situation: Situation, invalid: bool, uses_fallback: bool) -> Code {
+    if situation.via_service && situation.quota_spent {
         Code::ResourceExhausted
     } else if invalid {
         Code::InvalidArgument
@@ -240,18 +239,152 @@ fuzz_target!(|data: &[u8]| {
         Code::Internal
     } else {
         Code::Ok
-    };
+    }
+}
 
-    let has_deadline = timeout.as_ref().is_some_and(|value| {
-        let mut metadata = tonic::metadata::MetadataMap::new();
-        metadata.insert("grpc-timeout", value.clone());
-        thunder_server::serve::service::grpc_timeout(&metadata).is_some()
-    });
+/// The service of `situation` (its admission, follow-graph fallback and request timeout).
+fn service(situation: Situation, user_id: u64) -> ThunderService {
+    let admission = Admission::new(NonZeroU32::MIN);
+    if situation.quota_spent {
+        drop(admission.admit().expect("a fresh quota admits one call"));
+    }
+    let following: Option<Arc<dyn FollowingSource>> = match situation.fallback {
+        1 => Some(Arc::new(StaticFollowing::new(HashMap::from([(
+            i64::try_from(user_id).unwrap_or(0),
+            FALLBACK_AUTHORS.to_vec(),
+        )])))),
+        2 => Some(Arc::new(FailingFollowing)),
+        _ => None,
+    };
+    let request_timeout = situation.zero_request_timeout.then_some(Duration::ZERO);
+    ThunderService::new(store(), admission, following, request_timeout)
+}
+
+/// An `ExplainPostRequest` (the input's request bytes) explained in `situation`.
+fn explain_case(
+    control: u8,
+    situation: Situation,
+    timeout: Option<MetadataValue<tonic::metadata::Ascii>>,
+    body: &[u8],
+) {
+    let Ok(mut req) = ExplainPostRequest::decode(body) else {
+        return;
+    };
+    if let Some(inner) = req.request.as_mut() {
+        tweak(control, inner);
+    }
+    let bad_ids = |ids: &[u64]| ids.iter().any(|&id| id == 0 || id > i64::MAX as u64);
+    let invalid = req
+        .request
+        .as_ref()
+        .is_none_or(|r| has_invalid_id(r) || has_invalid_extension(r))
+        || req.post_ids.is_empty()
+        || req.post_ids.len() > MAX_EXPLAINED_POSTS
+        || req.seen_post_ids.len() > MAX_INPUT_LIST_SIZE
+        || bad_ids(&req.post_ids)
+        || bad_ids(&req.seen_post_ids);
+    let inner = req.request.clone().unwrap_or_default();
+    let uses_fallback =
+        situation.via_service && situation.fallback != 0 && inner.following_user_ids.is_empty();
+    let expected = expected_code(situation, invalid, uses_fallback);
+    let deadline_allowed = situation.via_service && has_deadline(timeout.as_ref());
+    let result = if situation.via_service {
+        let service = service(situation, inner.user_id);
+        let mut request = tonic::Request::new(req.clone());
+        if let Some(value) = timeout {
+            request.metadata_mut().insert("grpc-timeout", value);
+        }
+        runtime()
+            .block_on(service.explain(request))
+            .map(|(response, _)| response)
+            .map_err(log_failure)
+    } else {
+        handle_explain(&store(), req.clone())
+    };
+    let code = result
+        .as_ref()
+        .map_or_else(tonic::Status::code, |_| Code::Ok);
+    if code == Code::DeadlineExceeded && deadline_allowed && expected == Code::Ok {
+        return;
+    }
+    assert_eq!(code, expected, "{situation:?}: {result:?} for {req:?}");
+    let Ok(explained) = result else { return };
+    check_explanation(&req, &explained);
+    // The answer to the same request (no fallback, no deadline) holds exactly the posts
+    // explained as returned, at their positions.
+    if uses_fallback || explained.timed_out {
+        return;
+    }
+    let answer = handle_request(&store(), &inner).expect("valid when explained");
+    assert_eq!(explained.returned as usize, answer.posts.len());
+    for post in &explained.posts {
+        let verdict = post.verdict.unwrap_or_default();
+        let at = answer
+            .posts
+            .iter()
+            .position(|p| p.post_id as u64 == post.post_id);
+        if verdict.reason() == Reason::Returned {
+            assert_eq!(at.map(|i| i as u32 + 1), verdict.position, "{post:?}");
+        } else {
+            assert_eq!(at, None, "in the answer but {post:?}");
+        }
+    }
+}
+
+/// Every asked post has an explanation, in order, with a verdict.
+fn check_explanation(req: &ExplainPostRequest, explained: &ExplainPostResponse) {
+    let ids: Vec<u64> = explained.posts.iter().map(|p| p.post_id).collect();
+    assert_eq!(ids, req.post_ids, "not one explanation per post, in order");
+    for post in &explained.posts {
+        let reason = post.verdict.as_ref().map(|v| v.reason());
+        assert!(
+            reason.is_some_and(|r| r != Reason::Unspecified),
+            "no verdict: {post:?}"
+        );
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [control, header_len, rest @ ..] = data else {
+        return;
+    };
+    let header_len = usize::from(header_len % 16).min(rest.len());
+    let (header, body) = rest.split_at(header_len);
+    let situation = Situation::from_byte(*control);
+    if control & 0x08 != 0 {
+        return explain_case(*control, situation, timeout_header(header), body);
+    }
+    // The server's codec decodes as prost does: the same request, or an error where prost
+    // errs (tonic then answers INTERNAL itself, before the service runs).
+    let decoded = decode_request(body);
+    let Ok(mut req) = GetInNetworkPostsRequest::decode(body) else {
+        assert!(
+            decoded.is_err(),
+            "prost refuses what the codec took: {decoded:?}"
+        );
+        return;
+    };
+    assert_eq!(
+        decoded.as_ref(),
+        Ok(&req),
+        "the codec decoded otherwise than prost"
+    );
+    tweak(*control, &mut req);
+    let timeout = timeout_header(header);
+    let invalid = has_invalid_id(&req) || has_invalid_extension(&req);
+    let uses_fallback =
+        situation.via_service && situation.fallback != 0 && req.following_user_ids.is_empty();
+    let expected = expected_code(situation, invalid, uses_fallback);
+    let deadline_set = has_deadline(timeout.as_ref());
     let result = serve(situation, timeout, req.clone());
     let code = result
         .as_ref()
         .map_or_else(tonic::Status::code, |_| Code::Ok);
-    if code == Code::DeadlineExceeded && situation.via_service && has_deadline && expected == Code::Ok {
+    if code == Code::DeadlineExceeded
+        && situation.via_service
+        && deadline_set
+        && expected == Code::Ok
+    {
         return;
     }
     assert_eq!(code, expected, "{situation:?}: {result:?} for {req:?}");

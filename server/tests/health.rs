@@ -170,6 +170,11 @@ async fn reflection_lists_the_service() {
         names.iter().any(|n| n == "grpc.health.v1.Health"),
         "{names:?}"
     );
+    // The explain service, in the same proto file.
+    assert!(
+        names.iter().any(|n| n == thunder_proto::DEBUG_SERVICE_NAME),
+        "{names:?}"
+    );
 
     // The service's file resolves, so grpcurl can describe and call it.
     let symbol = ServerReflectionRequest {

@@ -31,8 +31,11 @@ const ENGINE_FLOORS: &[&[&str]] = &[
     // The face: each method hands over to a path.
     &["store"],
     &["snapshot"],
-    // The paths: they talk to the owners and to the orderings between them.
-    &["query", "write", "bulk"],
+    // The explain path: the query run with an observer that keeps each rule's decision.
+    &["explain"],
+    // The paths: they talk to the owners and to the orderings between them; `observe` holds
+    // the hooks the query reports each rule's decision through.
+    &["query", "observe", "write", "bulk"],
     // The orderings that span two tables.
     &["tables"],
     // The owners, one a table; no owner reaches another.

@@ -13,7 +13,8 @@ use thunder_engine::config::{
 };
 use thunder_engine::{
     Clock, DeleteEvent, DeleteReport, DropReason, FeedQuery, InsertReport, LightPost, OwnedQuery,
-    QueryOutcome, Store, StoreConfig, StoreStats, TrimReport, page::answer_order,
+    PostExplanation, PostState, QueryOutcome, ReplyRuleMiss, Store, StoreConfig, StoreStats,
+    TimelineKind, TimelinePlace, TrimReport, Verdict, page::answer_order,
 };
 
 /// One timeline entry: which post, and when it was created.
@@ -413,6 +414,13 @@ impl ModelStore {
         }
     }
 
+    /// Every stored post id, ascending (expired records stay until trimmed or evicted).
+    pub fn post_ids(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self.records.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// The stored record of `post_id`, if any (expired records stay until trimmed or evicted).
     pub fn record(&self, post_id: i64) -> Option<LightPost> {
         self.records.get(&post_id).copied()
@@ -420,120 +428,209 @@ impl ModelStore {
 
     /// Newest originals and replies/reposts of the requested authors (deadline ignored).
     pub fn get_all_posts_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
+        self.query(query, false, &mut |_, _| {})
+    }
+
+    /// Newest video posts of the requested authors (deadline ignored).
+    pub fn get_videos_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
+        self.query(query, true, &mut |_, _| {})
+    }
+
+    /// The answer to `query`'s question (as [`Store::answer`] gives it).
+    pub fn answer(&self, query: &OwnedQuery) -> QueryOutcome {
+        self.query(&query.feed(), query.videos, &mut |_, _| {})
+    }
+
+    /// What the model holds of each of `post_ids`, and the verdict of `query` on it: where
+    /// the answer holds it, or the first rule (reading each timeline newest first, as the
+    /// rules are listed in `BEHAVIOUR.md`) that kept it out.
+    pub fn explain(&self, query: &OwnedQuery, post_ids: &[i64]) -> Vec<PostExplanation> {
+        let now = self.clock.now_secs();
+        let feed = query.feed();
+        let mut verdicts: HashMap<i64, Verdict> = HashMap::new();
+        self.query(&feed, query.videos, &mut |post_id, verdict| {
+            verdicts.entry(post_id).or_insert(verdict);
+        });
+        post_ids
+            .iter()
+            .map(|&post_id| {
+                let state = self.state_of(now, post_id);
+                let verdict = match &state {
+                    PostState::NeverSeen => Verdict::NeverSeen,
+                    PostState::Deleted => Verdict::Deleted,
+                    PostState::OtherShard => Verdict::OtherShard,
+                    PostState::Stored { post, .. } => {
+                        let timelines = self.authors.get(&post.author_id);
+                        let read = match timelines {
+                            Some(t) if query.videos => &t.videos,
+                            Some(t) if post.is_original() => &t.originals,
+                            Some(t) => &t.secondary,
+                            None => &Timeline::default(),
+                        };
+                        if !query.authors.contains(&post.author_id) {
+                            Verdict::AuthorNotFollowed
+                        } else if !read.contains(post_id) {
+                            Verdict::NotInTimeline
+                        } else {
+                            // Every entry of a timeline read gets a verdict.
+                            verdicts
+                                .get(&post_id)
+                                .copied()
+                                .unwrap_or(Verdict::RemovedMeanwhile)
+                        }
+                    }
+                };
+                PostExplanation {
+                    post_id,
+                    state,
+                    verdict,
+                }
+            })
+            .collect()
+    }
+
+    /// What the model holds of `post_id` at `now`.
+    fn state_of(&self, now: i64, post_id: i64) -> PostState {
+        let Some(post) = self.records.get(&post_id).copied() else {
+            return if self.live_tombstone(now, post_id).is_some() {
+                PostState::Deleted
+            } else {
+                PostState::NeverSeen
+            };
+        };
+        let mut timelines = Vec::new();
+        if let Some(t) = self.authors.get(&post.author_id) {
+            for (timeline, kind) in [
+                (&t.originals, TimelineKind::Originals),
+                (&t.secondary, TimelineKind::RepliesAndReposts),
+                (&t.videos, TimelineKind::Videos),
+            ] {
+                if let Some(at) = timeline.entries.iter().position(|e| e.post_id == post_id) {
+                    timelines.push(TimelinePlace {
+                        timeline: kind,
+                        position: timeline.len() - at,
+                        len: timeline.len(),
+                    });
+                }
+            }
+        }
+        PostState::Stored {
+            post,
+            expired: self.is_expired(now, post.created_at),
+            timelines,
+        }
+    }
+
+    /// The answer to `query` (videos or the feed), telling `note` the verdict on every entry
+    /// of every timeline it reads (deadline ignored).
+    fn query(
+        &self,
+        query: &FeedQuery<'_>,
+        videos: bool,
+        note: &mut dyn FnMut(i64, Verdict),
+    ) -> QueryOutcome {
         let now = self.clock.now_secs();
         let authors = dedup_in_order(query.authors);
         let followed: BTreeSet<i64> = authors.iter().copied().collect();
         let limits = query.per_author_limits();
-        let (originals_limit, secondary_limit) = (limits.originals, limits.secondary);
         let mut outcome = QueryOutcome::default();
         for author_id in &authors {
             let Some(timelines) = self.authors.get(author_id) else {
                 continue;
             };
-            outcome.eligible += timelines.originals.len() + timelines.secondary.len();
-            let originals = self.scan(
-                now,
-                &timelines.originals,
-                originals_limit,
-                query,
-                None,
-                false,
-            );
-            outcome.posts.extend(originals);
-            if secondary_limit > 0 {
-                let secondary = self.scan(
+            if videos {
+                outcome.eligible += timelines.videos.len();
+                let scan = Scan::new(&timelines.videos, MAX_VIDEO_POSTS_PER_AUTHOR);
+                outcome
+                    .posts
+                    .extend(self.scan(now, scan, query, None, true, note));
+            } else {
+                outcome.eligible += timelines.originals.len() + timelines.secondary.len();
+                let originals = Scan::new(&timelines.originals, limits.originals);
+                outcome
+                    .posts
+                    .extend(self.scan(now, originals, query, None, false, note));
+                let secondary = Scan::new(&timelines.secondary, limits.secondary);
+                outcome.posts.extend(self.scan(
                     now,
-                    &timelines.secondary,
-                    secondary_limit,
+                    secondary,
                     query,
                     Some(&followed),
                     false,
-                );
-                outcome.posts.extend(secondary);
+                    note,
+                ));
             }
         }
-        finish(&mut outcome, query);
+        finish(&mut outcome, query, note);
         outcome.as_of_secs = now;
         outcome
     }
 
-    /// Newest video posts of the requested authors (deadline ignored).
-    pub fn get_videos_by_users(&self, query: &FeedQuery<'_>) -> QueryOutcome {
-        let now = self.clock.now_secs();
-        let mut outcome = QueryOutcome::default();
-        for author_id in dedup_in_order(query.authors) {
-            let Some(timelines) = self.authors.get(&author_id) else {
-                continue;
-            };
-            outcome.eligible += timelines.videos.len();
-            let videos = self.scan(
-                now,
-                &timelines.videos,
-                MAX_VIDEO_POSTS_PER_AUTHOR,
-                query,
-                None,
-                true,
-            );
-            outcome.posts.extend(videos);
-        }
-        finish(&mut outcome, query);
-        outcome.as_of_secs = now;
-        outcome
-    }
-
-    /// The answer to `query`'s question (as [`Store::answer`] gives it).
-    pub fn answer(&self, query: &OwnedQuery) -> QueryOutcome {
-        if query.videos {
-            self.get_videos_by_users(&query.feed())
-        } else {
-            self.get_all_posts_by_users(&query.feed())
-        }
-    }
-
-    /// Reads one timeline newest first and returns its first `limit` survivors.
-    /// `followed` is `Some(F)` for the secondary timeline (the reply rule applies); `videos`
-    /// for the videos timeline (the source rule applies).
+    /// Reads one timeline newest first and returns its first `limit` survivors, telling
+    /// `note` why every other entry is not one. `followed` is `Some(F)` for the secondary
+    /// timeline (the reply rule applies); `videos` for the videos timeline (the source rule
+    /// applies).
     fn scan(
         &self,
         now: i64,
-        timeline: &Timeline,
-        limit: usize,
+        scan: Scan<'_>,
         query: &FeedQuery<'_>,
         followed: Option<&BTreeSet<i64>>,
         videos: bool,
+        note: &mut dyn FnMut(i64, Verdict),
     ) -> Vec<LightPost> {
+        let Scan { timeline, limit } = scan;
         let mut survivors = Vec::new();
         let mut examined = 0;
-        for entry in timeline.entries.iter().rev() {
-            if survivors.len() >= limit {
+        let newest_first: Vec<Entry> = timeline.entries.iter().rev().copied().collect();
+        for (newer, entry) in newest_first.iter().enumerate() {
+            // A reason to stop here holds for this entry and every older one.
+            let stop = if survivors.len() >= limit {
+                Some(Stop::Limit(limit))
+            } else if examined == MAX_TINY_POSTS_PER_USER_SCAN {
+                Some(Stop::ScanWindow)
+            } else if self.is_expired(now, entry.created_at_secs) {
+                Some(Stop::Expired)
+            } else if entry.created_at_secs < query.window.lower_bound() {
+                Some(Stop::BeforeMinCreatedAt(query.window.lower_bound()))
+            } else {
+                None
+            };
+            if let Some(stop) = stop {
+                for (newer, older) in newest_first.iter().enumerate().skip(newer) {
+                    note(older.post_id, stop.verdict(newer));
+                }
                 break;
             }
-            if self.is_expired(now, entry.created_at_secs)
-                || entry.created_at_secs < query.window.lower_bound()
-            {
-                break;
-            }
-            if entry.created_at_secs > query.window.upper_bound(now)
-                || query.exclude.contains(&entry.post_id)
-                || query.seen.is_some_and(|seen| seen.contains(entry.post_id))
-            {
+            let upper_bound = query.window.upper_bound(now);
+            let skipped = if entry.created_at_secs > upper_bound {
+                Some(Verdict::AfterUpperBound { upper_bound })
+            } else if query.exclude.contains(&entry.post_id) {
+                Some(Verdict::Excluded)
+            } else if query.seen.is_some_and(|seen| seen.contains(entry.post_id)) {
+                Some(Verdict::Seen)
+            } else {
+                None
+            };
+            if let Some(verdict) = skipped {
+                note(entry.post_id, verdict);
                 continue;
             }
             let post = self.records[&entry.post_id];
             if videos && !post.has_video && !self.source_is_video_now(now, &post) {
                 // A repost whose source is no longer a video: as if it were not there.
+                note(entry.post_id, Verdict::VideoRule);
                 continue;
-            }
-            if examined == MAX_TINY_POSTS_PER_USER_SCAN {
-                break;
             }
             examined += 1;
             if post.is_retweet && post.source_user_id == Some(query.viewer_id) {
+                note(entry.post_id, Verdict::ViewerOwnRepost);
                 continue;
             }
             if let Some(followed) = followed
-                && !self.reply_rule_keeps(now, &post, followed)
+                && let Err(miss) = self.reply_rule(now, &post, followed)
             {
+                note(entry.post_id, Verdict::ReplyRule(miss));
                 continue;
             }
             survivors.push(post);
@@ -551,27 +648,81 @@ impl ModelStore {
                 .is_some_and(|s| s.has_video && !s.is_reply && !self.is_expired(now, s.created_at))
     }
 
-    /// The reply visibility rule of the secondary timeline.
-    fn reply_rule_keeps(&self, now: i64, post: &LightPost, followed: &BTreeSet<i64>) -> bool {
+    /// The reply visibility rule of the secondary timeline: `Err` says which part `post`
+    /// fails.
+    fn reply_rule(
+        &self,
+        now: i64,
+        post: &LightPost,
+        followed: &BTreeSet<i64>,
+    ) -> Result<(), ReplyRuleMiss> {
         let Some(parent_id) = post.in_reply_to_post_id else {
-            return true;
+            return Ok(());
         };
         let Some(parent) = self.records.get(&parent_id) else {
-            return false;
+            return Err(ReplyRuleMiss::ParentMissing);
         };
         if self.is_expired(now, parent.created_at) {
-            return false;
+            return Err(ReplyRuleMiss::ParentExpired);
         }
         if parent.is_original() {
-            return true;
+            return Ok(());
         }
-        let Some(conversation_id) = post.conversation_id else {
-            return false;
-        };
-        parent.in_reply_to_post_id.unwrap_or(0) == conversation_id
-            && post
-                .in_reply_to_user_id
-                .is_some_and(|u| followed.contains(&u))
+        let same_conversation = post
+            .conversation_id
+            .is_some_and(|c| parent.in_reply_to_post_id.unwrap_or(0) == c);
+        if !same_conversation {
+            return Err(ReplyRuleMiss::ConversationMismatch);
+        }
+        if !post
+            .in_reply_to_user_id
+            .is_some_and(|u| followed.contains(&u))
+        {
+            return Err(ReplyRuleMiss::ReplyToUnfollowed);
+        }
+        Ok(())
+    }
+}
+
+/// One timeline to scan and its per-author limit.
+struct Scan<'t> {
+    timeline: &'t Timeline,
+    limit: usize,
+}
+
+impl<'t> Scan<'t> {
+    fn new(timeline: &'t Timeline, limit: usize) -> Self {
+        Self { timeline, limit }
+    }
+}
+
+/// Why a scan stops before an entry.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// The per-author limit is reached.
+    Limit(usize),
+    /// `MAX_TINY_POSTS_PER_USER_SCAN` entries were examined.
+    ScanWindow,
+    /// The entry is past retention (and so is every older one).
+    Expired,
+    /// The entry is older than `min_created_at` (and so is every older one).
+    BeforeMinCreatedAt(i64),
+}
+
+impl Stop {
+    /// The verdict on an entry the scan stopped before, `newer_entries` from the newest.
+    fn verdict(self, newer_entries: usize) -> Verdict {
+        match self {
+            Stop::Limit(limit) => Verdict::PerAuthorCap {
+                limit,
+                newer_entries,
+            },
+            Stop::ScanWindow => Verdict::ScanWindow { newer_entries },
+            Stop::Expired => Verdict::Expired,
+            Stop::BeforeMinCreatedAt(min_created_at) => {
+                Verdict::BeforeMinCreatedAt { min_created_at }
+            }
+        }
     }
 }
 
@@ -581,12 +732,26 @@ fn dedup_in_order(ids: &[i64]) -> Vec<i64> {
 }
 
 /// Orders the candidates in the answer order (newest first, then larger id first), keeps
-/// those after the page position and truncates to `max_results`.
-fn finish(outcome: &mut QueryOutcome, query: &FeedQuery<'_>) {
+/// those after the page position and truncates to `max_results`, telling `note` where each
+/// candidate went.
+fn finish(outcome: &mut QueryOutcome, query: &FeedQuery<'_>, note: &mut dyn FnMut(i64, Verdict)) {
     outcome.posts.sort_by(answer_order);
-    outcome
-        .posts
-        .retain(|p| query.window.admits(p.created_at, p.post_id));
+    outcome.posts.retain(|p| {
+        let admitted = query.window.admits(p.created_at, p.post_id);
+        if !admitted {
+            note(p.post_id, Verdict::BeforeCursor);
+        }
+        admitted
+    });
+    for (i, post) in outcome.posts.iter().enumerate() {
+        let rank = i + 1;
+        let verdict = if rank <= query.max_results {
+            Verdict::Returned { position: rank }
+        } else {
+            Verdict::CutByMaxResults { rank }
+        };
+        note(post.post_id, verdict);
+    }
     outcome.posts.truncate(query.max_results);
 }
 

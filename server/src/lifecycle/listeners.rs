@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use thunder_engine::PostStore;
+use thunder_proto::in_network_posts_debug_service_server::InNetworkPostsDebugServiceServer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
 
 use crate::admin::routes::{self, AdminAccess};
@@ -18,7 +20,7 @@ use crate::maintenance;
 use crate::serve::admission::Admission;
 use crate::serve::arrival::ArrivalLayer;
 use crate::serve::following::FollowingSource;
-use crate::serve::grpc::{AnswerPosts, PostsServer};
+use crate::serve::grpc::{AnswerPosts, DebugService, PostsServer};
 use crate::serve::listener::{BoundedListener, ConnKind, ConnLimits};
 use crate::serve::overload::{Overload, OverloadConfig};
 use crate::serve::service::ThunderService;
@@ -239,17 +241,20 @@ pub async fn start(
     let started = Instant::now();
     let qps_limit = NonZeroU32::new(options.qps_limit)
         .ok_or_else(|| StartupError::Config("--qps-limit must be greater than 0".into()))?;
-    let service = ThunderService::new(
-        Arc::clone(&store),
-        Admission::new(qps_limit),
-        following,
-        options.request_timeout,
-    )
-    .with_overload(
-        Arc::new(Overload::new(options.overload.clone())),
-        options.inline_queries,
+    let service = Arc::new(
+        ThunderService::new(
+            Arc::clone(&store),
+            Admission::new(qps_limit),
+            following,
+            options.request_timeout,
+        )
+        .with_overload(
+            Arc::new(Overload::new(options.overload.clone())),
+            options.inline_queries,
+        ),
     );
-    start_with(options, service, Some(store), started).await
+    let debug = DebugService::new(Arc::clone(&service));
+    serve(options, service, Some(debug), Some(store), started).await
 }
 
 /// [`start`] with `handler` answering the calls: the same listeners, HTTP/2 settings, layers,
@@ -260,6 +265,18 @@ pub async fn start(
 pub async fn start_with<H: AnswerPosts>(
     options: ServerOptions,
     handler: H,
+    store: Option<Arc<PostStore>>,
+    started: Instant,
+) -> Result<RunningServer, StartupError> {
+    serve(options, Arc::new(handler), None, store, started).await
+}
+
+/// [`start_with`], with `debug` (the explain service over the same handler) mounted beside
+/// it when given.
+async fn serve<H: AnswerPosts>(
+    options: ServerOptions,
+    handler: Arc<H>,
+    debug: Option<DebugService>,
     store: Option<Arc<PostStore>>,
     started: Instant,
 ) -> Result<RunningServer, StartupError> {
@@ -280,7 +297,16 @@ pub async fn start_with<H: AnswerPosts>(
         .build_v1alpha()
         .map_err(|e| StartupError::Reflection(e.to_string()))?;
 
-    let service = PostsServer::new(Arc::new(handler), options.max_decoding_message_bytes);
+    let service = PostsServer::new(handler, options.max_decoding_message_bytes);
+    // The explain service decodes with prost; it takes the same message size and codecs.
+    let debug = debug.map(|debug| {
+        InNetworkPostsDebugServiceServer::new(debug)
+            .max_decoding_message_size(options.max_decoding_message_bytes)
+            .accept_compressed(CompressionEncoding::Zstd)
+            .accept_compressed(CompressionEncoding::Gzip)
+            .send_compressed(CompressionEncoding::Zstd)
+            .send_compressed(CompressionEncoding::Gzip)
+    });
 
     let builder = Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
@@ -329,7 +355,8 @@ pub async fn start_with<H: AnswerPosts>(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(service);
+        .add_service(service)
+        .add_optional_service(debug);
     let grpc = match tls_acceptor {
         Some(acceptor) => tokio::spawn(router.serve_with_incoming_shutdown(
             incoming.into_tls_stream(acceptor),

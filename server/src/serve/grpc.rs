@@ -1,4 +1,4 @@
-//! The `thunder.v1.InNetworkPostsService` HTTP/2 service as the server mounts it: tonic's
+//! The gRPC services as the server mounts them. `thunder.v1.InNetworkPostsService`: tonic's
 //! unary machinery with [`PostsCodec`] (answers encoded straight from the store's posts), in
 //! place of the generated `InNetworkPostsServiceServer`, plus the checks tonic leaves out:
 //!
@@ -8,6 +8,9 @@
 //!   compression, message above the size limit) is counted in
 //!   `get_in_network_posts_requests_total`; an oversized message is answered
 //!   `RESOURCE_EXHAUSTED` (gRPC convention) instead of tonic's `OUT_OF_RANGE`.
+//!
+//! `thunder.v1.InNetworkPostsDebugService` ([`DebugService`]): the generated tonic server over
+//! [`ThunderService::explain`], which shares the queries' admission and overload controller.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,18 +19,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use thunder_proto::in_network_posts_debug_service_server::InNetworkPostsDebugService;
+use thunder_proto::{ExplainPostRequest, ExplainPostResponse};
 use tonic::body::Body;
 use tonic::codec::CompressionEncoding;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
-use tonic::{Code, Status};
+use tonic::{Code, Request, Response, Status};
 
 use crate::error::ServiceError;
 use crate::serve::arrival::Accepted;
 use crate::serve::codec::{DecodedRequest, PostsAnswer, PostsCodec};
 use crate::serve::listener::ConnInfo;
 use crate::serve::metrics::{RequestSummary, ServeMetrics};
-use crate::serve::service::{Answer, ThunderService, log_failure, with_degrade_header};
+use crate::serve::service::{
+    Answer, ThunderService, log_failure, log_failure_of, with_degrade_header,
+};
 
 /// Path of the one method.
 pub const METHOD_PATH: &str = "/thunder.v1.InNetworkPostsService/GetInNetworkPosts";
@@ -196,5 +203,32 @@ impl<H: AnswerPosts> UnaryService<DecodedRequest> for Method<H> {
                 Err(error) => Err(log_failure(error)),
             }
         })
+    }
+}
+
+/// `thunder.v1.InNetworkPostsDebugService` over the service that answers queries (sharing its
+/// admission, overload controller and store).
+#[derive(Debug)]
+pub struct DebugService {
+    service: Arc<ThunderService>,
+}
+
+impl DebugService {
+    /// The debug service of `service`.
+    pub fn new(service: Arc<ThunderService>) -> Self {
+        Self { service }
+    }
+}
+
+#[tonic::async_trait]
+impl InNetworkPostsDebugService for DebugService {
+    async fn explain_post(
+        &self,
+        request: Request<ExplainPostRequest>,
+    ) -> Result<Response<ExplainPostResponse>, Status> {
+        match self.service.explain(request).await {
+            Ok((response, level)) => Ok(with_degrade_header(response, level)),
+            Err(error) => Err(log_failure_of("ExplainPost", error)),
+        }
     }
 }

@@ -39,6 +39,9 @@ pub struct ServeMetrics {
     /// `get_in_network_posts_requests_total{status}`: calls by final gRPC status
     /// ([`status_label`]).
     pub requests: IntCounterVec,
+    /// `explain_requests_total{status}`: `ExplainPost` calls by final gRPC status
+    /// ([`status_label`]); not counted among the `GetInNetworkPosts` calls.
+    pub explain_requests: IntCounterVec,
     /// `get_in_network_posts_request_bytes`: request message size (protobuf-encoded).
     pub request_bytes: Histogram,
     /// `get_in_network_posts_response_bytes`: response message size (protobuf-encoded, before
@@ -130,6 +133,11 @@ impl ServeMetrics {
                 "GetInNetworkPosts calls by gRPC status",
                 &["status"],
             ),
+            explain_requests: r.counter_vec(
+                "explain_requests_total",
+                "ExplainPost calls by gRPC status",
+                &["status"],
+            ),
             request_bytes: r.histogram(
                 "get_in_network_posts_request_bytes",
                 "Encoded size of GetInNetworkPosts requests",
@@ -190,6 +198,13 @@ impl ServeMetrics {
             metrics.degrade_levels.with_label_values(&[level]);
         }
         metrics
+    }
+
+    /// Counts one `ExplainPost` call with its final `code`.
+    pub fn record_explain(&self, code: tonic::Code) {
+        self.explain_requests
+            .with_label_values(&[status_label(code)])
+            .inc();
     }
 
     /// Observes everything one `GetInNetworkPosts` call did: its status and duration always,
@@ -461,7 +476,8 @@ pub struct QuerySummary {
     pub now_secs: i64,
 }
 
-/// Metric label (`status` of `get_in_network_posts_requests_total`) of a gRPC status code.
+/// Metric label (`status` of `get_in_network_posts_requests_total` and
+/// `explain_requests_total`) of a gRPC status code.
 pub fn status_label(code: tonic::Code) -> &'static str {
     match code {
         tonic::Code::Ok => "ok",

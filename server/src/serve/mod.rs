@@ -1,5 +1,5 @@
-//! Serving `GetInNetworkPosts`: everything between an accepted connection and the encoded
-//! answer.
+//! Serving `GetInNetworkPosts` (and explaining its answers, `ExplainPost`): everything between
+//! an accepted connection and the encoded answer.
 //!
 //! # A call's way through
 //! 1. `listener.rs` accepts the connection within its caps and timeouts ([`listener`]);
@@ -19,6 +19,10 @@
 //!    paging), whose page cursors are `cursor.rs`.
 //! 6. `codec.rs` encodes the answer straight from the store's posts into tonic's buffer, byte
 //!    for byte what prost would write.
+//!
+//! `ExplainPost` (`thunder.v1.InNetworkPostsDebugService`, mounted by `grpc.rs`) takes the same
+//! way through `service.rs` (admission, validation, fallback, executor slot and degrade level),
+//! then `explain.rs` runs the store's explain of the request and puts its verdicts on the wire.
 //!
 //! With mTLS on (the certificate, key and client CA of `tls.rs`, [`tls::TlsFiles`]),
 //! `tls_accept.rs` runs each connection's TLS handshake ([`tls_accept`]), so that a failed one
@@ -40,6 +44,7 @@ pub(crate) mod arrival;
 pub(crate) mod author_counts;
 pub mod codec;
 pub mod cursor;
+pub mod explain;
 pub(crate) mod extensions;
 pub mod following;
 pub mod grpc;

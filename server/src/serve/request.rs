@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use std::sync::LazyLock;
 
 use thunder_engine::config::{MAX_INPUT_LIST_SIZE, MAX_POSTS_TO_RETURN, MAX_VIDEOS_TO_RETURN};
-use thunder_engine::{OwnedQuery, PerAuthorLimits, PostStore, QueryOutcome, Store};
+use thunder_engine::{Explanation, OwnedQuery, PerAuthorLimits, PostStore, QueryOutcome, Store};
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 
 use crate::convert::post_to_proto;
@@ -174,6 +174,12 @@ impl ValidatedRequest {
         store.answer(&self.query)
     }
 
+    /// Runs the store query as [`execute`](Self::execute) does, explaining its answer for
+    /// each of `post_ids` (`PostStore::explain`).
+    pub fn explain(&self, store: &PostStore, post_ids: &[i64]) -> Explanation {
+        store.explain(&self.query.feed(), self.query.videos, post_ids)
+    }
+
     /// The `next_cursor` of `outcome`, the store's answer to this request.
     pub fn next_cursor(&self, outcome: &QueryOutcome) -> Vec<u8> {
         next_cursor(
@@ -241,7 +247,7 @@ fn to_i64(field: &str, id: u64) -> Result<i64, ServiceError> {
 
 /// `ids` as engine ids, converted in place: each must be in the `i64` range and not 0 (else
 /// INVALID_ARGUMENT naming the first that is not).
-fn checked_ids(field: &str, ids: Vec<u64>) -> Result<Vec<i64>, ServiceError> {
+pub(crate) fn checked_ids(field: &str, ids: Vec<u64>) -> Result<Vec<i64>, ServiceError> {
     // Valid ids are 1..=i64::MAX: neither an id nor the id before it has its top bit set (0
     // wraps around to `u64::MAX`). Or-ing them all is one pass with no branch per id.
     let bad = |id: u64| (id | id.wrapping_sub(1)) >> 63 != 0;

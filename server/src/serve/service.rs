@@ -10,12 +10,15 @@
 //! outcome, including a call dropped because its client left, is counted once in
 //! `get_in_network_posts_requests_total`.
 
+use std::collections::HashSet;
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
 use thunder_engine::{LightPost, PostStore};
+use thunder_proto::{ExplainPostRequest, ExplainPostResponse};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
@@ -23,6 +26,7 @@ use crate::error::ServiceError;
 use crate::serve::admission::Admission;
 use crate::serve::arrival::Accepted;
 use crate::serve::codec::{DecodedRequest, PostsAnswer};
+use crate::serve::explain::{ExplainContext, ExplainRequest};
 use crate::serve::following::FollowingSource;
 use crate::serve::log_limit::{LogLimit, for_log};
 use crate::serve::metrics::{
@@ -112,15 +116,7 @@ impl ThunderService {
         };
         let summary = record.summary.get_or_insert_with(RequestSummary::default);
         let work = self.handle(request, started, client_timeout, summary);
-        let result = match client_timeout {
-            Some(t) => {
-                let answer_by = started + t * ANSWER_BUDGET_PERCENT / 100;
-                tokio::time::timeout_at(answer_by.into(), work)
-                    .await
-                    .unwrap_or(Err(ServiceError::DeadlineExceeded))
-            }
-            None => work.await,
-        };
+        let result = answered_in_time(started, client_timeout, work).await;
         if matches!(result, Err(ServiceError::Overloaded)) {
             ServeMetrics::global()
                 .refusal_duration
@@ -166,7 +162,7 @@ impl ThunderService {
         summary.request = Some(size);
         // Only a debug request's log line needs the algorithm once the request is validated.
         let algorithm = req.debug.then(|| req.algorithm.clone());
-        let mut validated = ValidatedRequest::from_owned(req)?;
+        let validated = ValidatedRequest::from_owned(req)?;
         if let Some(algorithm) = algorithm
             && let Some(suppressed) = self.debug_logs.allow()
         {
@@ -181,7 +177,35 @@ impl ThunderService {
                 "GetInNetworkPosts"
             );
         }
+        let started = CallStart {
+            arrival,
+            entered,
+            client_timeout,
+        };
+        let mut ready = self.prepare(validated, started, summary).await?;
+        ready.validated.degrade(ready.level);
+        summary.degrade_level = Some(ready.level);
+        summary.max_results = Some(ready.validated.query.max_results);
+        ready.validated.query.deadline = ready.deadline;
+        let result = self.query(ready.validated, ready.permit, summary).await;
+        summary.duration_without_fetch = Some(ready.after_fetch.elapsed());
+        result.map(|posts| Answer {
+            posts,
+            level: ready.level,
+        })
+    }
 
+    /// What a validated call does before its store query, a feed query's or an explain's:
+    /// the follow-graph fallback for an empty following list, then an executor slot from the
+    /// overload controller (which says the degrade level; the caller applies it), and the
+    /// query's deadline. Notes the fetch in `summary`.
+    async fn prepare(
+        &self,
+        mut validated: ValidatedRequest,
+        start: CallStart,
+        summary: &mut RequestSummary,
+    ) -> Result<Prepared, ServiceError> {
+        let mut following_from_graph = false;
         if validated.following_was_empty
             && let Some(source) = &self.following
         {
@@ -190,13 +214,18 @@ impl ThunderService {
                 .await;
             summary.following_fetch = Some(fetched.is_ok());
             validated.set_authors(fetched.map_err(ServiceError::FollowingFetch)?);
+            following_from_graph = true;
         }
 
         let after_fetch = Instant::now();
-        let client_deadline = client_timeout.and_then(|t| arrival.checked_add(t));
+        let client_deadline = start
+            .client_timeout
+            .and_then(|t| start.arrival.checked_add(t));
         // Queue wait: before the handler ran and for an executor, not the follow-graph fetch.
-        let waited_before = entered.saturating_duration_since(arrival);
-        let queued_since = after_fetch.checked_sub(waited_before).unwrap_or(arrival);
+        let waited_before = start.entered.saturating_duration_since(start.arrival);
+        let queued_since = after_fetch
+            .checked_sub(waited_before)
+            .unwrap_or(start.arrival);
         let slot = self
             .overload
             .acquire(queued_since, client_deadline)
@@ -212,19 +241,107 @@ impl ThunderService {
         ServeMetrics::global()
             .queue_wait
             .observe(slot.queue_wait.as_secs_f64());
-        let level = slot.level;
-        validated.degrade(level);
-        summary.degrade_level = Some(level);
-        summary.max_results = Some(validated.query.max_results);
-        validated.query.deadline = self.deadline(arrival, client_timeout);
-        let result = self.query(validated, slot.into_permit(), summary).await;
-        summary.duration_without_fetch = Some(after_fetch.elapsed());
-        result.map(|posts| Answer { posts, level })
+        Ok(Prepared {
+            validated,
+            following_from_graph,
+            level: slot.level,
+            deadline: self.deadline(start.arrival, start.client_timeout),
+            permit: slot.into_permit(),
+            after_fetch,
+        })
+    }
+
+    /// Serves one `ExplainPost` call: admitted, prepared and deadlined as a
+    /// `GetInNetworkPosts` call is (the same QPS limit, follow-graph fallback, overload
+    /// controller and degrade level), then the store's explain of the request at that level.
+    /// Counted once in `explain_requests_total`, not among the `GetInNetworkPosts` calls. The
+    /// answer and the degrade level it ran at.
+    pub async fn explain(
+        &self,
+        request: Request<ExplainPostRequest>,
+    ) -> Result<(ExplainPostResponse, DegradeLevel), ServiceError> {
+        let arrival = Accepted::of_request(&request);
+        let client_timeout = grpc_timeout(request.metadata());
+        let count = ExplainCount {
+            client_deadline: client_timeout.and_then(|t| arrival.checked_add(t)),
+            counted: false,
+        };
+        let work = async {
+            let entered = Instant::now();
+            let _in_flight = self.admission.admit()?;
+            let ExplainRequest {
+                validated,
+                post_ids,
+                seen_post_ids,
+            } = ExplainRequest::from_request(request.into_inner())?;
+            let start = CallStart {
+                arrival,
+                entered,
+                client_timeout,
+            };
+            // Its fetch is not a GetInNetworkPosts call's: not recorded.
+            let mut unrecorded = RequestSummary::default();
+            let ready = self.prepare(validated, start, &mut unrecorded).await?;
+            self.run_explain(post_ids, seen_post_ids, ready).await
+        };
+        let result = answered_in_time(arrival, client_timeout, work).await;
+        count.finish(match &result {
+            Ok(_) => tonic::Code::Ok,
+            Err(error) => error.code(),
+        });
+        result
+    }
+
+    /// The store's explain of `post_ids` in the answer to the request `ready` holds (at
+    /// `ready.level`), inline or on a blocking thread like a query, holding the executor
+    /// permit until it ends.
+    async fn run_explain(
+        &self,
+        post_ids: Vec<i64>,
+        seen_post_ids: HashSet<i64>,
+        ready: Prepared,
+    ) -> Result<(ExplainPostResponse, DegradeLevel), ServiceError> {
+        let store = Arc::clone(&self.store);
+        let overload = Arc::clone(&self.overload);
+        let Prepared {
+            validated: asked,
+            following_from_graph,
+            level,
+            deadline,
+            permit,
+            ..
+        } = ready;
+        let run = move || {
+            let mut ran = asked.clone();
+            ran.degrade(level);
+            let started = Instant::now();
+            ran.query.deadline = deadline;
+            let explanation = ran.explain(&store, &post_ids);
+            overload.observe_service(started.elapsed());
+            drop(permit);
+            let context = ExplainContext {
+                asked: &asked,
+                ran: &ran,
+                level,
+                following_from_graph,
+                seen_post_ids: &seen_post_ids,
+                shard: store.shard_id(),
+            };
+            context.response(&explanation)
+        };
+        let response = if self.inline_queries {
+            run()
+        } else {
+            tokio::task::spawn_blocking(run)
+                .await
+                .map_err(|e| ServiceError::QueryTask(e.to_string()))?
+        };
+        Ok((response, level))
     }
 
     /// The store query (inline or on a blocking thread, holding `permit` until it ends, and
-    /// stopping at the query's deadline):
-    /// returns its posts and `next_cursor`, and notes their counts in `summary`.
+    /// stopping at the query's deadline): returns its posts and `next_cursor`, and notes
+    /// their counts in `summary`.
     async fn query(
         &self,
         validated: ValidatedRequest,
@@ -284,6 +401,73 @@ impl ThunderService {
     }
 }
 
+/// `work`'s result, or `DEADLINE_EXCEEDED` once [`ANSWER_BUDGET_PERCENT`] of the client's
+/// timeout (from `started`) has passed without it.
+async fn answered_in_time<T>(
+    started: Instant,
+    client_timeout: Option<Duration>,
+    work: impl Future<Output = Result<T, ServiceError>>,
+) -> Result<T, ServiceError> {
+    match client_timeout {
+        Some(t) => {
+            let answer_by = started + t * ANSWER_BUDGET_PERCENT / 100;
+            tokio::time::timeout_at(answer_by.into(), work)
+                .await
+                .unwrap_or(Err(ServiceError::DeadlineExceeded))
+        }
+        None => work.await,
+    }
+}
+
+/// When a call arrived, entered its handler, and the deadline its client gave.
+#[derive(Clone, Copy)]
+struct CallStart {
+    arrival: Instant,
+    entered: Instant,
+    client_timeout: Option<Duration>,
+}
+
+/// A call ready for its store query: its request (with the follow graph's list if it asked
+/// for it, not yet degraded), the degrade level and executor permit its slot gave, and the
+/// query's deadline.
+struct Prepared {
+    validated: ValidatedRequest,
+    following_from_graph: bool,
+    level: DegradeLevel,
+    deadline: Option<Instant>,
+    permit: ExecutorPermit,
+    /// When the follow-graph fetch (if any) ended.
+    after_fetch: Instant,
+}
+
+/// Counts an `ExplainPost` call once in `explain_requests_total`: at
+/// [`ExplainCount::finish`], or when dropped unfinished (its client left, or tonic's timer
+/// fired: `DEADLINE_EXCEEDED` if its deadline has passed, else `CANCELLED`).
+struct ExplainCount {
+    client_deadline: Option<Instant>,
+    counted: bool,
+}
+
+impl ExplainCount {
+    fn finish(mut self, code: tonic::Code) {
+        self.counted = true;
+        ServeMetrics::global().record_explain(code);
+    }
+}
+
+impl Drop for ExplainCount {
+    fn drop(&mut self) {
+        if !self.counted {
+            let late = self.client_deadline.is_some_and(|d| Instant::now() >= d);
+            ServeMetrics::global().record_explain(if late {
+                tonic::Code::DeadlineExceeded
+            } else {
+                tonic::Code::Cancelled
+            });
+        }
+    }
+}
+
 /// Records a call's [`RequestSummary`] exactly once: at [`Recorder::finish`], or when dropped
 /// unfinished (the call's future was dropped: `DEADLINE_EXCEEDED` if its deadline has passed,
 /// else `CANCELLED`).
@@ -335,14 +519,19 @@ pub fn with_degrade_header<T>(message: T, level: DegradeLevel) -> Response<T> {
     response
 }
 
-/// Logs a failed call at debug level (refusals under load are not logged) and turns it into
-/// its status.
+/// Logs a failed `GetInNetworkPosts` call at debug level (refusals under load are not
+/// logged) and turns it into its status.
 pub fn log_failure(error: ServiceError) -> Status {
+    log_failure_of("GetInNetworkPosts", error)
+}
+
+/// [`log_failure`] of a call to `method`.
+pub fn log_failure_of(method: &str, error: ServiceError) -> Status {
     if !matches!(
         error,
         ServiceError::RateLimited | ServiceError::Overloaded | ServiceError::DeadlineExceeded
     ) {
-        tracing::debug!(%error, "GetInNetworkPosts failed");
+        tracing::debug!(%error, method, "call failed");
     }
     error.into()
 }
