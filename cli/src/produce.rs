@@ -2,7 +2,7 @@
 //! from the synthetic feed-2d workload.
 //!
 //! JSON lines, one event each: an `InNetworkEvent` in the proto3 JSON mapping, as grpcurl
-//! prints it (thunder-proto's `serde` feature; the original field names and plain numbers are
+//! prints it (the generated types' serde; the original field names and plain numbers are
 //! accepted too), or the shorter `create` / `delete` wrappers of earlier versions around the
 //! same events:
 //! ```text

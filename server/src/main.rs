@@ -1,15 +1,14 @@
 //! `thunder-server`: serves the in-network post store over gRPC, fed by Kafka or, without
-//! brokers, by the synthetic demo workload. It parses the flags, sets up logging and the
-//! runtime, and hands over to the replica's lifecycle (`thunder_server::lifecycle::replica`).
+//! brokers, by the synthetic demo workload; parses the flags, sets up logging and the runtime,
+//! and hands over to the replica's lifecycle (`thunder_server::lifecycle::replica`).
 
 use std::io::IsTerminal as _;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches};
-use thunder_server::Args;
 use thunder_server::config::LogFormat;
-use thunder_server::lifecycle::EXIT_DRAIN_CUT;
-use thunder_server::lifecycle::replica::{self, StopRequests};
+use thunder_server::lifecycle::{EXIT_DRAIN_CUT, replica};
+use thunder_server::{Args, lifecycle::replica::StopRequests};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -33,8 +32,7 @@ fn main() -> anyhow::Result<()> {
         tokio::spawn(forward_signals(stops.clone()));
         replica::run(options, &stops).await
     });
-    // Not waiting for blocking tasks: one may still wait on an unreachable broker.
-    runtime.shutdown_background();
+    runtime.shutdown_background(); // A blocking task may still wait on an unreachable broker.
     if stopped?.drain_cut() {
         tracing::error!("the drain timeout cut in-flight calls");
         std::process::exit(EXIT_DRAIN_CUT);

@@ -298,30 +298,8 @@ async fn serve<H: AnswerPosts>(
         .map_err(|e| StartupError::Reflection(e.to_string()))?;
 
     let service = PostsServer::new(handler, options.max_decoding_message_bytes);
-    // The explain service decodes with prost; it takes the same message size and codecs.
-    let debug = debug.map(|debug| {
-        InNetworkPostsDebugServiceServer::new(debug)
-            .max_decoding_message_size(options.max_decoding_message_bytes)
-            .accept_compressed(CompressionEncoding::Zstd)
-            .accept_compressed(CompressionEncoding::Gzip)
-            .send_compressed(CompressionEncoding::Zstd)
-            .send_compressed(CompressionEncoding::Gzip)
-    });
-
-    let builder = Server::builder()
-        .max_concurrent_streams(options.max_concurrent_streams)
-        // Streams the client resets before the server has taken them are counted by h2 while
-        // they wait to be accepted; past the limit h2 closes the connection with GOAWAY
-        // ENHANCE_YOUR_CALM `too_many_resets` (its guard against "rapid reset" floods). h2
-        // reads every frame the socket holds before it accepts a stream, so a client whose
-        // own deadlines expire while the server's runtime is busy arrives as a batch of
-        // opened-and-reset streams too: a client keeping to the stream cap with deadlines of
-        // 20 ms leaves about (stream cap) x (stall / 20 ms) of them. The limit
-        // (`pending_reset_streams`) covers a stall of that client of several hundred ms and
-        // still cuts off a connection that opens and resets thousands of streams at once.
-        .http2_max_pending_accept_reset_streams(Some(pending_reset_streams(&options)))
-        .http2_keepalive_interval(Some(options.http2_keepalive.0))
-        .http2_keepalive_timeout(Some(options.http2_keepalive.1));
+    let debug = debug.map(|debug| debug_server(debug, &options));
+    let builder = http2_server(&options);
     // TLS is handshaken by the listener (counted and logged failures), not by tonic.
     let tls_acceptor = options
         .tls
@@ -398,6 +376,38 @@ async fn serve<H: AnswerPosts>(
         drain_timeout: options.drain_timeout,
         tls: options.tls.is_some(),
     })
+}
+
+/// The explain service as mounted: it decodes with prost, and takes the same message size and
+/// codecs as the queries.
+fn debug_server(
+    debug: DebugService,
+    options: &ServerOptions,
+) -> InNetworkPostsDebugServiceServer<DebugService> {
+    InNetworkPostsDebugServiceServer::new(debug)
+        .max_decoding_message_size(options.max_decoding_message_bytes)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+}
+
+/// The gRPC port's HTTP/2 settings: the stream cap, the pending-reset limit and keepalive.
+fn http2_server(options: &ServerOptions) -> Server {
+    Server::builder()
+        .max_concurrent_streams(options.max_concurrent_streams)
+        // Streams the client resets before the server has taken them are counted by h2 while
+        // they wait to be accepted; past the limit h2 closes the connection with GOAWAY
+        // ENHANCE_YOUR_CALM `too_many_resets` (its guard against "rapid reset" floods). h2
+        // reads every frame the socket holds before it accepts a stream, so a client whose
+        // own deadlines expire while the server's runtime is busy arrives as a batch of
+        // opened-and-reset streams too: a client keeping to the stream cap with deadlines of
+        // 20 ms leaves about (stream cap) x (stall / 20 ms) of them. The limit
+        // (`pending_reset_streams`) covers a stall of that client of several hundred ms and
+        // still cuts off a connection that opens and resets thousands of streams at once.
+        .http2_max_pending_accept_reset_streams(Some(pending_reset_streams(options)))
+        .http2_keepalive_interval(Some(options.http2_keepalive.0))
+        .http2_keepalive_timeout(Some(options.http2_keepalive.1))
 }
 
 /// The status page's sampler and, over `store` when given, the trim and the stats refresh,
