@@ -39,7 +39,7 @@ use thunder_proto::{
     ExplainPostRequest, ExplainPostResponse, GetInNetworkPostsRequest, GetInNetworkPostsResponse,
     Reason,
 };
-use thunder_server::convert::post_from_proto;
+use thunder_events::wire::post_from_proto;
 use thunder_server::handle_request;
 use thunder_server::serve::admission::Admission;
 use thunder_server::serve::codec::{DecodedRequest, decode_request};

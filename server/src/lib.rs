@@ -36,13 +36,13 @@
 //!   collectors. Every wing declares its own metrics into that registry, in a `metrics.rs` of
 //!   its own, and reaches them through the struct's `global()`; `lifecycle::metrics` lists
 //!   them all.
-//! - Under it all: [`convert`] (wire types to engine records), [`version`] (what the binary
-//!   is: version, git commit, compiler) and [`error`].
+//! - Under it all: [`version`] (what the binary is: version, git commit, compiler) and
+//!   [`error`]. The wire types' conversions to the engine's records are `thunder_events::wire`'s,
+//!   used directly: the server re-exports nothing of `thunder_events`.
 #![deny(missing_docs)]
 
 pub mod admin;
 pub mod config;
-pub mod convert;
 pub mod demo;
 pub mod error;
 pub mod kafka;

@@ -379,7 +379,7 @@ fn varint_of_bytes(bytes: &[u8]) -> Option<(u64, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::convert::post_to_proto;
+    use thunder_events::wire::post_to_proto;
     use thunder_proto::{GetInNetworkPostsResponse, PerAuthorLimits, SeenFilter};
 
     /// xorshift64*: a repeatable stream of test values.

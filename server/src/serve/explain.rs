@@ -21,10 +21,10 @@ use thunder_proto as pb;
 use thunder_proto::{ExplainPostRequest, ExplainPostResponse, Reason};
 use tonic::Status;
 
-use crate::convert::post_to_proto;
 use crate::error::ServiceError;
 use crate::serve::overload::{DEGRADED_MAX_AUTHORS, DegradeLevel};
 use crate::serve::request::{BLACKLISTED_AUTHORS, ValidatedRequest, checked_ids};
+use thunder_events::wire::post_to_proto;
 
 /// Most post ids one `ExplainPost` call explains.
 pub const MAX_EXPLAINED_POSTS: usize = 100;

@@ -10,12 +10,12 @@ use thunder_engine::config::{MAX_INPUT_LIST_SIZE, MAX_POSTS_TO_RETURN, MAX_VIDEO
 use thunder_engine::{Explanation, OwnedQuery, PerAuthorLimits, PostStore, QueryOutcome, Store};
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 
-use crate::convert::post_to_proto;
 use crate::error::ServiceError;
 use crate::serve::cursor::Cursor;
 use crate::serve::extensions::{Extensions, next_cursor};
 use crate::serve::log_limit::{LogLimit, for_log};
 use crate::serve::overload::{DEGRADED_MAX_AUTHORS, DegradeLevel};
+use thunder_events::wire::post_to_proto;
 
 /// Budget of the warnings a request can trigger (unknown algorithm, truncated lists).
 static REQUEST_WARNINGS: LazyLock<LogLimit> =
