@@ -20,9 +20,11 @@
 //!   touches the store, so a bad file falls back to the previous snapshot, or to a full replay,
 //!   and partial data is never served. If the retained log no longer reaches the recorded
 //!   offsets, nothing is loaded and the topic is replayed in full (with a warning).
+//! - `metrics.rs`: the snapshots' metrics ([`metrics::SnapshotMetrics`]).
 //! - `pacing.rs`: [`pacing::Paced`], the rate-limited `Write` the writer goes through, and
 //!   [`pacing::lower_current_thread_priority`] for the writer's thread.
 
+pub mod metrics;
 pub mod pacing;
 mod restore;
 mod schedule;

@@ -12,7 +12,7 @@ use thunder_engine::snapshot::{PartitionOffset, read_header};
 
 use super::{SnapshotArgs, list};
 use crate::kafka::{Restore, TopicStart};
-use crate::telemetry::metrics::Metrics;
+use crate::snapshot::metrics::SnapshotMetrics;
 
 /// The start-up restore handed to the Kafka supervisor (see the module docs). `None` without
 /// `--snapshot-dir`.
@@ -89,7 +89,7 @@ fn restore(
         match loaded {
             Ok(report) => {
                 let took = started.elapsed();
-                let metrics = &Metrics::global().snapshot;
+                let metrics = SnapshotMetrics::global();
                 metrics.load_duration.set(took.as_secs_f64());
                 metrics
                     .loaded_posts
