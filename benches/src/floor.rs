@@ -57,10 +57,8 @@ impl Floor {
         let mut answers = Vec::with_capacity(requests.len());
         for request in requests {
             let validated = ValidatedRequest::from_request(request)?;
-            let outcome = validated.execute(store, None);
-            let next_cursor = validated
-                .extensions
-                .next_cursor(validated.max_results, &outcome);
+            let outcome = validated.execute(store);
+            let next_cursor = validated.next_cursor(&outcome);
             let answer = PostsAnswer {
                 posts: outcome.posts,
                 next_cursor,

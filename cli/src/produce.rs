@@ -1,24 +1,33 @@
 //! `thunder-cli produce`: feed a topic with create/delete events, from JSON lines on stdin or
 //! from the synthetic feed-2d workload.
 //!
-//! JSON lines, one event each:
+//! JSON lines, one event each: an `InNetworkEvent` in the proto3 JSON mapping, as grpcurl
+//! prints it (the generated types' serde; the original field names and plain numbers are
+//! accepted too), or the shorter `create` / `delete` wrappers of earlier versions around the
+//! same events:
 //! ```text
-//! {"create": {"post_id": 1, "author_id": 7, "created_at": 1700000000, "is_reply": false}}
-//! {"delete": {"post_id": 1, "deleted_at": 1700000100}}
+//! {"tweetCreateEvent": {"postId": "1", "authorId": "7", "createdAt": "1700000000"}}
+//! {"tweetDeleteEvent": {"postId": "1", "deletedAt": "1700000100"}}
+//! {"create": {"post_id": 1, "author_id": 7, "is_reply": false}}
+//! {"delete": {"post_id": 1, "author_id": 7}}
 //! ```
-//! Absent fields of a create default to `false` / `null`; `created_at` defaults to now,
-//! `deleted_at` too. A delete may carry `"author_id"`, used only as the record key.
+//! Absent fields take their proto3 defaults (`false`, absent, 0), except that a `createdAt` or
+//! `deletedAt` of 0 (or absent) means now. A delete may carry `authorId` (or `author_id`),
+//! used only as the record key. A line is refused, with its number and the reason, when it is
+//! not such an event or when the server would drop it for an id the contract cannot express
+//! (a negative id, a post or author id of 0).
 
 use std::io::BufRead;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use prost::Message as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
-use serde::Deserialize;
 use thunder_engine::PostEvent;
-use thunder_engine::{DeleteEvent, LightPost};
+use thunder_proto::InNetworkEvent;
+use thunder_proto::in_network_event::EventVariant;
 use thunder_workload::SynthConfig;
 
 use thunder_events::kafka::{EventProducer, KafkaClientArgs};
@@ -72,39 +81,55 @@ pub struct ProduceArgs {
     pub kafka_request_timeout_ms: u64,
 }
 
-/// One JSON input line.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-enum JsonEvent {
-    Create(JsonCreate),
-    Delete(JsonDelete),
+/// The event of one JSON line and its record key (a delete's `authorId`), checked as the
+/// server's ingestion checks it (see the module docs for the forms a line takes).
+fn parse_line(line: &str, now_secs: i64) -> anyhow::Result<(PostEvent, Option<i64>)> {
+    let mut value: serde_json::Value = serde_json::from_str(line).context("not JSON")?;
+    let mut key = None;
+    if let Some(object) = value.as_object_mut() {
+        // The earlier versions' wrappers name the same events.
+        for (short, field) in [
+            ("create", "tweetCreateEvent"),
+            ("delete", "tweetDeleteEvent"),
+        ] {
+            if let Some(event) = object.remove(short) {
+                object.insert(field.to_owned(), event);
+            }
+        }
+        let field = ["tweetDeleteEvent", "tweet_delete_event"]
+            .into_iter()
+            .find(|field| object.contains_key(*field));
+        if let Some(delete) = field.and_then(|f| object.get_mut(f)?.as_object_mut()) {
+            let author = ["authorId", "author_id"]
+                .iter()
+                .find_map(|field| delete.remove(*field));
+            key = author.map(|id| record_key(&id)).transpose()?;
+        }
+    }
+    let mut event: InNetworkEvent = serde_json::from_value(value)
+        .context("not an InNetworkEvent (tweetCreateEvent or tweetDeleteEvent)")?;
+    match &mut event.event_variant {
+        Some(EventVariant::TweetCreateEvent(create)) if create.created_at == 0 => {
+            create.created_at = now_secs;
+        }
+        Some(EventVariant::TweetDeleteEvent(delete)) if delete.deleted_at == 0 => {
+            delete.deleted_at = now_secs;
+        }
+        _ => {}
+    }
+    // The server's own decode path: what it would refuse, refused here, with the reason.
+    let event = thunder_events::decode_event(Some(&event.encode_to_vec()))?;
+    Ok((event, key))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JsonCreate {
-    post_id: i64,
-    author_id: i64,
-    created_at: Option<i64>,
-    in_reply_to_post_id: Option<i64>,
-    in_reply_to_user_id: Option<i64>,
-    #[serde(default)]
-    is_retweet: bool,
-    #[serde(default)]
-    is_reply: bool,
-    source_post_id: Option<i64>,
-    source_user_id: Option<i64>,
-    #[serde(default)]
-    has_video: bool,
-    conversation_id: Option<i64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JsonDelete {
-    post_id: i64,
-    deleted_at: Option<i64>,
-    author_id: Option<i64>,
+/// A delete's record key: an author id as a JSON number or, as the proto3 JSON mapping writes
+/// 64-bit integers, a string.
+fn record_key(value: &serde_json::Value) -> anyhow::Result<i64> {
+    let key = match value {
+        serde_json::Value::String(text) => text.parse().ok(),
+        other => other.as_i64(),
+    };
+    key.ok_or_else(|| anyhow::anyhow!("authorId {value} is not a 64-bit integer"))
 }
 
 fn now_secs() -> i64 {
@@ -237,33 +262,16 @@ fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
             if line.trim().is_empty() {
                 continue;
             }
-            let event: JsonEvent = serde_json::from_str(&line)
+            let (event, key) = parse_line(&line, now_secs())
                 .with_context(|| format!("line {}: not a create/delete event", number + 1))?;
             pacer.wait();
             match event {
-                JsonEvent::Create(c) => {
-                    let post = LightPost {
-                        post_id: c.post_id,
-                        author_id: c.author_id,
-                        created_at: c.created_at.unwrap_or_else(now_secs),
-                        in_reply_to_post_id: c.in_reply_to_post_id,
-                        in_reply_to_user_id: c.in_reply_to_user_id,
-                        is_retweet: c.is_retweet,
-                        is_reply: c.is_reply,
-                        source_post_id: c.source_post_id,
-                        source_user_id: c.source_user_id,
-                        has_video: c.has_video,
-                        conversation_id: c.conversation_id,
-                    };
+                PostEvent::Create(post) => {
                     producer.send_create(&post)?;
                     sent.creates += 1;
                 }
-                JsonEvent::Delete(d) => {
-                    let delete = DeleteEvent {
-                        post_id: d.post_id,
-                        deleted_at: d.deleted_at.unwrap_or_else(now_secs),
-                    };
-                    producer.send_delete(&delete, d.author_id)?;
+                PostEvent::Delete(delete) => {
+                    producer.send_delete(&delete, key)?;
                     sent.deletes += 1;
                 }
             }
@@ -295,31 +303,59 @@ fn produce(args: &ProduceArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use thunder_engine::{DeleteEvent, LightPost};
 
     #[test]
-    fn json_lines_parse() {
-        let create: JsonEvent = serde_json::from_str(
-            r#"{"create":{"post_id":1,"author_id":2,"created_at":3,"has_video":true}}"#,
+    fn json_lines_parse_in_the_proto3_mapping_and_the_older_wrappers() {
+        let now = 1_700_000_500;
+        let (create, key) = parse_line(
+            r#"{"tweetCreateEvent":{"postId":"1","authorId":"2","createdAt":"3","hasVideo":true}}"#,
+            now,
         )
         .expect("create parses");
-        assert!(matches!(
-            create,
-            JsonEvent::Create(JsonCreate {
-                post_id: 1,
-                has_video: true,
-                ..
-            })
-        ));
-        let delete: JsonEvent =
-            serde_json::from_str(r#"{"delete":{"post_id":1}}"#).expect("delete parses");
-        assert!(matches!(
-            delete,
-            JsonEvent::Delete(JsonDelete {
-                post_id: 1,
-                deleted_at: None,
-                ..
-            })
-        ));
-        assert!(serde_json::from_str::<JsonEvent>(r#"{"update":{"post_id":1}}"#).is_err());
+        let mut video = LightPost::original(1, 2, 3);
+        video.has_video = true;
+        assert_eq!((create, key), (PostEvent::Create(video), None));
+        // The earlier wrapper, original names, numbers; createdAt absent: now.
+        let (create, _) = parse_line(
+            r#"{"create":{"post_id":1,"author_id":2,"in_reply_to_user_id":9}}"#,
+            now,
+        )
+        .expect("create parses");
+        let PostEvent::Create(reply) = create else {
+            panic!("a create: {create:?}");
+        };
+        assert_eq!(reply.created_at, now);
+        assert!(reply.is_reply, "the reply rule of ingestion applies");
+        let (delete, key) =
+            parse_line(r#"{"delete":{"post_id":1,"author_id":"7"}}"#, now).expect("delete parses");
+        assert_eq!(
+            (delete, key),
+            (
+                PostEvent::Delete(DeleteEvent {
+                    post_id: 1,
+                    deleted_at: now
+                }),
+                Some(7)
+            )
+        );
+    }
+
+    #[test]
+    fn bad_lines_are_refused_with_the_reason() {
+        let refused = |line: &str| {
+            format!(
+                "{:#}",
+                parse_line(line, 1).expect_err("refused").context("line")
+            )
+        };
+        assert!(refused(r#"{"update":{"postId":"1"}}"#).contains("not an InNetworkEvent"));
+        assert!(refused(r#"{"tweetCreateEvent":{"postId":"1","typo":2}}"#).contains("typo"));
+        assert!(refused(r#"{"tweetCreateEvent":{"authorId":"2"}}"#).contains("post_id is 0"));
+        assert!(
+            refused(r#"{"tweetCreateEvent":{"postId":"1","authorId":"-2"}}"#).contains("negative")
+        );
+        assert!(refused(r#"{"delete":{"postId":"1","authorId":"x"}}"#).contains("authorId"));
+        assert!(refused("not json").contains("not JSON"));
     }
 }

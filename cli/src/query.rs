@@ -1,14 +1,16 @@
-//! `thunder-cli query`: one GetInNetworkPosts call, printed as a table or as JSON.
+//! `thunder-cli query`: one GetInNetworkPosts call, printed as a table or as JSON: the answer
+//! in the proto3 JSON mapping, as grpcurl prints it (the generated types' serde), a page's
+//! `next_cursor` in base64 as that mapping writes bytes.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use thunder_client::{ClientConfig, ShardError, ThunderClient};
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_proto::{GetInNetworkPostsRequest, LightPost};
+use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse, LightPost};
 use tonic::codec::CompressionEncoding;
 
-use crate::request::{RequestArgs, to_hex};
+use crate::request::{RequestArgs, cursor_text};
 
 /// Flags of `thunder-cli query`.
 #[derive(clap::Args, Debug)]
@@ -82,17 +84,12 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
                         return Err(args.request.call_failed(status, tls.as_ref()).await);
                     }
                 };
-                show_page(
-                    view,
-                    &mut pages,
-                    page,
-                    &response.posts,
-                    &response.next_cursor,
-                );
-                if response.next_cursor.is_empty() {
+                let next_cursor = response.next_cursor.clone();
+                show_page(view, &mut pages, page, response);
+                if next_cursor.is_empty() {
                     break;
                 }
-                request.cursor = response.next_cursor;
+                request.cursor = next_cursor;
             }
         }
         (None, Some(spec)) => {
@@ -103,13 +100,17 @@ pub async fn run(args: QueryArgs) -> anyhow::Result<()> {
             );
             let (posts, errors) = ask_shards(spec, request, timeout).await?;
             shard_errors = errors;
-            show_page(view, &mut pages, 1, &posts, &[]);
+            let answer = GetInNetworkPostsResponse {
+                posts,
+                next_cursor: Vec::new(),
+            };
+            show_page(view, &mut pages, 1, answer);
         }
         (None, None) => anyhow::bail!("neither --addr nor --shards"),
     }
     if args.json {
         let out = match <[_; 1]>::try_from(pages) {
-            Ok([one]) => one,
+            Ok([one]) => serde_json::to_value(one)?,
             Err(pages) => serde_json::json!({ "pages": pages }),
         };
         outln!("{}", serde_json::to_string_pretty(&out)?);
@@ -131,40 +132,21 @@ struct PageView {
 /// Prints one page (or keeps it for the JSON output).
 fn show_page(
     view: PageView,
-    pages: &mut Vec<serde_json::Value>,
+    pages: &mut Vec<GetInNetworkPostsResponse>,
     page: u32,
-    posts: &[LightPost],
-    next_cursor: &[u8],
+    answer: GetInNetworkPostsResponse,
 ) {
-    let next_cursor = to_hex(next_cursor);
     if view.json {
-        let posts: Vec<serde_json::Value> = posts.iter().map(post_json).collect();
-        pages.push(serde_json::json!({ "posts": posts, "next_cursor": next_cursor }));
-    } else {
-        if view.numbered {
-            outln!("page {page}");
-        }
-        print_table(posts);
-        if !next_cursor.is_empty() {
-            outln!("next_cursor {next_cursor}");
-        }
+        pages.push(answer);
+        return;
     }
-}
-
-fn post_json(post: &LightPost) -> serde_json::Value {
-    serde_json::json!({
-        "post_id": post.post_id,
-        "author_id": post.author_id,
-        "created_at": post.created_at,
-        "in_reply_to_post_id": post.in_reply_to_post_id,
-        "in_reply_to_user_id": post.in_reply_to_user_id,
-        "is_retweet": post.is_retweet,
-        "is_reply": post.is_reply,
-        "source_post_id": post.source_post_id,
-        "source_user_id": post.source_user_id,
-        "has_video": post.has_video,
-        "conversation_id": post.conversation_id,
-    })
+    if view.numbered {
+        outln!("page {page}");
+    }
+    print_table(&answer.posts);
+    if !answer.next_cursor.is_empty() {
+        outln!("next_cursor {}", cursor_text(&answer.next_cursor));
+    }
 }
 
 fn print_table(posts: &[LightPost]) {

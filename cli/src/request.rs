@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use thunder_engine::SeenFilter;
 use thunder_engine::seen::DEFAULT_BITS_PER_ID;
 use thunder_proto::{
@@ -47,7 +49,8 @@ pub struct RequestArgs {
     /// Only posts created at or before this time (unix seconds).
     #[arg(long)]
     pub max_created_at: Option<i64>,
-    /// Start after this cursor (hex, as printed as next_cursor).
+    /// Start after this cursor: a `next_cursor` as printed (base64; the hex of older
+    /// versions is accepted too).
     #[arg(long)]
     pub cursor: Option<String>,
     /// Video posts only.
@@ -110,7 +113,7 @@ impl RequestArgs {
             per_author_limits,
             seen_filter,
             cursor: match &self.cursor {
-                Some(hex) => from_hex(hex).context("--cursor is not hex")?,
+                Some(text) => cursor_bytes(text)?,
                 None => Vec::new(),
             },
             min_created_at: self.min_created_at,
@@ -174,19 +177,37 @@ impl RequestArgs {
     }
 }
 
-/// `bytes` as lowercase hex.
-pub fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// A cursor as printed: base64, as the proto3 JSON mapping writes bytes (`nextCursor` of
+/// `--json`).
+pub fn cursor_text(bytes: &[u8]) -> String {
+    BASE64.encode(bytes)
 }
 
-fn from_hex(hex: &str) -> anyhow::Result<Vec<u8>> {
-    anyhow::ensure!(hex.len().is_multiple_of(2), "odd number of hex digits");
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| {
-            hex.get(i..i + 2)
-                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
-                .ok_or_else(|| anyhow::anyhow!("not a hex digit pair at {i}"))
-        })
-        .collect()
+/// The bytes of `--cursor`: base64 as printed (see [`cursor_text`]), or the hex older versions
+/// printed.
+fn cursor_bytes(text: &str) -> anyhow::Result<Vec<u8>> {
+    let hex = text.len().is_multiple_of(2) && text.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex {
+        return Ok((0..text.len())
+            .step_by(2)
+            .filter_map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+            .collect());
+    }
+    BASE64
+        .decode(text)
+        .context("--cursor is neither base64 (as next_cursor prints) nor hex")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_is_read_as_printed_or_as_the_older_hex() {
+        let bytes = vec![0xde, 0xad, 0xbe, 0xef, 0x00, 0x7f];
+        assert_eq!(cursor_bytes(&cursor_text(&bytes)).expect("base64"), bytes);
+        assert_eq!(cursor_bytes("deadbeef007f").expect("hex"), bytes);
+        let error = cursor_bytes("not a cursor!").expect_err("refused");
+        assert!(error.to_string().contains("base64"), "{error}");
+    }
 }

@@ -1,10 +1,11 @@
 //! Kafka record payloads to store events and back: the one decode path of ingestion (also the
 //! fuzzers' entry point) and the encoding the producer uses.
 //!
-//! A payload format implements [`PayloadFormat`]: how its bytes become a [`PostEvent`] and
-//! back. What every format's events must then satisfy (ids the gRPC contract can express, no
-//! post or author id 0) and the reference's `is_reply` rule are applied once, in
-//! [`PayloadFormat::decode`], whatever the format. The topic's format is [`Protobuf`].
+//! A record's payload is one protobuf `InNetworkEvent`, no framing (the topic's only format).
+//! [`decode_event`] turns it into a [`PostEvent`] and applies, once, what every event must
+//! satisfy (ids the gRPC contract can express, no post or author id 0) and the reference's
+//! `is_reply` rule; [`create_event`] and [`delete_envelope`] are the envelopes the producer
+//! encodes.
 
 use prost::Message;
 use thunder_engine::{DeleteEvent, LightPost, PostEvent};
@@ -50,76 +51,6 @@ impl DecodeError {
     }
 }
 
-/// A payload format of the events topic: how one record's bytes become a store event, and how
-/// a store event becomes a record's bytes.
-pub trait PayloadFormat {
-    /// The event in `payload`, as the bytes say it (no contract checks, no `is_reply` rule).
-    fn decode_payload(&self, payload: &[u8]) -> Result<PostEvent, DecodeError>;
-
-    /// The payload announcing the create of `post`.
-    fn encode_create(&self, post: &LightPost) -> Vec<u8>;
-
-    /// The payload announcing `delete`.
-    fn encode_delete(&self, delete: &DeleteEvent) -> Vec<u8>;
-
-    /// Decodes one record's payload (`None`: a null payload) into the event the store gets.
-    /// Events with a negative id are refused ([`DecodeError::OutOfContractId`]), and so are
-    /// creates with post id or author id 0 and deletes with post id 0
-    /// ([`DecodeError::ZeroId`]); a create that names a parent post or parent author is a reply
-    /// (as the reference's v2 listener has it).
-    ///
-    /// Never panics, whatever the bytes (nor may [`decode_payload`](Self::decode_payload)).
-    fn decode(&self, payload: Option<&[u8]>) -> Result<PostEvent, DecodeError> {
-        let event = self.decode_payload(payload.ok_or(DecodeError::NoPayload)?)?;
-        match event {
-            PostEvent::Create(post) => {
-                check_ids(&[
-                    ("post_id", Some(post.post_id)),
-                    ("author_id", Some(post.author_id)),
-                    ("in_reply_to_post_id", post.in_reply_to_post_id),
-                    ("in_reply_to_user_id", post.in_reply_to_user_id),
-                    ("source_post_id", post.source_post_id),
-                    ("source_user_id", post.source_user_id),
-                    ("conversation_id", post.conversation_id),
-                ])?;
-                check_required_ids(&[("post_id", post.post_id), ("author_id", post.author_id)])?;
-                Ok(PostEvent::Create(with_reply_rule(post)))
-            }
-            PostEvent::Delete(delete) => {
-                check_ids(&[("post_id", Some(delete.post_id))])?;
-                check_required_ids(&[("post_id", delete.post_id)])?;
-                Ok(PostEvent::Delete(delete))
-            }
-        }
-    }
-}
-
-/// The topic's format: one protobuf `InNetworkEvent` a record, no framing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Protobuf;
-
-impl PayloadFormat for Protobuf {
-    fn decode_payload(&self, payload: &[u8]) -> Result<PostEvent, DecodeError> {
-        match InNetworkEvent::decode(payload)?.event_variant {
-            Some(EventVariant::TweetCreateEvent(create)) => {
-                Ok(PostEvent::Create(wire::post_from_create_event(&create)))
-            }
-            Some(EventVariant::TweetDeleteEvent(delete)) => {
-                Ok(PostEvent::Delete(wire::delete_from_event(&delete)))
-            }
-            None => Err(DecodeError::NoVariant),
-        }
-    }
-
-    fn encode_create(&self, post: &LightPost) -> Vec<u8> {
-        create_event(post).encode_to_vec()
-    }
-
-    fn encode_delete(&self, delete: &DeleteEvent) -> Vec<u8> {
-        delete_envelope(delete).encode_to_vec()
-    }
-}
-
 /// Fails on the first negative id: every id the gRPC contract can name is an `uint64` that
 /// fits an `i64`, so a negative one could be stored but never asked for.
 fn check_ids(ids: &[(&'static str, Option<i64>)]) -> Result<(), DecodeError> {
@@ -147,10 +78,38 @@ fn with_reply_rule(post: LightPost) -> LightPost {
     }
 }
 
-/// Decodes one record payload of the topic's format ([`Protobuf`]); see
-/// [`PayloadFormat::decode`].
+/// Decodes one record's payload (`None`: a null payload) into the event the store gets.
+/// Events with a negative id are refused ([`DecodeError::OutOfContractId`]), and so are creates
+/// with post id or author id 0 and deletes with post id 0 ([`DecodeError::ZeroId`]); a create
+/// that names a parent post or parent author is a reply (as the reference's v2 listener has
+/// it).
+///
+/// Never panics, whatever the bytes.
 pub fn decode_event(payload: Option<&[u8]>) -> Result<PostEvent, DecodeError> {
-    Protobuf.decode(payload)
+    let payload = payload.ok_or(DecodeError::NoPayload)?;
+    match InNetworkEvent::decode(payload)?.event_variant {
+        Some(EventVariant::TweetCreateEvent(create)) => {
+            let post = wire::post_from_create_event(&create);
+            check_ids(&[
+                ("post_id", Some(post.post_id)),
+                ("author_id", Some(post.author_id)),
+                ("in_reply_to_post_id", post.in_reply_to_post_id),
+                ("in_reply_to_user_id", post.in_reply_to_user_id),
+                ("source_post_id", post.source_post_id),
+                ("source_user_id", post.source_user_id),
+                ("conversation_id", post.conversation_id),
+            ])?;
+            check_required_ids(&[("post_id", post.post_id), ("author_id", post.author_id)])?;
+            Ok(PostEvent::Create(with_reply_rule(post)))
+        }
+        Some(EventVariant::TweetDeleteEvent(delete)) => {
+            let delete = wire::delete_from_event(&delete);
+            check_ids(&[("post_id", Some(delete.post_id))])?;
+            check_required_ids(&[("post_id", delete.post_id)])?;
+            Ok(PostEvent::Delete(delete))
+        }
+        None => Err(DecodeError::NoVariant),
+    }
 }
 
 /// The store record of a create event: every field copied, except that `is_reply` is also set
@@ -190,7 +149,7 @@ mod tests {
     fn create_round_trips_and_derives_is_reply() {
         let mut post = LightPost::original(7, 3, 1_700_000_000);
         post.in_reply_to_user_id = Some(9);
-        let bytes = Protobuf.encode_create(&post);
+        let bytes = create_event(&post).encode_to_vec();
         let decoded = decode_event(Some(&bytes)).expect("decodes");
         post.is_reply = true;
         assert_eq!(decoded, PostEvent::Create(post));
@@ -202,7 +161,7 @@ mod tests {
             post_id: 5,
             deleted_at: 12,
         };
-        let bytes = Protobuf.encode_delete(&delete);
+        let bytes = delete_envelope(&delete).encode_to_vec();
         assert_eq!(
             decode_event(Some(&bytes)).expect("decodes"),
             PostEvent::Delete(delete)
@@ -213,7 +172,7 @@ mod tests {
     fn ids_outside_the_contract_are_refused_with_the_field() {
         let mut post = LightPost::original(7, 3, 1);
         post.source_post_id = Some(-4);
-        let bytes = Protobuf.encode_create(&post);
+        let bytes = create_event(&post).encode_to_vec();
         let error = decode_event(Some(&bytes)).expect_err("a negative id");
         assert!(error.is_out_of_contract());
         assert!(matches!(
@@ -223,15 +182,16 @@ mod tests {
                 value: -4
             }
         ));
-        let bytes = Protobuf.encode_create(&LightPost::original(7, 0, 1));
+        let bytes = create_event(&LightPost::original(7, 0, 1)).encode_to_vec();
         assert!(matches!(
             decode_event(Some(&bytes)),
             Err(DecodeError::ZeroId { field: "author_id" })
         ));
-        let bytes = Protobuf.encode_delete(&DeleteEvent {
+        let bytes = delete_envelope(&DeleteEvent {
             post_id: 0,
             deleted_at: 1,
-        });
+        })
+        .encode_to_vec();
         assert!(matches!(
             decode_event(Some(&bytes)),
             Err(DecodeError::ZeroId { field: "post_id" })
@@ -248,42 +208,5 @@ mod tests {
         let malformed = decode_event(Some(&[0xff, 0xff, 0xff])).expect_err("malformed");
         assert!(matches!(malformed, DecodeError::Malformed(_)));
         assert!(!malformed.is_out_of_contract());
-    }
-
-    /// A second format plugs in by its bytes alone; the contract checks come with `decode`.
-    #[test]
-    fn another_format_gets_the_same_checks() {
-        struct Csv;
-        impl PayloadFormat for Csv {
-            fn decode_payload(&self, payload: &[u8]) -> Result<PostEvent, DecodeError> {
-                let text = String::from_utf8_lossy(payload);
-                let ids: Vec<i64> = text.split(',').filter_map(|f| f.parse().ok()).collect();
-                match ids[..] {
-                    [post, author, at] => {
-                        Ok(PostEvent::Create(LightPost::original(post, author, at)))
-                    }
-                    _ => Err(DecodeError::NoVariant),
-                }
-            }
-            fn encode_create(&self, post: &LightPost) -> Vec<u8> {
-                format!("{},{},{}", post.post_id, post.author_id, post.created_at).into_bytes()
-            }
-            fn encode_delete(&self, _: &DeleteEvent) -> Vec<u8> {
-                Vec::new()
-            }
-        }
-        let post = LightPost::original(1, 2, 3);
-        assert_eq!(
-            Csv.decode(Some(&Csv.encode_create(&post)))
-                .expect("decodes"),
-            PostEvent::Create(post)
-        );
-        assert!(matches!(
-            Csv.decode(Some(b"1,-2,3")),
-            Err(DecodeError::OutOfContractId {
-                field: "author_id",
-                value: -2
-            })
-        ));
     }
 }

@@ -1,9 +1,8 @@
 //! thunder-events: the post events as they travel between Kafka, the wire and the store.
 //!
-//! - [`codec`]: a Kafka record's payload to a store event and back. [`PayloadFormat`] is what
-//!   a payload format implements; [`Protobuf`] (one `InNetworkEvent` a record, no framing) is
-//!   the topic's format. Every format's events pass the same contract checks
-//!   ([`DecodeError::OutOfContractId`], [`DecodeError::ZeroId`]).
+//! - [`codec`]: a Kafka record's payload (one protobuf `InNetworkEvent`, no framing) to a store
+//!   event and back; every event passes the contract checks ([`DecodeError::OutOfContractId`],
+//!   [`DecodeError::ZeroId`]) in [`decode_event`].
 //! - [`wire`]: the wire types of `thunder-proto` to the engine's records and back; the eleven
 //!   fields of a post are listed once.
 //! - [`kafka`] (feature `kafka`): the Kafka connection flags and client configuration, the
@@ -19,6 +18,5 @@ pub mod kafka;
 pub mod wire;
 
 pub use codec::{
-    DecodeError, PayloadFormat, Protobuf, create_event, decode_event, delete_envelope,
-    delete_event, light_post,
+    DecodeError, create_event, decode_event, delete_envelope, delete_event, light_post,
 };

@@ -35,11 +35,11 @@ use prost::Message;
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
 use thunder_engine::seen::SEEN_FILTER_MAX_BYTES;
 use thunder_engine::{LightPost, ManualClock, PagePosition, PostStore, SeenFilter};
+use thunder_events::wire::post_from_proto;
 use thunder_proto::{
     ExplainPostRequest, ExplainPostResponse, GetInNetworkPostsRequest, GetInNetworkPostsResponse,
     Reason,
 };
-use thunder_server::convert::post_from_proto;
 use thunder_server::handle_request;
 use thunder_server::serve::admission::Admission;
 use thunder_server::serve::codec::{DecodedRequest, decode_request};
@@ -397,7 +397,7 @@ fuzz_target!(|data: &[u8]| {
         validated.set_authors(FALLBACK_AUTHORS.to_vec());
     }
     assert!(
-        posts.len() <= validated.max_results,
+        posts.len() <= validated.query.max_results,
         "{} posts for {validated:?}",
         posts.len()
     );
@@ -407,12 +407,12 @@ fuzz_target!(|data: &[u8]| {
             .all(|w| (w[0].created_at, w[0].post_id) > (w[1].created_at, w[1].post_id)),
         "not in the answer order (newest first, larger id first): {posts:?}"
     );
-    let ext = &validated.extensions;
+    let query = &validated.query;
     if !next_cursor.is_empty() {
         let next = CursorKey::global()
             .open(&next_cursor)
             .expect("the server accepts its own next_cursor");
-        if let Some(start) = ext.cursor {
+        if let Some(start) = validated.cursor {
             assert_eq!(
                 next.as_of_secs, start.as_of_secs,
                 "a later page moved as_of"
@@ -421,7 +421,7 @@ fuzz_target!(|data: &[u8]| {
     }
     for post in &posts {
         assert!(
-            validated.authors.contains(&post.author_id),
+            query.authors.contains(&post.author_id),
             "{post:?} not asked for: {validated:?}"
         );
         assert!(
@@ -429,11 +429,11 @@ fuzz_target!(|data: &[u8]| {
             "blacklisted author served: {post:?}"
         );
         assert!(
-            !validated.exclude.contains(&post.post_id),
+            !query.exclude.contains(&post.post_id),
             "excluded post served: {post:?}"
         );
         assert!(
-            !(post.is_retweet && post.source_user_id == Some(validated.viewer_id)),
+            !(post.is_retweet && post.source_user_id == Some(query.viewer_id)),
             "the viewer's own repost served: {post:?}"
         );
         assert!(
@@ -441,26 +441,30 @@ fuzz_target!(|data: &[u8]| {
             "expired post served: {post:?}"
         );
         assert!(
-            ext.seen.as_ref().is_none_or(|f| !f.contains(post.post_id)),
+            query
+                .seen
+                .as_ref()
+                .is_none_or(|f| !f.contains(post.post_id)),
             "a post in the seen filter served: {post:?}"
         );
         assert!(
-            ext.window
+            query
+                .window
                 .min_created_at
                 .is_none_or(|min| post.created_at >= min)
-                && ext
+                && query
                     .window
                     .max_created_at
                     .is_none_or(|max| post.created_at <= max),
             "outside the time bounds {:?}: {post:?}",
-            ext.window
+            query.window
         );
         assert!(
-            ext.window.admits(post.created_at, post.post_id),
+            query.window.admits(post.created_at, post.post_id),
             "not after the cursor {:?}: {post:?}",
-            ext.window.after
+            query.window.after
         );
-        if validated.is_video {
+        if query.videos {
             assert!(
                 !post.is_reply && (post.has_video || post.is_retweet),
                 "not a video: {post:?}"

@@ -8,8 +8,8 @@ use std::sync::{Arc, Barrier};
 
 use thunder_engine::config::TRIM_FRACTION;
 use thunder_engine::{
-    Clock, DeleteEvent, DeleteReport, DropReason, InsertReport, LightPost, ManualClock,
-    OwnedQuery, PostStore, QueryOutcome, Store, StoreConfig, TrimReport,
+    Clock, DeleteEvent, DeleteReport, DropReason, InsertReport, LightPost, ManualClock, OwnedQuery,
+    PostStore, QueryOutcome, Store, StoreConfig, TrimReport,
 };
 use thunder_testkit::model::{ModelStore, answers_agree};
 
@@ -201,7 +201,6 @@ fn insert(store: &PostStore, batch: &[LightPost]) -> Inserted {
     let report = store.insert_posts_with(batch, |i, why| drops.push((i, why)));
     (report, drops)
 }
-
 
 fn ids(posts: &[LightPost]) -> Vec<(i64, i64)> {
     posts.iter().map(|p| (p.post_id, p.created_at)).collect()

@@ -290,9 +290,6 @@ pub enum BetweenOp {
     Trim(u8),
     /// Query both stores and compare.
     Query(QuerySpec),
-    /// Write the engine as a base file and go on with a fresh engine loaded from it: what
-    /// came before is in its base, what comes after in its head.
-    Rebase,
 }
 
 /// One barrier-separated round of `ingest_ordering_threads`.

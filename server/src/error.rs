@@ -65,3 +65,26 @@ pub enum StartupError {
     #[error("reflection setup failed: {0}")]
     Reflection(String),
 }
+
+/// Why the server process stopped with a failure (`thunder-server` exits with status 1).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// It could not start serving.
+    #[error(transparent)]
+    Startup(#[from] StartupError),
+    /// Kafka ingestion could not start (a configuration librdkafka refuses).
+    #[error("starting Kafka ingestion: {0}")]
+    Kafka(#[source] thunder_events::kafka::KafkaError),
+    /// The demo backlog could not be loaded.
+    #[error("loading the demo backlog: {0}")]
+    DemoBacklog(String),
+    /// Kafka ingestion failed before the store caught up.
+    #[error("Kafka ingestion failed before catching up: {0}")]
+    CatchUpFailed(String),
+    /// Kafka ingestion went away before the store caught up.
+    #[error("Kafka ingestion stopped before catching up")]
+    CatchUpStopped,
+    /// Kafka ingestion failed after the store caught up: it no longer follows the topic.
+    #[error("Kafka ingestion failed after catch-up: {0}")]
+    IngestFailed(String),
+}

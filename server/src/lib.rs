@@ -20,7 +20,8 @@
 //! two modules import each other (`tests/module_graph.rs` checks both).
 //! - [`config`] on top: the command-line flags (into every wing's options, the lifecycle's
 //!   included) and `--check-config`.
-//! - [`lifecycle`] (boot and graceful stop of both listeners), then [`admin`]: the admin HTTP
+//! - [`lifecycle`] (boot and graceful stop of both listeners, every wing's metrics registered
+//!   at start-up), then [`admin`]: the admin HTTP
 //!   port (routes, the status page, profiles).
 //! - The wings, side by side:
 //!   - [`serve`]: the `GetInNetworkPosts` path, from the accepted connection to the encoded
@@ -32,14 +33,16 @@
 //!   - `maintenance` (the store's background trim and statistics gauges), [`demo`] (the
 //!     synthetic event source), [`shard`] (the author shard of this process).
 //! - [`telemetry`] on the ground floor: the metric registry, readiness and the resource
-//!   collectors, which every wing records into.
-//! - Under it all: [`convert`] (wire types to engine records), [`version`] (what the binary
-//!   is: version, git commit, compiler) and [`error`].
+//!   collectors. Every wing declares its own metrics into that registry, in a `metrics.rs` of
+//!   its own, and reaches them through the struct's `global()`; `lifecycle::metrics` lists
+//!   them all.
+//! - Under it all: [`version`] (what the binary is: version, git commit, compiler) and
+//!   [`error`]. The wire types' conversions to the engine's records are `thunder_events::wire`'s,
+//!   used directly: the server re-exports nothing of `thunder_events`.
 #![deny(missing_docs)]
 
 pub mod admin;
 pub mod config;
-pub mod convert;
 pub mod demo;
 pub mod error;
 pub mod kafka;

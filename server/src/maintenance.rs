@@ -1,4 +1,8 @@
 //! Background maintenance of the store: incremental trimming and the statistics gauges.
+//!
+//! Its one metric of its own, `post_store_trimmed_posts_total`, is [`MaintenanceMetrics`]; the
+//! gauges it refreshes are the store's (`telemetry::metrics::StoreMetrics`), which readiness
+//! refreshes too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +12,31 @@ use thunder_engine::config::TRIM_FRACTION;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use crate::telemetry::metrics::Metrics;
+use prometheus::IntCounter;
+
+use crate::telemetry::metrics::StoreMetrics;
+use crate::telemetry::registry::Registrar;
+
+/// The maintenance task's metrics.
+#[derive(Clone, Debug)]
+pub struct MaintenanceMetrics {
+    /// `post_store_trimmed_posts_total`: posts removed by trimming.
+    pub trimmed_posts: IntCounter,
+}
+
+impl MaintenanceMetrics {
+    /// Builds the metrics into `r`.
+    pub fn new(r: &Registrar<'_>) -> Self {
+        Self {
+            trimmed_posts: r.counter(
+                "post_store_trimmed_posts_total",
+                "Post records freed by trimming",
+            ),
+        }
+    }
+}
+
+crate::process_instance!(MaintenanceMetrics);
 
 /// How often one author shard is trimmed at the default retention (the reference's
 /// `start_auto_trim(2)`), and at most at any retention ([`trim_interval_for`]).
@@ -53,8 +81,8 @@ pub async fn run_trim(
         let store = Arc::clone(&store);
         match tokio::task::spawn_blocking(move || store.trim(current)).await {
             Ok(report) => {
-                Metrics::global()
-                    .store_trimmed_posts
+                MaintenanceMetrics::global()
+                    .trimmed_posts
                     .inc_by(report.posts_freed as u64);
                 if report.entries_removed > 0 || report.tombstones_expired > 0 {
                     tracing::info!(
@@ -88,7 +116,7 @@ pub async fn run_stats(
         }
         let store = Arc::clone(&store);
         match tokio::task::spawn_blocking(move || store.stats()).await {
-            Ok(stats) => Metrics::global().record_store_stats(&stats),
+            Ok(stats) => StoreMetrics::global().record(&stats),
             Err(e) => tracing::error!(error = %e, "store stats task failed"),
         }
     }

@@ -6,7 +6,7 @@
 //! A demo-mode `thunder-server` is started and served one call; its `/metrics` scrape is the
 //! truth for every family it shows (names, and label names from the samples). Families that a
 //! healthy demo server has no sample of (listed in [`DECLARED_ONLY`] with the reason) are
-//! checked against the registry's catalogue ([`Metrics::catalogue`], the source of
+//! checked against the registry's catalogue ([`catalogue`], the source of
 //! docs/metrics.md) instead, label names included; anything else missing fails.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
-use thunder_server::telemetry::metrics::Metrics;
+use thunder_server::lifecycle::metrics::catalogue;
 use thunder_testbed::repo::{root, yaml_documents};
 use thunder_testbed::server_process::ServerProcess;
 
@@ -487,7 +487,7 @@ async fn alerts_and_dashboard_name_only_exported_metrics_and_labels() {
             .contains("\nserver_ready 1\n")
     );
 
-    let catalogue: BTreeMap<String, (String, BTreeSet<String>)> = Metrics::catalogue()
+    let catalogue: BTreeMap<String, (String, BTreeSet<String>)> = catalogue()
         .into_iter()
         .map(|m| (m.name, (m.kind.to_owned(), m.labels.into_iter().collect())))
         .collect();
@@ -901,10 +901,8 @@ fn dashboard_panels_never_sum_per_replica_state_over_instances() {
         ),
         [true, false, false, true]
     );
-    let catalogue: BTreeMap<String, &str> = Metrics::catalogue()
-        .into_iter()
-        .map(|m| (m.name, m.kind))
-        .collect();
+    let catalogue: BTreeMap<String, &str> =
+        catalogue().into_iter().map(|m| (m.name, m.kind)).collect();
     let dashboard = dashboard();
     let mut problems = Vec::new();
     for panel in dashboard["panels"].as_array().expect("panels") {

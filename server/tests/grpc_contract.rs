@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use thunder_engine::LightPost;
+use thunder_events::wire as convert;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_proto::{GetInNetworkPostsRequest, PerAuthorLimits};
+use thunder_server::ServerOptions;
 use thunder_server::serve::following::{FollowingSource, StaticFollowing};
 use thunder_server::serve::request::{BLACKLISTED_AUTHORS, MAX_RESULTS_LIMIT};
-use thunder_server::{ServerOptions, convert};
 use thunder_testbed::{NOW, TestServer, original, request, store};
 use tonic::codec::CompressionEncoding;
 

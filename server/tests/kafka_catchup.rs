@@ -135,11 +135,9 @@ fn start_from_time_skips_records_older_than_the_retention() {
         .map(|id| (id, 2 * retention_secs))
         .chain((21..=25).map(|id| (id, 0)))
     {
-        let payload = prost::Message::encode_to_vec(&kafka::create_event(&LightPost::original(
-            id,
-            1 + id % 3,
-            now,
-        )));
+        let payload = prost::Message::encode_to_vec(&thunder_events::create_event(
+            &LightPost::original(id, 1 + id % 3, now),
+        ));
         let timestamp_ms = (now - age_secs) * 1000;
         producer
             .send_record(

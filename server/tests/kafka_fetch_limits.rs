@@ -10,8 +10,8 @@
 //! small limits (a few hundred kB against a backlog of a few MB) rather than with 100 MB of
 //! data.
 
+use thunder_server::kafka::metrics::KafkaMetrics;
 use thunder_server::kafka::{self, KafkaArgs};
-use thunder_server::telemetry::metrics::Metrics;
 use thunder_testbed::kafka::*;
 
 /// Limits far below what one fetch of the backlog returns from this broker.
@@ -61,11 +61,11 @@ fn an_oversized_fetch_response_raises_the_limit_and_ingestion_catches_up() {
     let mut args = kafka_args(&broker.bootstrap(), topic);
     args.kafka_num_threads = 2;
     small_limits(&mut args);
-    let oversized_before = Metrics::global().kafka.oversized_fetch_responses.get();
+    let oversized_before = KafkaMetrics::global().oversized_fetch_responses.get();
     let ingest = kafka::start(&args, store.clone()).expect("start");
     wait_caught_up(&ingest);
     wait_applied(&ingest, events.len() as u64);
-    let oversized = Metrics::global().kafka.oversized_fetch_responses.get() - oversized_before;
+    let oversized = KafkaMetrics::global().oversized_fetch_responses.get() - oversized_before;
     assert!(
         oversized >= 1,
         "the broker's answers never exceeded the limit: the test proves nothing"
@@ -73,8 +73,7 @@ fn an_oversized_fetch_response_raises_the_limit_and_ingestion_catches_up() {
     eprintln!("{oversized} oversized fetch responses, recovered from");
     // Each thread now accepts the broker's answers: its gauge is above the configured limit.
     for thread in ["0", "1"] {
-        let limit = Metrics::global()
-            .kafka
+        let limit = KafkaMetrics::global()
             .consumer_receive_max_bytes
             .with_label_values(&[thread])
             .get();

@@ -7,7 +7,8 @@ use prost::Message;
 
 use thunder_engine::PostEvent;
 use thunder_engine::{DeleteEvent, LightPost};
-use thunder_server::kafka::{self, DecodeError};
+use thunder_events::DecodeError;
+use thunder_server::kafka;
 use thunder_testbed::kafka::*;
 use thunder_testbed::metrics::in_registry;
 
@@ -25,12 +26,12 @@ fn bad_payloads() -> Vec<(Option<Vec<u8>>, &'static str)> {
         (None, "no payload"),
         // Well-formed, but with ids the contract cannot ask for.
         (
-            Some(kafka::create_event(&LightPost::original(5, -7, 1)).encode_to_vec()),
+            Some(thunder_events::create_event(&LightPost::original(5, -7, 1)).encode_to_vec()),
             "negative id",
         ),
         (
             Some(
-                kafka::delete_envelope(&DeleteEvent {
+                thunder_events::delete_envelope(&DeleteEvent {
                     post_id: -9,
                     deleted_at: 1,
                 })
@@ -40,7 +41,7 @@ fn bad_payloads() -> Vec<(Option<Vec<u8>>, &'static str)> {
         ),
         // A create with no post id decodes as post 0: refused like an out-of-contract id.
         (
-            Some(kafka::create_event(&LightPost::original(0, 7, 1)).encode_to_vec()),
+            Some(thunder_events::create_event(&LightPost::original(0, 7, 1)).encode_to_vec()),
             "zero id",
         ),
     ]
@@ -138,7 +139,7 @@ fn ingested_store_matches_the_model() {
     let split = events.len() * 2 / 3;
     let bad = bad_payloads();
     for (payload, what) in &bad {
-        let error = kafka::decode_event(payload.as_deref()).expect_err("a bad payload");
+        let error = thunder_events::decode_event(payload.as_deref()).expect_err("a bad payload");
         let matches = match error {
             DecodeError::Malformed(_) => *what == "malformed",
             DecodeError::NoVariant => *what == "no variant",

@@ -31,7 +31,7 @@ fn posts(answer: &FeedAnswer) -> Vec<LightPost> {
     answer
         .posts
         .iter()
-        .map(thunder_server::convert::post_from_proto)
+        .map(thunder_events::wire::post_from_proto)
         .collect()
 }
 

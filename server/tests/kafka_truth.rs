@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use thunder_engine::{FeedQuery, LightPost};
-use thunder_server::kafka::{self, EventProducer};
+use thunder_events::kafka::EventProducer;
+use thunder_server::kafka;
 use thunder_testbed::kafka::*;
 
 const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::serve::listener::ConnLimits;
-use thunder_server::telemetry::metrics::Metrics;
+use thunder_server::serve::metrics::ConnectionMetrics;
 use thunder_server::{FollowingSource, ServerOptions};
 use thunder_testbed::in_process::SlowFollowing;
 use thunder_testbed::{PATIENCE, TestServer, original, request, store};
@@ -113,21 +113,21 @@ impl Counters {
 }
 
 fn gauge(name: &str) -> i64 {
-    Metrics::global()
+    ConnectionMetrics::global()
         .connections
         .with_label_values(&[name])
         .get()
 }
 
 fn evicted_on(port: &str, reason: &str) -> u64 {
-    Metrics::global()
+    ConnectionMetrics::global()
         .connections_evicted
         .with_label_values(&[port, reason])
         .get()
 }
 
 fn refused_total() -> u64 {
-    Metrics::global()
+    ConnectionMetrics::global()
         .connections_refused
         .with_label_values(&["grpc"])
         .get()

@@ -1,6 +1,6 @@
 //! docs/metrics.md against what a running server exports: every metric family a demo server's
 //! `/metrics` shows is in the file, with its type, and every drop reason of
-//! `kafka_events_dropped_total` is named in its help. (cli/tests/generated_docs.rs checks the
+//! `kafka_events_dropped_total` is named in its help. (testbed/tests/generated_docs.rs checks the
 //! file against the registry's catalogue; this catches a family the catalogue misses.)
 
 use std::collections::BTreeMap;
@@ -63,7 +63,7 @@ async fn every_exported_family_is_in_docs_metrics_md() {
     assert!(
         problems.is_empty(),
         "docs/metrics.md is out of date with what the server exports (regenerate it: \
-         THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs):\n{}",
+         scripts/regenerate-docs.sh):\n{}",
         problems.join("\n")
     );
 
@@ -78,7 +78,7 @@ async fn every_exported_family_is_in_docs_metrics_md() {
         exported_reasons.contains(&"no_slot"),
         "{exported_reasons:?}"
     );
-    let known: Vec<&str> = thunder_server::telemetry::metrics::drop_reasons().collect();
+    let known: Vec<&str> = thunder_server::kafka::metrics::drop_reasons().collect();
     for reason in exported_reasons.iter().chain(&known) {
         assert!(
             help.contains(reason),

@@ -21,7 +21,7 @@ const FLOORS: &[&[&str]] = &[
     &["serve", "kafka", "snapshot", "demo", "maintenance", "shard"],
     // Every wing records into it.
     &["telemetry"],
-    &["convert", "error", "version"],
+    &["error", "version"],
 ];
 
 /// The engine's top-level modules, top floor first (the same rules as [`FLOORS`]).

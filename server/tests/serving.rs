@@ -10,8 +10,8 @@ use thunder_engine::LightPost;
 use thunder_proto::GetInNetworkPostsRequest;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_server::serve::listener::ConnLimits;
+use thunder_server::serve::metrics::{ConnectionMetrics, ServeMetrics};
 use thunder_server::serve::overload::OverloadConfig;
-use thunder_server::telemetry::metrics::Metrics;
 use thunder_server::{FollowingSource, ServerOptions};
 use thunder_testbed::in_process::{OneWorkerServer, SlowFollowing};
 use thunder_testbed::{NOW, TestServer, http_get, one_worker_server, original, request, store};
@@ -40,7 +40,7 @@ fn heavy_request() -> GetInNetworkPostsRequest {
 }
 
 fn requests_with(status: &str) -> u64 {
-    Metrics::global()
+    ServeMetrics::global()
         .requests
         .with_label_values(&[status])
         .get()
@@ -52,7 +52,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 /// Answers degraded so far, over every level.
 fn degraded_total() -> u64 {
-    let levels = &Metrics::global().degrade_levels;
+    let levels = &ServeMetrics::global().degrade_levels;
     ["1", "2", "3"]
         .iter()
         .map(|l| levels.with_label_values(&[l]).get())
@@ -119,7 +119,7 @@ fn rss_kib() -> u64 {
 async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_degrade() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let degraded_before = degraded_total();
-    let rejected_before = Metrics::global().rejected_requests.get();
+    let rejected_before = ServeMetrics::global().rejected_requests.get();
     let options = ServerOptions {
         overload: OverloadConfig {
             executors: 1,
@@ -215,7 +215,7 @@ async fn under_overload_light_calls_are_answered_or_refused_fast_and_answers_deg
     // Refusals come only once degraded answers cannot keep up (here they can; the
     // controller's unit tests refuse on a long queue).
     assert_eq!(
-        Metrics::global().rejected_requests.get() - rejected_before,
+        ServeMetrics::global().rejected_requests.get() - rejected_before,
         u64::from(totals.2)
     );
     drop(server);
@@ -246,12 +246,15 @@ impl std::ops::AddAssign for Outcomes {
 
 /// With one runtime worker every query runs inline on it, and calls wait in the runtime's
 /// run queue before their handler runs. The stamp taken when a stream is accepted
-/// (`thunder_server::serve::arrival`) makes that wait visible: answers degrade, calls that waited
-/// too long are refused or dropped as expired, a good share is answered in time, and a light
-/// call waits about the controller's queue limit, not the whole backlog. (Measured without
-/// the stamp, in a debug build: nothing degraded, 54 calls answered against 842 expired, 20
-/// of the 54 late, light calls 15-220 ms; in another run 103 of 1,835 answered, light calls
-/// 41-263 ms, a mean queue wait of 7 us against 15-16 ms with it.)
+/// (`thunder_server::serve::arrival`) makes that wait visible: the queue wait counts it,
+/// answers degrade, and calls that waited too long are refused or dropped as expired. (Without
+/// the stamp, in a debug build: nothing degraded and a mean queue wait of 7 us, against
+/// 15-16 ms with it.)
+///
+/// Only what the stamp decides is asserted, not how well the server does under the load: the
+/// share answered in time and the light calls' latency depend on the machine (beside two CPU
+/// hogs the in-time share fell to 5-10% in 17 of 38 runs). Those are measured by
+/// `scripts/serve-bench.sh --overload -- --worker-threads 1` (docs/benchmarking.md).
 #[test]
 fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
     let _turn = ONE_AT_A_TIME.blocking_lock();
@@ -277,7 +280,10 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
         url,
         client_rt,
     } = one_worker_server(options, busy_store());
-    let (totals, light_latencies, callers, service_time) = client_rt.block_on(async move {
+    // This process's metrics move with every test that serves a call: read differences.
+    let waits = &ServeMetrics::global().queue_wait;
+    let (waits_before, wait_secs_before) = (waits.get_sample_count(), waits.get_sample_sum());
+    let (totals, callers, service_time) = client_rt.block_on(async move {
         let connect = || async {
             tonic::transport::Channel::from_shared(url.clone())
                 .expect("url")
@@ -336,22 +342,18 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
                 o
             }));
         }
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        let mut light_latencies = light_calls(connect().await, 8).await;
         let mut totals = Outcomes::default();
         for h in handles {
             totals += h.await.expect("caller");
         }
-        light_latencies.sort();
-        (totals, light_latencies, callers, service_time)
+        (totals, callers, service_time)
     });
-    let waits = &Metrics::global().queue_wait;
+    let waited = waits.get_sample_count() - waits_before;
     let mean_wait =
-        Duration::from_secs_f64(waits.get_sample_sum() / waits.get_sample_count().max(1) as f64);
+        Duration::from_secs_f64((waits.get_sample_sum() - wait_secs_before) / waited.max(1) as f64);
     eprintln!(
         "one worker: service time {service_time:?}, {callers} callers: {totals:?}; \
-         light calls {light_latencies:?}; late answers counted {}; mean queue wait {mean_wait:?}",
-        Metrics::global().late_answers.get()
+         mean queue wait {mean_wait:?} over {waited} queries"
     );
     server_rt.block_on(server.shutdown());
     assert!(totals.degraded > 0, "no degraded answer: {totals:?}");
@@ -362,33 +364,10 @@ fn with_one_runtime_worker_the_run_queue_is_seen_and_kept_short() {
     assert_eq!(totals.other, 0, "{totals:?}");
     // The wait in the run queue is what the queue-wait metric shows (unstamped it would read
     // ~0: the one executor is always free when a handler runs).
-    assert!(waits.get_sample_count() >= u64::from(totals.ok));
+    assert!(waited >= u64::from(totals.ok), "{waited} waits, {totals:?}");
     assert!(
         mean_wait > Duration::from_millis(5),
         "mean queue wait {mean_wait:?}"
-    );
-    // Goodput: a good share of calls is answered within its deadline at the client
-    // (unstamped: 54 of 1014 answered, 20 of those late: 3%). The server answers
-    // DEADLINE_EXCEEDED at 90% of the deadline, but with one worker the answer's write also
-    // waits in the run queue, and the client (in this process, a debug build, on the same two
-    // cores) decodes 1200-post answers for up to 64 callers: some `ok` arrive late. Measured
-    // on one machine in twelve runs: 17-42% of the calls answered in time, 21-47% of the `ok`
-    // late (on another, earlier: 3-15% late; unstamped 37%, so the late share alone does not
-    // tell the stamp's effect: the in-time share does). Bounds with room beyond the worst.
-    let calls = totals.ok + totals.exhausted + totals.deadline_exceeded + totals.other;
-    let in_time = totals.ok - totals.ok_late;
-    assert!(
-        in_time * 8 >= calls,
-        "fewer than an eighth of the calls answered in time: {totals:?}"
-    );
-    assert!(
-        totals.ok_late * 3 <= totals.ok * 2,
-        "over two thirds of the ok answers after their deadline: {totals:?}"
-    );
-    let median = light_latencies[light_latencies.len() / 2];
-    assert!(
-        median <= Duration::from_millis(100),
-        "light calls: {light_latencies:?}"
     );
 }
 
@@ -580,7 +559,7 @@ async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried
     let server = TestServer::start(ServerOptions::default(), busy_store(), Some(slow)).await;
     server.running().readiness().set_ready().await;
     let mut client = server.client().await;
-    let queries_before = Metrics::global().store_queries.get();
+    let queries_before = ServeMetrics::global().store_queries.get();
     let exceeded_before = requests_with("deadline_exceeded");
     let status = client
         .get_in_network_posts(with_timeout(request(&[]), Duration::from_millis(300)))
@@ -593,7 +572,7 @@ async fn a_call_past_its_deadline_is_deadline_exceeded_counted_and_never_queried
         })
         .await
     );
-    assert_eq!(Metrics::global().store_queries.get(), queries_before);
+    assert_eq!(ServeMetrics::global().store_queries.get(), queries_before);
     // Without a deadline the same call is answered.
     let answer = client
         .get_in_network_posts(request(&[]))
@@ -755,7 +734,7 @@ async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
 async fn connections_are_capped_idle_ones_time_out_and_do_not_hold_up_shutdown() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let evicted_at_the_cap = || {
-        Metrics::global()
+        ConnectionMetrics::global()
             .connections_evicted
             .with_label_values(&["grpc", "max_connections"])
             .get()

@@ -1,4 +1,8 @@
 //! thunder-testbed: what the integration tests of thunder-server and thunder-cli run against.
+//! The CLI's own tests against a server live in this crate's `tests/` (`cli_*.rs`, running the
+//! built `thunder-cli`), and so does the generator of the docs made from the code
+//! (`tests/generated_docs.rs`), so that the CLI needs no server even among its
+//! dev-dependencies.
 //!
 //! - [`in_process`]: a server started in the test's own process around a store with a manual
 //!   clock ([`TestServer`]), and the requests and posts the tests build.
@@ -14,7 +18,7 @@
 //! - [`pki`]: throw-away CAs and certificates (rcgen); [`repo`]: the repository's files (its
 //!   root, YAML manifests as JSON).
 //!
-//! A dev-dependency only. The plain model store the engine is checked against is in
+//! A dev-dependency only (of thunder-server). The plain model store the engine is checked against is in
 //! thunder-testkit, which links none of the server (the engine's tests and the fuzzers use it).
 #![deny(missing_docs)]
 

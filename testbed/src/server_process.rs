@@ -203,6 +203,6 @@ pub async fn ask(
         .into_inner()
         .posts
         .iter()
-        .map(thunder_server::convert::post_from_proto)
+        .map(thunder_events::wire::post_from_proto)
         .collect()
 }

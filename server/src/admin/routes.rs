@@ -34,8 +34,8 @@ use ring::hmac;
 
 use crate::admin::profiling;
 use crate::admin::status::{ENDPOINTS, StatusSampler};
-use crate::telemetry::metrics;
 use crate::telemetry::readiness::Readiness;
+use crate::telemetry::registry;
 
 /// The header every state-changing admin request must carry, with the value `1`.
 pub const ADMIN_HEADER: &str = "x-thunder-admin";
@@ -358,7 +358,7 @@ async fn serve_metrics() -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        metrics::render(),
+        registry::render(),
     )
 }
 

@@ -21,7 +21,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use crate::telemetry::metrics::Metrics;
+use crate::serve::metrics::ServeMetrics;
 use crate::telemetry::readiness::Readiness;
 
 /// The endpoints, one a line (`/endpoints`, `/?format=text`, and on the status page).
@@ -64,7 +64,7 @@ struct Sample {
 }
 
 impl Sample {
-    fn now(metrics: &Metrics) -> Self {
+    fn now(metrics: &ServeMetrics) -> Self {
         let histogram = metrics.request_duration.collect();
         let histogram = histogram
             .first()
@@ -182,7 +182,7 @@ impl StatusSampler {
     /// A sampler holding one sample, taken now.
     pub fn new() -> Self {
         Self {
-            samples: Mutex::new(VecDeque::from([Sample::now(Metrics::global())])),
+            samples: Mutex::new(VecDeque::from([Sample::now(ServeMetrics::global())])),
         }
     }
 
@@ -195,7 +195,7 @@ impl StatusSampler {
 
     /// Takes a sample now and forgets those older than the window.
     pub fn sample(&self) {
-        let sample = Sample::now(Metrics::global());
+        let sample = Sample::now(ServeMetrics::global());
         let mut samples = self.samples();
         samples.push_back(sample);
         // Keep one sample at or beyond the window's start, so a window is a full minute.
@@ -207,7 +207,7 @@ impl StatusSampler {
     /// The figures from the sample `span` ago to now: from the newest sample at least `span`
     /// old, or from the oldest one when the process is younger than `span`.
     pub fn window(&self, span: Duration) -> Window {
-        let now = Sample::now(Metrics::global());
+        let now = Sample::now(ServeMetrics::global());
         let start = window_start(&self.samples(), &now, span);
         Window::between(start.as_ref().unwrap_or(&now), &now)
     }

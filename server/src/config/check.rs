@@ -15,7 +15,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::admin::routes::{AdminAccess, AdminMode};
 use crate::config::Args;
-use crate::kafka::Findings;
+use thunder_events::kafka::Findings;
 
 /// Exit code of `--check-config` for an invalid configuration (clap's own for bad flags).
 pub const EXIT_INVALID_CONFIG: i32 = 2;
@@ -112,7 +112,7 @@ fn kafka(args: &Args, now_secs: i64, found: &mut Findings) {
     found.extend(
         args.kafka
             .client
-            .security_support(&crate::kafka::builtin_features()),
+            .security_support(&thunder_events::kafka::builtin_features()),
     );
     found.extend(args.kafka.client.security_files(now_secs));
     if refused {
@@ -213,12 +213,12 @@ fn certified_key(
     found: &mut Findings,
 ) {
     let (cert_shown, key_shown) = (cert_path.display(), key_path.display());
-    let leaf = crate::kafka::read_certificates(cert_path)
+    let leaf = thunder_events::kafka::read_certificates(cert_path)
         .ok()
         .and_then(|certs| certs.into_iter().next());
     let mut usable = true;
     if let Some(leaf) = &leaf {
-        if let Ok(false) = crate::kafka::key_fits(leaf, key_path, None) {
+        if let Ok(false) = thunder_events::kafka::key_fits(leaf, key_path, None) {
             found.problems.push(format!(
                 "--tls-key {key_shown} does not fit --tls-cert {cert_shown}: it is not the key \
                  of its first certificate"
@@ -250,9 +250,9 @@ fn certified_key(
 /// The validity dates of the certificates in `path` (read with OpenSSL; a file that does not
 /// parse is reported by the caller).
 fn certificate_dates(flag: &str, path: &Path, now_secs: i64, found: &mut Findings) {
-    if let Ok(certs) = crate::kafka::read_certificates(path) {
+    if let Ok(certs) = thunder_events::kafka::read_certificates(path) {
         let location = path.display().to_string();
-        found.extend(crate::kafka::certificate_dates(
+        found.extend(thunder_events::kafka::certificate_dates(
             flag, &location, &certs, now_secs,
         ));
     }

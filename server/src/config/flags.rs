@@ -8,6 +8,7 @@ use thunder_engine::config::DEFAULT_RETENTION_SECS;
 
 use crate::error::StartupError;
 use crate::kafka::KafkaArgs;
+use crate::lifecycle::replica::{EventSource, ReplicaOptions};
 use crate::lifecycle::{DEFAULT_MAX_DECODING_MESSAGE_BYTES, ServerOptions};
 use crate::serve::tls::TlsFiles;
 use crate::{demo, maintenance};
@@ -274,6 +275,33 @@ impl Args {
             ..self.serving_options()
         })
     }
+
+    /// The whole process these flags describe (a replica fed by Kafka or the demo source);
+    /// fails with every [`Args::problems`], and on `--snapshot-dir` in demo mode.
+    pub fn replica_options(&self) -> Result<ReplicaOptions, StartupError> {
+        let server = self.server_options()?;
+        crate::snapshot::check_mode(self.snapshot.snapshot_dir.as_deref(), self.demo_mode())?;
+        let source = if self.demo_mode() {
+            EventSource::Demo {
+                scale: self.demo_scale,
+                events_per_sec: self.demo_events_per_sec,
+            }
+        } else {
+            EventSource::Kafka {
+                kafka: Box::new(self.kafka.clone()),
+                snapshot: self.snapshot.clone(),
+            }
+        };
+        Ok(ReplicaOptions {
+            server,
+            source,
+            retention_secs: self.post_retention_seconds,
+            shard: self.shard,
+            memory_limit_bytes: self.memory_limit_bytes,
+            cursor_secret: self.cursor_secret.clone(),
+            shutdown_delay: Duration::from_secs(self.shutdown_delay_secs),
+        })
+    }
 }
 
 impl Args {
@@ -333,6 +361,38 @@ mod tests {
         assert_eq!(options.request_timeout, None);
         assert_eq!(options.tls, None);
         assert_eq!(options.admin_addr.ip().to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn the_flags_choose_the_replicas_source() {
+        let demo = Args::try_parse_from(["thunder-server", "--demo-scale", "7"]).expect("parses");
+        let options = demo.replica_options().expect("valid");
+        assert!(matches!(options.source, EventSource::Demo { scale: 7, .. }));
+        let kafka = Args::try_parse_from([
+            "thunder-server",
+            "--kafka-brokers",
+            "localhost:9092",
+            "--snapshot-dir",
+            "/var/lib/thunder",
+            "--shutdown-delay-secs",
+            "2",
+        ])
+        .expect("parses");
+        let options = kafka.replica_options().expect("valid");
+        assert_eq!(options.shutdown_delay, Duration::from_secs(2));
+        let EventSource::Kafka { kafka, snapshot } = options.source else {
+            panic!("a Kafka source");
+        };
+        assert_eq!(
+            kafka.client.kafka_brokers.as_deref(),
+            Some("localhost:9092")
+        );
+        assert!(snapshot.snapshot_dir.is_some());
+        let demo_with_snapshots =
+            Args::try_parse_from(["thunder-server", "--snapshot-dir", "/var/lib/thunder"])
+                .expect("parses");
+        let error = demo_with_snapshots.replica_options().expect_err("refused");
+        assert!(error.to_string().contains("needs Kafka"), "{error}");
     }
 
     #[test]

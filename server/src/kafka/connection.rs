@@ -10,8 +10,8 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-use crate::telemetry::metrics::Metrics;
-use crate::telemetry::metrics::kafka_connection::{AUTHENTICATION, RESOLVE, TLS, TRANSPORT};
+use super::metrics::KafkaMetrics;
+use super::metrics::connection_reasons::{AUTHENTICATION, RESOLVE, TLS, TRANSPORT};
 
 /// The latest connection failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,8 +45,7 @@ pub fn classify(message: &str) -> &'static str {
 /// Counts a librdkafka `FAIL` log line and keeps it as the latest; returns its reason.
 pub(crate) fn record(message: &str) -> &'static str {
     let reason = classify(message);
-    Metrics::global()
-        .kafka
+    KafkaMetrics::global()
         .connection_errors
         .with_label_values(&[reason])
         .inc();

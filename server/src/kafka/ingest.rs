@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use thunder_engine::PostStore;
@@ -16,12 +16,12 @@ use thunder_engine::PostStore;
 use super::fetch_limits::{raised_receive_max_bytes, receive_max_bytes};
 use super::gate::partition_caught_up;
 use super::heap;
+use super::metrics::KafkaMetrics;
 use super::partition::PartitionState;
 use super::progress::Shared;
 use super::records::RecordBatch;
 use super::throttle::{LOG_INTERVAL, LogThrottle, ThrottledContext};
 use super::window;
-use crate::telemetry::metrics::Metrics;
 
 /// Longest single poll, so the thread notices shutdown and flushes idle batches promptly.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -119,6 +119,60 @@ impl Position {
             Offset::Offset(self.next)
         } else {
             owned.start
+        }
+    }
+}
+
+/// What an ingest thread's loop keeps between polls, besides its consumer.
+struct Reader {
+    /// Where each owned partition stands, as read.
+    positions: Vec<Position>,
+    /// The records read and not yet applied.
+    batch: RecordBatch,
+    /// When the batch's first record was polled.
+    batch_started: Option<Instant>,
+    /// This thread has reported its catch-up.
+    caught_up: bool,
+    /// Every owned partition is assigned (the catch-up window let them all in).
+    all_reading: bool,
+    /// The consumer's `receive.message.max.bytes` now.
+    receive_limit: u64,
+    /// Owned partitions paused at their catch-up goal until every thread has caught up.
+    held: Vec<bool>,
+    /// Repeated warnings, rate-limited.
+    warnings: LogThrottle,
+    /// Since when the current run of "unknown partition" errors lasts.
+    unknown_since: Option<Instant>,
+    /// librdkafka reported a position outside the log (`auto.offset.reset=error`) and stopped
+    /// fetching that partition, or the broker came back: when to check the positions next.
+    check_offsets_at: Option<Instant>,
+    /// The positions when the broker went away (while it is away), and when it came back
+    /// (until checked): a broker may come back without records it had acknowledged.
+    outage: Option<Vec<Position>>,
+    verify: Option<Vec<Position>>,
+}
+
+impl Reader {
+    /// How long the next poll may wait: at most the poll interval (shorter while partitions
+    /// wait for the catch-up window), and no longer than the batch's fetch timeout allows.
+    fn poll_wait(&self, fetch_timeout: Duration) -> Duration {
+        let longest = if self.all_reading {
+            POLL_INTERVAL
+        } else {
+            WINDOW_POLL_INTERVAL
+        };
+        match self.batch_started {
+            None => longest,
+            Some(started) => fetch_timeout.saturating_sub(started.elapsed()).min(longest),
+        }
+    }
+
+    /// Something arrived from the broker: if it had gone away, check that it still holds
+    /// what was read before.
+    fn broker_back(&mut self) {
+        if let Some(marks) = self.outage.take() {
+            self.check_offsets_at.get_or_insert_with(Instant::now);
+            self.verify = Some(marks);
         }
     }
 }
@@ -223,16 +277,67 @@ impl IngestThread {
         }
         consumer.assign(&assignment)?;
         let limit = receive_limit.unwrap_or_else(|| receive_max_bytes(&self.consumer_config));
-        Metrics::global()
-            .kafka
+        KafkaMetrics::global()
             .consumer_receive_max_bytes
             .with_label_values(&[&self.index.to_string()])
             .set(i64::try_from(limit).unwrap_or(i64::MAX));
         Ok(consumer)
     }
 
+    /// The thread's loop: poll a record (or an event), note it, move positions the broker no
+    /// longer holds, and apply the batch when it is due; until shutdown.
     fn ingest(&self) -> Result<(), IngestError> {
-        let mut positions: Vec<Position> = self
+        let (mut consumer, mut reader) = self.open()?;
+        while !self.shared.stopping() {
+            let flush = match consumer.poll(reader.poll_wait(self.fetch_timeout)) {
+                Some(Ok(message)) => {
+                    self.note_record(&mut reader, &message);
+                    false
+                }
+                Some(Err(KafkaError::PartitionEOF(partition))) => {
+                    // Everything before the end was delivered before this event: apply it,
+                    // then publish "at the end".
+                    if let Some(i) = self.index_of(partition) {
+                        reader.positions[i].at_end = true;
+                    }
+                    reader.broker_back();
+                    true
+                }
+                Some(Err(error)) => {
+                    if let Some(raised) = self.on_poll_error(&consumer, &mut reader, error)? {
+                        // The refused answer brought nothing: the partitions not caught up go
+                        // back through the window.
+                        drop(consumer);
+                        self.stop_reading_backlogs();
+                        reader.all_reading = self.admit(None, &reader.positions)?;
+                        // Resumes after the last record read; the batch keeps those.
+                        consumer = self.connect(&reader.positions, Some(raised))?;
+                        reader.held.fill(false);
+                        reader.receive_limit = raised;
+                        continue;
+                    }
+                    false
+                }
+                None => true,
+            };
+            if self.move_positions(&consumer, &mut reader) {
+                // A fresh assignment at the new positions (librdkafka stopped fetching a
+                // partition whose offset reset errored).
+                consumer = self.connect(&reader.positions, Some(reader.receive_limit))?;
+                reader.held.fill(false);
+                continue;
+            }
+            self.flush_if_due(&consumer, &mut reader, flush)?;
+        }
+        self.apply_pending(&mut reader);
+        Ok(())
+    }
+
+    /// The thread's consumer, assigned the owned partitions the catch-up window lets in from
+    /// their start positions, and the loop's state; the catch-up reported at once when there
+    /// was nothing to read.
+    fn open(&self) -> Result<(BaseConsumer<ThrottledContext>, Reader), IngestError> {
+        let positions: Vec<Position> = self
             .partitions
             .iter()
             .map(|owned| Position {
@@ -242,261 +347,275 @@ impl IngestThread {
                 last_len: 0,
             })
             .collect();
-        let mut all_reading = self.admit(None, &positions)?;
-        let mut consumer = self.connect(&positions, None)?;
-        let mut receive_limit = receive_max_bytes(&self.consumer_config);
+        let all_reading = self.admit(None, &positions)?;
+        let consumer = self.connect(&positions, None)?;
+        let receive_limit = receive_max_bytes(&self.consumer_config);
         tracing::info!(
             thread = self.index,
             partitions = ?self.partitions.iter().map(|p| p.partition).collect::<Vec<_>>(),
             receive_max_bytes = receive_limit,
             "Kafka ingest thread started"
         );
-
-        let mut batch = RecordBatch::with_capacity(self.batch_size);
-        let mut batch_started: Option<Instant> = None;
-        let mut caught_up = false;
-        // Owned partitions paused at their catch-up goal until every thread has caught up.
-        let mut held = vec![false; self.partitions.len()];
-        let warnings = LogThrottle::new(LOG_INTERVAL);
-        // Since when the current run of "unknown partition" errors lasts.
-        let mut unknown_since: Option<Instant> = None;
-        // librdkafka reported a position outside the log (`auto.offset.reset=error`) and
-        // stopped fetching that partition: when to check the positions next.
-        let mut check_offsets_at: Option<Instant> = None;
-        // The positions when the broker went away (while it is away), and when it came back
-        // (until checked): a broker may come back without records it had acknowledged.
-        let mut outage: Option<Vec<Position>> = None;
-        let mut verify: Option<Vec<Position>> = None;
-
-        if self.all_caught_up(&positions) {
-            caught_up = self.report_caught_up();
+        let mut reader = Reader {
+            batch: RecordBatch::with_capacity(self.batch_size),
+            batch_started: None,
+            caught_up: false,
+            all_reading,
+            receive_limit,
+            held: vec![false; self.partitions.len()],
+            warnings: LogThrottle::new(LOG_INTERVAL),
+            unknown_since: None,
+            check_offsets_at: None,
+            outage: None,
+            verify: None,
+            positions,
+        };
+        if self.all_caught_up(&reader.positions) {
+            reader.caught_up = self.report_caught_up();
         }
-        while !self.shared.stopping() {
-            let longest = if all_reading {
-                POLL_INTERVAL
-            } else {
-                WINDOW_POLL_INTERVAL
-            };
-            let wait = match batch_started {
-                None => longest,
-                Some(started) => self
-                    .fetch_timeout
-                    .saturating_sub(started.elapsed())
-                    .min(longest),
-            };
-            let mut flush = false;
-            match consumer.poll(wait) {
-                Some(Ok(message)) => {
-                    let partition = message.partition();
-                    let offset = message.offset();
-                    // A bad record is counted and logged inside; the rest of the batch goes on.
-                    let _ = batch.push_record(partition, offset, message.payload());
-                    if let Some(i) = self.index_of(partition) {
-                        positions[i] = Position {
-                            next: offset.saturating_add(1),
-                            at_end: false,
-                            last_timestamp: message
-                                .timestamp()
-                                .to_millis()
-                                .or(positions[i].last_timestamp),
-                            last_len: message.payload().map_or(0, <[u8]>::len),
-                        };
-                    }
-                    if let Some(marks) = outage.take() {
-                        // The broker is back: check that it still holds what was read.
-                        check_offsets_at.get_or_insert_with(Instant::now);
-                        verify = Some(marks);
-                    }
-                    batch_started.get_or_insert_with(Instant::now);
-                    unknown_since = None;
-                }
-                Some(Err(KafkaError::PartitionEOF(partition))) => {
-                    // Everything before the end was delivered before this event: apply it,
-                    // then publish "at the end".
-                    if let Some(i) = self.index_of(partition) {
-                        positions[i].at_end = true;
-                    }
-                    flush = true;
-                    if let Some(marks) = outage.take() {
-                        check_offsets_at.get_or_insert_with(Instant::now);
-                        verify = Some(marks);
-                    }
-                }
-                Some(Err(
-                    error @ KafkaError::MessageConsumption(
-                        RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::LogTruncation,
-                    ),
-                )) => {
-                    Metrics::global().kafka.poll_errors.inc();
-                    tracing::warn!(thread = self.index, topic = %self.topic, %error, "a Kafka position is outside the partition's log; checking the positions");
-                    check_offsets_at.get_or_insert_with(Instant::now);
-                }
-                Some(Err(error)) => {
-                    Metrics::global().kafka.poll_errors.inc();
-                    if matches!(
-                        error,
-                        KafkaError::MessageConsumption(
-                            RDKafkaErrorCode::AllBrokersDown
-                                | RDKafkaErrorCode::BrokerTransportFailure
-                        )
-                    ) && outage.is_none()
-                    {
-                        outage = Some(verify.take().unwrap_or_else(|| positions.clone()));
-                    }
-                    // Consumer errors name no partition: none of ours counts as "at the end"
-                    // any more (a batch that fails to decode sits past a reported end), until
-                    // its consumer reports the end again.
-                    if positions.iter().any(|at| at.at_end) {
-                        for at in &mut positions {
-                            at.at_end = false;
-                        }
-                        if batch.is_empty() {
-                            self.publish(&positions);
-                        }
-                    }
-                    let oversized = matches!(
-                        error,
-                        KafkaError::MessageConsumption(RDKafkaErrorCode::BadMessage)
-                    )
-                    .then(|| consumer.context().oversized_responses.take())
-                    .flatten();
-                    if let Some(response_bytes) = oversized {
-                        Metrics::global().kafka.oversized_fetch_responses.inc();
-                        if let Some(raised) = raised_receive_max_bytes(
-                            receive_limit,
-                            response_bytes,
-                            self.max_response_bytes,
-                        ) {
-                            tracing::warn!(
-                                thread = self.index,
-                                topic = %self.topic,
-                                response_bytes,
-                                receive_max_bytes = receive_limit,
-                                raised_to = raised,
-                                max_response_bytes = self.max_response_bytes,
-                                "a Kafka fetch response exceeds receive.message.max.bytes (the broker does not bound its answers by fetch.max.bytes); reconnecting this consumer with a limit that fits"
-                            );
-                            if self.shared.window.note_limits_ignored() {
-                                tracing::warn!(
-                                    topic = %self.topic,
-                                    catch_up_buffer_bytes = self.shared.window.cap_bytes(),
-                                    "the Kafka broker answers beyond the fetch limits: partitions still catching up are read a few at a time, as many as their backlogs fit in the catch-up window (at most --kafka-catch-up-buffer-bytes)"
-                                );
-                            }
-                            // The refused answer brought nothing: the partitions not caught
-                            // up go back through the window.
-                            drop(consumer);
-                            self.stop_reading_backlogs();
-                            all_reading = self.admit(None, &positions)?;
-                            // Resumes after the last record read; the batch keeps those.
-                            consumer = self.connect(&positions, Some(raised))?;
-                            held.fill(false);
-                            receive_limit = raised;
-                            continue;
-                        }
-                        let message = format!(
-                            "Kafka topic {}: {}: a fetch response of {response_bytes} bytes exceeds --kafka-max-response-bytes {} (receive.message.max.bytes is {receive_limit}): raise --kafka-max-response-bytes (THUNDER_KAFKA_MAX_RESPONSE_BYTES) or have the broker honour fetch.max.bytes",
-                            self.topic,
-                            self.stuck_partitions(&positions),
-                            self.max_response_bytes,
-                        );
-                        if !caught_up {
-                            self.apply(&mut batch, caught_up, &positions);
-                            return Err(IngestError::Unrecoverable(message));
-                        }
-                        // After catch-up the stall rule turns readiness off instead.
-                        if let Some(suppressed) = warnings.admit("oversized") {
-                            tracing::error!(thread = self.index, suppressed, "{message}");
-                        }
-                    } else if let Some(cause) = unrecoverable_cause(&error) {
-                        let waited = *unknown_since.get_or_insert_with(Instant::now);
-                        let give_up =
-                            !heals_briefly(&error) || waited.elapsed() >= UNKNOWN_PARTITION_GRACE;
-                        if !caught_up && give_up {
-                            // Keep what was read: apply it before failing.
-                            self.apply(&mut batch, caught_up, &positions);
-                            return Err(IngestError::Unrecoverable(
-                                self.unrecoverable_message(cause, &error, &positions),
-                            ));
-                        }
-                        // After catch-up the stall rule turns readiness off instead.
-                        if let Some(suppressed) = warnings.admit("unrecoverable") {
-                            tracing::error!(
-                                thread = self.index,
-                                topic = %self.topic,
-                                %error,
-                                suppressed,
-                                "{cause}; the partition cannot progress"
-                            );
-                        }
-                    } else if let Some(suppressed) = warnings.admit("poll") {
-                        tracing::warn!(thread = self.index, %error, suppressed, "Kafka poll failed; retrying");
-                    }
-                    std::thread::sleep(POLL_ERROR_BACKOFF);
-                }
-                None => flush = true,
-            }
+        Ok((consumer, reader))
+    }
 
-            let mut moves = self.reported_truncations(&positions);
-            let checked = check_offsets_at.is_some_and(|at| at <= Instant::now());
-            if checked {
-                match self.positions_outside_the_log(&consumer, &positions, verify.as_deref()) {
-                    Ok(found) => {
-                        check_offsets_at = None;
-                        verify = None;
-                        moves.extend(found);
-                    }
-                    Err(error) => {
-                        if let Some(suppressed) = warnings.admit("offset check") {
-                            tracing::warn!(thread = self.index, topic = %self.topic, %error, suppressed, "cannot read the watermarks to check the positions; retrying");
-                        }
-                        check_offsets_at = Some(Instant::now() + OFFSET_CHECK_RETRY);
-                    }
-                }
-            }
-            if !moves.is_empty() || (checked && check_offsets_at.is_none()) {
-                // Keep what was read before moving: those records were in the log.
-                if !batch.is_empty() {
-                    self.apply(&mut batch, caught_up, &positions);
-                    batch_started = None;
-                }
-                self.reposition(&consumer, &mut positions, &moves);
-                // A moved partition's record before an outage needs no check any more.
-                for marks in [outage.as_mut(), verify.as_mut()].into_iter().flatten() {
-                    for (i, _) in &moves {
-                        if let Some(mark) = marks.get_mut(*i) {
-                            mark.last_timestamp = None;
-                        }
-                    }
-                }
-                // A fresh assignment at the new positions (librdkafka stopped fetching a
-                // partition whose offset reset errored).
-                consumer = self.connect(&positions, Some(receive_limit))?;
-                held.fill(false);
-                continue;
-            }
+    /// Adds a polled record to the batch and moves its partition's position past it.
+    fn note_record(&self, reader: &mut Reader, message: &BorrowedMessage<'_>) {
+        let partition = message.partition();
+        let offset = message.offset();
+        // A bad record is counted and logged inside; the rest of the batch goes on.
+        let _ = reader
+            .batch
+            .push_record(partition, offset, message.payload());
+        if let Some(i) = self.index_of(partition) {
+            let before = reader.positions[i];
+            reader.positions[i] = Position {
+                next: offset.saturating_add(1),
+                at_end: false,
+                last_timestamp: message.timestamp().to_millis().or(before.last_timestamp),
+                last_len: message.payload().map_or(0, <[u8]>::len),
+            };
+        }
+        reader.broker_back();
+        reader.batch_started.get_or_insert_with(Instant::now);
+        reader.unknown_since = None;
+    }
 
-            let full = batch.len() >= self.batch_size;
-            let lingered = batch_started.is_some_and(|t| t.elapsed() >= self.fetch_timeout);
-            if flush || full || lingered {
-                if !batch.is_empty() {
-                    self.apply(&mut batch, caught_up, &positions);
-                    batch_started = None;
+    /// Counts and handles a poll error. `Some(limit)`: the consumer must be replaced by one
+    /// with that larger `receive.message.max.bytes` (a fetch response was larger than the
+    /// limit). An error that retrying cannot heal fails the thread before catch-up (after
+    /// applying what was read); after catch-up it is logged and the stall rule acts.
+    fn on_poll_error(
+        &self,
+        consumer: &BaseConsumer<ThrottledContext>,
+        reader: &mut Reader,
+        error: KafkaError,
+    ) -> Result<Option<u64>, IngestError> {
+        KafkaMetrics::global().poll_errors.inc();
+        if let KafkaError::MessageConsumption(
+            RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::LogTruncation,
+        ) = error
+        {
+            tracing::warn!(thread = self.index, topic = %self.topic, %error, "a Kafka position is outside the partition's log; checking the positions");
+            reader.check_offsets_at.get_or_insert_with(Instant::now);
+            return Ok(None);
+        }
+        if matches!(
+            error,
+            KafkaError::MessageConsumption(
+                RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure
+            )
+        ) && reader.outage.is_none()
+        {
+            reader.outage = Some(
+                reader
+                    .verify
+                    .take()
+                    .unwrap_or_else(|| reader.positions.clone()),
+            );
+        }
+        // Consumer errors name no partition: none of ours counts as "at the end" any more (a
+        // batch that fails to decode sits past a reported end), until its consumer reports
+        // the end again.
+        if reader.positions.iter().any(|at| at.at_end) {
+            for at in &mut reader.positions {
+                at.at_end = false;
+            }
+            if reader.batch.is_empty() {
+                self.publish(&reader.positions);
+            }
+        }
+        let oversized = matches!(
+            error,
+            KafkaError::MessageConsumption(RDKafkaErrorCode::BadMessage)
+        )
+        .then(|| consumer.context().oversized_responses.take())
+        .flatten();
+        if let Some(response_bytes) = oversized {
+            if let Some(raised) = self.on_oversized_response(reader, response_bytes)? {
+                return Ok(Some(raised));
+            }
+        } else if let Some(cause) = unrecoverable_cause(&error) {
+            let waited = *reader.unknown_since.get_or_insert_with(Instant::now);
+            let give_up = !heals_briefly(&error) || waited.elapsed() >= UNKNOWN_PARTITION_GRACE;
+            if !reader.caught_up && give_up {
+                // Keep what was read: apply it before failing.
+                self.apply(&mut reader.batch, reader.caught_up, &reader.positions);
+                return Err(IngestError::Unrecoverable(self.unrecoverable_message(
+                    cause,
+                    &error,
+                    &reader.positions,
+                )));
+            }
+            // After catch-up the stall rule turns readiness off instead.
+            if let Some(suppressed) = reader.warnings.admit("unrecoverable") {
+                tracing::error!(
+                    thread = self.index,
+                    topic = %self.topic,
+                    %error,
+                    suppressed,
+                    "{cause}; the partition cannot progress"
+                );
+            }
+        } else if let Some(suppressed) = reader.warnings.admit("poll") {
+            tracing::warn!(thread = self.index, %error, suppressed, "Kafka poll failed; retrying");
+        }
+        std::thread::sleep(POLL_ERROR_BACKOFF);
+        Ok(None)
+    }
+
+    /// A fetch response of `response_bytes` exceeded the consumer's limit: `Some(limit)` to
+    /// reconnect with, up to `--kafka-max-response-bytes`; past that, a failure before catch-up
+    /// and a logged error after.
+    fn on_oversized_response(
+        &self,
+        reader: &mut Reader,
+        response_bytes: u64,
+    ) -> Result<Option<u64>, IngestError> {
+        KafkaMetrics::global().oversized_fetch_responses.inc();
+        let receive_limit = reader.receive_limit;
+        if let Some(raised) =
+            raised_receive_max_bytes(receive_limit, response_bytes, self.max_response_bytes)
+        {
+            tracing::warn!(
+                thread = self.index,
+                topic = %self.topic,
+                response_bytes,
+                receive_max_bytes = receive_limit,
+                raised_to = raised,
+                max_response_bytes = self.max_response_bytes,
+                "a Kafka fetch response exceeds receive.message.max.bytes (the broker does not bound its answers by fetch.max.bytes); reconnecting this consumer with a limit that fits"
+            );
+            if self.shared.window.note_limits_ignored() {
+                tracing::warn!(
+                    topic = %self.topic,
+                    catch_up_buffer_bytes = self.shared.window.cap_bytes(),
+                    "the Kafka broker answers beyond the fetch limits: partitions still catching up are read a few at a time, as many as their backlogs fit in the catch-up window (at most --kafka-catch-up-buffer-bytes)"
+                );
+            }
+            return Ok(Some(raised));
+        }
+        let message = format!(
+            "Kafka topic {}: {}: a fetch response of {response_bytes} bytes exceeds --kafka-max-response-bytes {} (receive.message.max.bytes is {receive_limit}): raise --kafka-max-response-bytes (THUNDER_KAFKA_MAX_RESPONSE_BYTES) or have the broker honour fetch.max.bytes",
+            self.topic,
+            self.stuck_partitions(&reader.positions),
+            self.max_response_bytes,
+        );
+        if !reader.caught_up {
+            self.apply(&mut reader.batch, reader.caught_up, &reader.positions);
+            return Err(IngestError::Unrecoverable(message));
+        }
+        // After catch-up the stall rule turns readiness off instead.
+        if let Some(suppressed) = reader.warnings.admit("oversized") {
+            tracing::error!(thread = self.index, suppressed, "{message}");
+        }
+        Ok(None)
+    }
+
+    /// Moves the positions the broker no longer holds (a truncation the monitor reported, or
+    /// found by the watermark check that an offset reset error or a broker's return asked
+    /// for), after applying what was read before. True when positions moved and the consumer
+    /// must be assigned again.
+    fn move_positions(
+        &self,
+        consumer: &BaseConsumer<ThrottledContext>,
+        reader: &mut Reader,
+    ) -> bool {
+        let mut moves = self.reported_truncations(&reader.positions);
+        let checked = reader
+            .check_offsets_at
+            .is_some_and(|at| at <= Instant::now());
+        if checked {
+            match self.positions_outside_the_log(
+                consumer,
+                &reader.positions,
+                reader.verify.as_deref(),
+            ) {
+                Ok(found) => {
+                    reader.check_offsets_at = None;
+                    reader.verify = None;
+                    moves.extend(found);
                 }
-                self.publish(&positions);
-                if !all_reading {
-                    all_reading = self.admit(Some(&consumer), &positions)?;
-                }
-                self.hold_caught_up(&consumer, &positions, &mut held)?;
-                if !caught_up && self.all_caught_up(&positions) {
-                    caught_up = self.report_caught_up();
+                Err(error) => {
+                    if let Some(suppressed) = reader.warnings.admit("offset check") {
+                        tracing::warn!(thread = self.index, topic = %self.topic, %error, suppressed, "cannot read the watermarks to check the positions; retrying");
+                    }
+                    reader.check_offsets_at = Some(Instant::now() + OFFSET_CHECK_RETRY);
                 }
             }
         }
-        if !batch.is_empty() {
-            self.apply(&mut batch, caught_up, &positions);
+        if moves.is_empty() && !(checked && reader.check_offsets_at.is_none()) {
+            return false;
+        }
+        // Keep what was read before moving: those records were in the log.
+        self.apply_pending(reader);
+        self.reposition(consumer, &mut reader.positions, &moves);
+        // A moved partition's record before an outage needs no check any more.
+        for marks in [reader.outage.as_mut(), reader.verify.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            for (i, _) in &moves {
+                if let Some(mark) = marks.get_mut(*i) {
+                    mark.last_timestamp = None;
+                }
+            }
+        }
+        true
+    }
+
+    /// When the batch is due (`flush`: the poll came back empty or at a partition's end; or
+    /// the batch is full, or has waited the fetch timeout): applies it, publishes the
+    /// positions, lets more partitions in through the catch-up window, pauses the caught-up
+    /// ones while others catch up, and reports this thread's catch-up.
+    fn flush_if_due(
+        &self,
+        consumer: &BaseConsumer<ThrottledContext>,
+        reader: &mut Reader,
+        flush: bool,
+    ) -> Result<(), KafkaError> {
+        let full = reader.batch.len() >= self.batch_size;
+        let lingered = reader
+            .batch_started
+            .is_some_and(|t| t.elapsed() >= self.fetch_timeout);
+        if !(flush || full || lingered) {
+            return Ok(());
+        }
+        self.apply_pending(reader);
+        self.publish(&reader.positions);
+        if !reader.all_reading {
+            reader.all_reading = self.admit(Some(consumer), &reader.positions)?;
+        }
+        self.hold_caught_up(consumer, &reader.positions, &mut reader.held)?;
+        if !reader.caught_up && self.all_caught_up(&reader.positions) {
+            reader.caught_up = self.report_caught_up();
         }
         Ok(())
+    }
+
+    /// Applies the batch if it holds anything, and starts the next.
+    fn apply_pending(&self, reader: &mut Reader) {
+        if !reader.batch.is_empty() {
+            self.apply(&mut reader.batch, reader.caught_up, &reader.positions);
+            reader.batch_started = None;
+        }
     }
 
     /// True when `owned` is assigned to this thread's consumer.
@@ -747,8 +866,7 @@ impl IngestThread {
                     // duplicates, deletes only refresh their tombstones).
                     let since = self.first_offset_since(consumer, owned, last_read);
                     let resume = since.min(log_end).min(position).max(0);
-                    Metrics::global()
-                        .kafka
+                    KafkaMetrics::global()
                         .log_truncations
                         .with_label_values(&[&self.topic, &owned.partition.to_string()])
                         .inc();
@@ -913,8 +1031,7 @@ impl IngestThread {
         let outcome = batch.apply(&self.store);
         drop(permit);
         self.publish(positions);
-        Metrics::global()
-            .kafka
+        KafkaMetrics::global()
             .messages_consumed
             .inc_by(outcome.records as u64);
         self.shared.counters.record(&outcome);

@@ -61,6 +61,11 @@
 //! counted (`kafka_oversized_fetch_responses_total`) and the thread reconnects its consumer
 //! with a limit that fits, up to `--kafka-max-response-bytes` (`fetch_limits.rs`).
 //!
+//! # Metrics (`metrics.rs`, `lag_refresh.rs`)
+//! [`metrics::KafkaMetrics`] declares ingestion's metrics (every drop and connection-error
+//! reason exported at zero); `kafka_partition_lag_refresh_age_seconds` is computed at each
+//! scrape from when each partition's lag was last refreshed.
+//!
 //! # Memory (`fetch_limits.rs`, `window.rs`, `heap.rs`)
 //! librdkafka holds every fetched record as a 320-byte operation until it is applied. Small
 //! fetch and queue limits keep that to a few megabytes per consumer against a broker that
@@ -79,6 +84,8 @@ mod fetch_limits;
 mod gate;
 mod heap;
 mod ingest;
+mod lag_refresh;
+pub mod metrics;
 mod partition;
 mod progress;
 mod records;
@@ -94,6 +101,7 @@ use std::thread::JoinHandle;
 
 use rdkafka::consumer::BaseConsumer;
 use thunder_engine::PostStore;
+use thunder_events::kafka::KafkaError;
 use tokio::sync::watch;
 
 pub use config::KafkaArgs;
@@ -105,16 +113,6 @@ pub use resume::{
     AppliedOffsets, PartitionWatermarks, Restore, TopicStart, offsets_text, snapshot_offsets_text,
 };
 pub use supervisor::split_partitions;
-// The connection flags, their security checks, the producer and the error type are the
-// events crate's (`thunder_events::kafka`), shared with `thunder-cli produce`.
-pub use thunder_events::kafka::{
-    EXPIRY_WARNING_DAYS, EventProducer, Findings, IN_NETWORK_EVENTS_TOPIC, KafkaClientArgs,
-    KafkaError, ProducerStats, SecurityProtocol, builtin_features, certificate_dates, key_fits,
-    read_certificates,
-};
-pub use thunder_events::{
-    DecodeError, create_event, decode_event, delete_envelope, delete_event, light_post,
-};
 
 use gate::CatchUpGate;
 use progress::{Counters, LivePermits, Shared};
@@ -216,7 +214,7 @@ pub fn start_with(
     }
     // Every metric registered now, so the Kafka ones are exported, at zero, before the first
     // event.
-    crate::telemetry::metrics::Metrics::global();
+    metrics::KafkaMetrics::global();
     let group_id = format!("{}-{}", args.kafka_group_id, uuid::Uuid::new_v4());
     let consumer_config = args.consumer_config(&group_id)?;
     // Creating the metadata client validates every property now rather than in a thread.

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use thunder_engine::{EventBatch, PostEvent, PostStore};
 use thunder_events::{DecodeError, decode_event};
 
+use super::metrics::KafkaMetrics;
 use super::throttle::{LOG_INTERVAL, LogThrottle};
-use crate::telemetry::metrics::Metrics;
 
 /// Decode failures logged so far in this process; past the first few only every 1000th is
 /// logged, so a flood of bad records cannot flood the log (the counter still counts each).
@@ -105,10 +105,9 @@ impl RecordBatch {
             }
             Ok(PostEvent::Delete(delete)) => self.events.deletes.push(delete),
             Err(error) if error.is_out_of_contract() => {
-                let reason = crate::telemetry::metrics::OUT_OF_CONTRACT_ID;
+                let reason = super::metrics::OUT_OF_CONTRACT_ID;
                 self.rejected += 1;
-                Metrics::global()
-                    .kafka
+                KafkaMetrics::global()
                     .events_dropped
                     .with_label_values(&[reason])
                     .inc();
@@ -117,7 +116,7 @@ impl RecordBatch {
             }
             Err(error) => {
                 self.failed += 1;
-                Metrics::global().kafka.messages_failed_parse.inc();
+                KafkaMetrics::global().messages_failed_parse.inc();
                 let logged = FAILURES_LOGGED.fetch_add(1, Ordering::Relaxed);
                 if logged < 100 || logged.is_multiple_of(1000) {
                     tracing::warn!(partition, offset, %error, "skipping Kafka record that failed to parse");
@@ -132,7 +131,7 @@ impl RecordBatch {
     /// delete, and empties it. Times the store calls in `batch_processing_seconds`; counts the
     /// creates the store drops by reason and logs a sample of them with partition and offset.
     pub fn apply(&mut self, store: &PostStore) -> BatchOutcome {
-        let timer = Metrics::global().kafka.batch_processing.start_timer();
+        let timer = KafkaMetrics::global().batch_processing.start_timer();
         let mut dropped = 0;
         // Per create: the store dropped it (only tracked when the batch also deletes).
         let mut store_dropped = Vec::new();
@@ -148,8 +147,7 @@ impl RecordBatch {
                     *flag = true;
                 }
                 let reason = reason.as_str();
-                Metrics::global()
-                    .kafka
+                KafkaMetrics::global()
                     .events_dropped
                     .with_label_values(&[reason])
                     .inc();
@@ -194,7 +192,7 @@ impl RecordBatch {
     fn count_deleted_in_batch(&self, store_dropped: &[bool]) -> usize {
         let deleted: HashSet<i64> = self.events.deletes.iter().map(|d| d.post_id).collect();
         let mut counted = HashSet::new();
-        let reason = crate::telemetry::metrics::DELETED_IN_BATCH;
+        let reason = super::metrics::DELETED_IN_BATCH;
         for (index, post) in self.events.creates.iter().enumerate() {
             if store_dropped.get(index).copied().unwrap_or(false)
                 || !deleted.contains(&post.post_id)
@@ -211,8 +209,7 @@ impl RecordBatch {
             }
         }
         if !counted.is_empty() {
-            Metrics::global()
-                .kafka
+            KafkaMetrics::global()
                 .events_dropped
                 .with_label_values(&[reason])
                 .inc_by(counted.len() as u64);
@@ -266,17 +263,16 @@ mod tests {
             })
         ));
 
-        let counter = Metrics::global()
-            .kafka
+        let counter = KafkaMetrics::global()
             .events_dropped
             .with_label_values(&["out_of_contract_id"]);
         let before = counter.get();
-        let parse_failures = Metrics::global().kafka.messages_failed_parse.get();
+        let parse_failures = KafkaMetrics::global().messages_failed_parse.get();
         let mut batch = RecordBatch::with_capacity(4);
         assert!(batch.push_record(0, 9, Some(&bytes)).is_err());
         assert_eq!(counter.get(), before + 1);
         assert_eq!(
-            Metrics::global().kafka.messages_failed_parse.get(),
+            KafkaMetrics::global().messages_failed_parse.get(),
             parse_failures
         );
         let store = PostStore::new(172_800);
@@ -292,8 +288,7 @@ mod tests {
         let store = PostStore::new(172_800);
         let now = store.now_secs();
         let count = |reason: &str| {
-            Metrics::global()
-                .kafka
+            KafkaMetrics::global()
                 .events_dropped
                 .with_label_values(&[reason])
                 .get()
@@ -337,8 +332,7 @@ mod tests {
     }
 
     fn dropped_count(reason: &str) -> u64 {
-        Metrics::global()
-            .kafka
+        KafkaMetrics::global()
             .events_dropped
             .with_label_values(&[reason])
             .get()
@@ -387,7 +381,7 @@ mod tests {
         let bytes_reply = create_event(&reply).encode_to_vec();
         assert!(decode_event(Some(&bytes_reply)).is_ok());
 
-        let before = dropped_count(crate::telemetry::metrics::OUT_OF_CONTRACT_ID);
+        let before = dropped_count(crate::kafka::metrics::OUT_OF_CONTRACT_ID);
         let mut batch = RecordBatch::with_capacity(4);
         for (offset, bytes) in [&bytes, &zero_author, &zero_delete].into_iter().enumerate() {
             let error = batch
@@ -406,7 +400,7 @@ mod tests {
             (outcome.records, outcome.rejected, outcome.creates),
             (4, 3, 1)
         );
-        assert!(dropped_count(crate::telemetry::metrics::OUT_OF_CONTRACT_ID) >= before + 3);
+        assert!(dropped_count(crate::kafka::metrics::OUT_OF_CONTRACT_ID) >= before + 3);
         assert_eq!(store.stats().posts, 1, "only post 9 is stored");
     }
 
@@ -414,7 +408,7 @@ mod tests {
     fn a_create_deleted_in_the_same_batch_is_counted() {
         let store = PostStore::new(172_800);
         let now = store.now_secs();
-        let reason = crate::telemetry::metrics::DELETED_IN_BATCH;
+        let reason = crate::kafka::metrics::DELETED_IN_BATCH;
         let before = dropped_count(reason);
         let tombstoned_before = dropped_count("tombstoned");
         let delete = |post_id| {
@@ -479,10 +473,10 @@ mod tests {
 
     #[test]
     fn a_record_that_does_not_decode_is_counted_and_skipped() {
-        let before = Metrics::global().kafka.messages_failed_parse.get();
+        let before = KafkaMetrics::global().messages_failed_parse.get();
         let mut batch = RecordBatch::with_capacity(4);
         assert!(batch.push_record(0, 1, Some(b"\x0a\x05abc")).is_err());
         assert_eq!(batch.len(), 1);
-        assert!(Metrics::global().kafka.messages_failed_parse.get() > before);
+        assert!(KafkaMetrics::global().messages_failed_parse.get() > before);
     }
 }

@@ -14,12 +14,12 @@ use thunder_engine::{PostStore, Store};
 use super::config::KafkaArgs;
 use super::gate::{CatchUpState, partition_lag};
 use super::ingest::{IngestThread, OwnedPartition};
+use super::metrics::KafkaMetrics;
 use super::partition::{PartitionState, start_marker};
 use super::progress::Shared;
 use super::resume::{Restore, TopicStart};
 use super::stall::{PartitionCheck, StallTracker};
 use super::throttle::{LOG_INTERVAL, ThrottledContext};
-use crate::telemetry::metrics::Metrics;
 
 /// Longest wait between two attempts to read the topic's metadata or start offsets.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(10);
@@ -334,7 +334,7 @@ impl Supervisor {
         watermarks: &[(i64, i64)],
     ) {
         let topic = self.args.client.kafka_topic.as_str();
-        let kafka = &Metrics::global().kafka;
+        let kafka = KafkaMetrics::global();
         for ((partition, start), &(low, high)) in partitions.iter().zip(starts).zip(watermarks) {
             let labels = [topic, &partition.to_string()];
             kafka
@@ -400,45 +400,7 @@ impl Supervisor {
                 let next = state.next.load(Ordering::Relaxed);
                 let at_end = state.at_end.load(Ordering::Relaxed);
                 let label = state.partition.to_string();
-                let labels = [topic, label.as_str()];
-                let lag = match self.metadata_client.fetch_watermarks(
-                    topic,
-                    state.partition,
-                    self.request_timeout(),
-                ) {
-                    Ok((low, high)) => {
-                        let lag = partition_lag(low, high, next);
-                        let kafka = &Metrics::global().kafka;
-                        kafka.partition_lag.with_label_values(&labels).set(lag);
-                        kafka.partition_lag_refresh_age.refreshed_at(
-                            topic,
-                            state.partition,
-                            Instant::now(),
-                        );
-                        // The log ends below what was applied: the broker lost records.
-                        if (0..i64::MAX).contains(&next) && high < next {
-                            let mut report = state.truncation();
-                            if report.epoch == epoch {
-                                report.log_end =
-                                    Some(report.log_end.map_or(high, |end| end.min(high)));
-                            }
-                        }
-                        Some(lag)
-                    }
-                    Err(error) => {
-                        if warned_at.is_none_or(|t| t.elapsed() >= LOG_INTERVAL) {
-                            tracing::warn!(topic, partition = state.partition, %error, "cannot read Kafka watermarks for the lag gauge");
-                            warned_at = Some(Instant::now());
-                        }
-                        // No stale lag: the sample is gone until a refresh succeeds, and the
-                        // refresh age says for how long.
-                        let _ = Metrics::global()
-                            .kafka
-                            .partition_lag
-                            .remove_label_values(&labels);
-                        None
-                    }
-                };
+                let lag = self.refresh_lag(state, next, epoch, &mut warned_at);
                 if !caught_up {
                     continue;
                 }
@@ -446,8 +408,7 @@ impl Supervisor {
                 if tracker.observe(index, check, Instant::now()) {
                     changed = true;
                     let stalled = tracker.stalled(index);
-                    Metrics::global()
-                        .kafka
+                    KafkaMetrics::global()
                         .partition_stalled
                         .with_label_values(&[topic, &label])
                         .set(i64::from(stalled));
@@ -488,6 +449,57 @@ impl Supervisor {
                 .sleep_unless(tick, || self.shared.gate.ready_to_open())
             {
                 return;
+            }
+        }
+    }
+
+    /// Refreshes `state`'s lag gauge from the broker's watermarks against the applied `next`,
+    /// and reports a log that ends below it (a truncation, for this `epoch` only). `None` when
+    /// the watermarks cannot be read: the lag sample is removed meanwhile (warned at most once
+    /// a `LOG_INTERVAL`, `warned_at`).
+    fn refresh_lag(
+        &self,
+        state: &PartitionState,
+        next: i64,
+        epoch: u64,
+        warned_at: &mut Option<Instant>,
+    ) -> Option<i64> {
+        let topic = self.args.client.kafka_topic.as_str();
+        let label = state.partition.to_string();
+        let labels = [topic, label.as_str()];
+        match self
+            .metadata_client
+            .fetch_watermarks(topic, state.partition, self.request_timeout())
+        {
+            Ok((low, high)) => {
+                let lag = partition_lag(low, high, next);
+                let kafka = KafkaMetrics::global();
+                kafka.partition_lag.with_label_values(&labels).set(lag);
+                kafka.partition_lag_refresh_age.refreshed_at(
+                    topic,
+                    state.partition,
+                    Instant::now(),
+                );
+                // The log ends below what was applied: the broker lost records.
+                if (0..i64::MAX).contains(&next) && high < next {
+                    let mut report = state.truncation();
+                    if report.epoch == epoch {
+                        report.log_end = Some(report.log_end.map_or(high, |end| end.min(high)));
+                    }
+                }
+                Some(lag)
+            }
+            Err(error) => {
+                if warned_at.is_none_or(|t| t.elapsed() >= LOG_INTERVAL) {
+                    tracing::warn!(topic, partition = state.partition, %error, "cannot read Kafka watermarks for the lag gauge");
+                    *warned_at = Some(Instant::now());
+                }
+                // No stale lag: the sample is gone until a refresh succeeds, and the refresh
+                // age says for how long.
+                let _ = KafkaMetrics::global()
+                    .partition_lag
+                    .remove_label_values(&labels);
+                None
             }
         }
     }

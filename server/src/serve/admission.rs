@@ -5,7 +5,7 @@ use std::num::NonZeroU32;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use crate::error::ServiceError;
-use crate::telemetry::metrics::Metrics;
+use crate::serve::metrics::ServeMetrics;
 
 /// Global rate limit of `GetInNetworkPosts` calls (GCRA, burst = one second's quota), as in
 /// the reference: not per caller.
@@ -27,10 +27,10 @@ impl Admission {
     /// until dropped.
     pub fn admit(&self) -> Result<InFlight, ServiceError> {
         if self.limiter.check().is_err() {
-            Metrics::global().rejected_requests.inc();
+            ServeMetrics::global().rejected_requests.inc();
             return Err(ServiceError::RateLimited);
         }
-        Metrics::global().in_flight_requests.inc();
+        ServeMetrics::global().in_flight_requests.inc();
         Ok(InFlight(()))
     }
 }
@@ -41,7 +41,7 @@ pub struct InFlight(());
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        Metrics::global().in_flight_requests.dec();
+        ServeMetrics::global().in_flight_requests.dec();
     }
 }
 

@@ -168,7 +168,7 @@ impl Encoder for PostsCodec {
     fn encode(&mut self, item: PostsAnswer, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         dst.reserve(item.posts.len() * FRAME_BYTES);
         let bytes = item.encode_to(dst);
-        crate::telemetry::metrics::Metrics::global()
+        crate::serve::metrics::ServeMetrics::global()
             .response_bytes
             .observe(bytes as f64);
         Ok(())
@@ -379,7 +379,7 @@ fn varint_of_bytes(bytes: &[u8]) -> Option<(u64, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::convert::post_to_proto;
+    use thunder_events::wire::post_to_proto;
     use thunder_proto::{GetInNetworkPostsResponse, PerAuthorLimits, SeenFilter};
 
     /// xorshift64*: a repeatable stream of test values.

@@ -21,10 +21,10 @@ use thunder_proto as pb;
 use thunder_proto::{ExplainPostRequest, ExplainPostResponse, Reason};
 use tonic::Status;
 
-use crate::convert::post_to_proto;
 use crate::error::ServiceError;
 use crate::serve::overload::{DEGRADED_MAX_AUTHORS, DegradeLevel};
 use crate::serve::request::{BLACKLISTED_AUTHORS, ValidatedRequest, checked_ids};
+use thunder_events::wire::post_to_proto;
 
 /// Most post ids one `ExplainPost` call explains.
 pub const MAX_EXPLAINED_POSTS: usize = 100;
@@ -105,9 +105,11 @@ impl ExplainContext<'_> {
                 .map(|post| self.post(post, outcome.posts.len()))
                 .collect(),
             degrade_level: u32::from(self.level),
-            following_count: wire_count(self.ran.authors.iter().collect::<HashSet<_>>().len()),
+            following_count: wire_count(
+                self.ran.query.authors.iter().collect::<HashSet<_>>().len(),
+            ),
             following_from_graph: self.following_from_graph,
-            max_results: wire_count(self.ran.max_results),
+            max_results: wire_count(self.ran.query.max_results),
             returned: wire_count(outcome.posts.len()),
             timed_out: outcome.timed_out,
             as_of: outcome.as_of_secs,
@@ -214,8 +216,8 @@ impl ExplainContext<'_> {
             Verdict::BeforeCursor => Reason::BeforeCursor,
             Verdict::CutByMaxResults { rank } => {
                 wire.rank = Some(wire_count(rank));
-                wire.limit = Some(wire_count(self.ran.max_results));
-                wire.degraded = self.asked.max_results > self.ran.max_results;
+                wire.limit = Some(wire_count(self.ran.query.max_results));
+                wire.degraded = self.asked.query.max_results > self.ran.query.max_results;
                 Reason::CutByMaxResults
             }
             Verdict::OutOfTime => Reason::OutOfTime,
@@ -233,7 +235,7 @@ impl ExplainContext<'_> {
         };
         if BLACKLISTED_AUTHORS.contains(&author_id) {
             Reason::AuthorBlacklisted
-        } else if self.asked.authors.contains(&author_id) {
+        } else if self.asked.query.authors.contains(&author_id) {
             // Asked for, and not read: only the degrade level's cut of the authors does that.
             wire.limit = Some(wire_count(DEGRADED_MAX_AUTHORS));
             wire.degraded = true;
@@ -246,7 +248,7 @@ impl ExplainContext<'_> {
     /// The timeline the question reads `post` from.
     fn timeline_read(&self, post: Option<&LightPost>) -> pb::Timeline {
         match post {
-            _ if self.ran.is_video => pb::Timeline::Videos,
+            _ if self.ran.query.videos => pb::Timeline::Videos,
             Some(post) if post.is_original() => pb::Timeline::Originals,
             Some(_) => pb::Timeline::RepliesAndReposts,
             None => pb::Timeline::Unspecified,
@@ -256,8 +258,8 @@ impl ExplainContext<'_> {
     /// The per-author limit of `timeline` the request asked for, before any degrading.
     fn asked_limit(&self, timeline: pb::Timeline) -> usize {
         match timeline {
-            pb::Timeline::Originals => self.asked.max_originals_per_author,
-            pb::Timeline::RepliesAndReposts => self.asked.max_secondary_per_author,
+            pb::Timeline::Originals => self.asked.query.max_originals_per_author,
+            pb::Timeline::RepliesAndReposts => self.asked.query.max_secondary_per_author,
             pb::Timeline::Videos | pb::Timeline::Unspecified => 0,
         }
     }
@@ -288,7 +290,7 @@ pub fn handle_explain(
     req: ExplainPostRequest,
 ) -> Result<ExplainPostResponse, Status> {
     let request = ExplainRequest::from_request(req)?;
-    let explanation = request.validated.explain(store, None, &request.post_ids);
+    let explanation = request.validated.explain(store, &request.post_ids);
     let context = ExplainContext {
         asked: &request.validated,
         ran: &request.validated,

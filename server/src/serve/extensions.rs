@@ -79,28 +79,34 @@ impl Extensions {
             cursor,
         })
     }
+}
 
-    /// The `next_cursor` of an answer to a page of `max_results` posts: after its last post
-    /// when the page is full; the page's own start when the query ran out of time (asking
-    /// again retries it); empty when the answer is complete.
-    pub fn next_cursor(&self, max_results: usize, outcome: &QueryOutcome) -> Vec<u8> {
-        let as_of_secs = self.cursor.map_or(outcome.as_of_secs, |c| c.as_of_secs);
-        let next = if outcome.timed_out {
-            Cursor {
+/// The `next_cursor` of an answer to a page of `max_results` posts read in `window`, for a
+/// request that came with `cursor`: after its last post when the page is full; the page's own
+/// start when the query ran out of time (asking again retries it); empty when the answer is
+/// complete.
+pub fn next_cursor(
+    cursor: Option<Cursor>,
+    window: &AnswerWindow,
+    max_results: usize,
+    outcome: &QueryOutcome,
+) -> Vec<u8> {
+    let as_of_secs = cursor.map_or(outcome.as_of_secs, |c| c.as_of_secs);
+    let next = if outcome.timed_out {
+        Cursor {
+            as_of_secs,
+            after: window.after,
+        }
+    } else {
+        match outcome.posts.last() {
+            Some(last) if max_results > 0 && outcome.posts.len() >= max_results => Cursor {
                 as_of_secs,
-                after: self.window.after,
-            }
-        } else {
-            match outcome.posts.last() {
-                Some(last) if max_results > 0 && outcome.posts.len() >= max_results => Cursor {
-                    as_of_secs,
-                    after: Some(PagePosition::of(last)),
-                },
-                _ => return Vec::new(),
-            }
-        };
-        CursorKey::global().seal(&next)
-    }
+                after: Some(PagePosition::of(last)),
+            },
+            _ => return Vec::new(),
+        }
+    };
+    CursorKey::global().seal(&next)
 }
 
 #[cfg(test)]
@@ -199,7 +205,7 @@ mod tests {
             ..QueryOutcome::default()
         };
         let next = CursorKey::global()
-            .open(&ext.next_cursor(2, &full))
+            .open(&next_cursor(ext.cursor, &ext.window, 2, &full))
             .expect("own cursor");
         assert_eq!(
             next,
@@ -212,18 +218,20 @@ mod tests {
             }
         );
         // Short page: the answer is complete.
-        assert!(ext.next_cursor(3, &full).is_empty());
+        assert!(next_cursor(ext.cursor, &ext.window, 3, &full).is_empty());
         // Timed out: retry the same page.
         let timed_out = QueryOutcome {
             timed_out: true,
             ..full
         };
         let retry = CursorKey::global()
-            .open(&ext.next_cursor(3, &timed_out))
+            .open(&next_cursor(ext.cursor, &ext.window, 3, &timed_out))
             .expect("own cursor");
         assert_eq!(retry, start);
         // A first page takes the clock of its answer.
-        let first = Extensions::default().next_cursor(
+        let first = next_cursor(
+            None,
+            &AnswerWindow::ALL,
             2,
             &QueryOutcome {
                 posts: timed_out.posts.clone(),

@@ -31,10 +31,10 @@ use crate::error::ServiceError;
 use crate::serve::arrival::Accepted;
 use crate::serve::codec::{DecodedRequest, PostsAnswer, PostsCodec};
 use crate::serve::listener::ConnInfo;
+use crate::serve::metrics::{RequestSummary, ServeMetrics};
 use crate::serve::service::{
     Answer, ThunderService, log_failure, log_failure_of, with_degrade_header,
 };
-use crate::telemetry::metrics::{Metrics, RequestSummary};
 
 /// Path of the one method.
 pub const METHOD_PATH: &str = "/thunder.v1.InNetworkPostsService/GetInNetworkPosts";
@@ -109,7 +109,7 @@ fn connection_of<B>(req: &http::Request<B>) -> Option<&ConnInfo> {
 
 /// Counts a call that never reached the handler.
 fn count_unhandled(code: Code, started: Instant) {
-    Metrics::global().record_request(&RequestSummary {
+    ServeMetrics::global().record_request(&RequestSummary {
         code,
         duration: started.elapsed(),
         ..RequestSummary::default()

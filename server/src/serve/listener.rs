@@ -40,8 +40,8 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Sleep};
 
+use crate::serve::metrics::ConnectionMetrics;
 use crate::serve::write_batch::WriteBatch;
-use crate::telemetry::metrics::Metrics;
 
 /// On shutdown, a gRPC connection without calls is closed this long after its last call
 /// ended (time for that call's answer to be flushed); the server's GOAWAY closes responsive
@@ -269,7 +269,7 @@ impl Registry {
             evicted = Some(Eviction::MaxConnections);
         }
         if let Some(reason) = evicted {
-            Metrics::global()
+            ConnectionMetrics::global()
                 .connections_evicted
                 .with_label_values(&[port_label, reason.label()])
                 .inc();
@@ -337,7 +337,7 @@ impl BoundedListener {
         Self {
             listener,
             kind,
-            open: Metrics::global()
+            open: ConnectionMetrics::global()
                 .connections
                 .with_label_values(&[port_label]),
             registry: Arc::new(Mutex::new(Registry::default())),
@@ -368,7 +368,7 @@ impl BoundedListener {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .admit(addr.ip(), self.kind, &self.limits, self.port_label);
             let Some(tracked) = admitted else {
-                Metrics::global()
+                ConnectionMetrics::global()
                     .connections_refused
                     .with_label_values(&[self.port_label])
                     .inc();

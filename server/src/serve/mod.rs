@@ -30,12 +30,18 @@
 //!
 //! `log_limit.rs` keeps the per-request logs a client can trigger short and rate-limited.
 //!
+//! # Metrics
+//! `metrics.rs` declares the serving path's metrics ([`metrics::ServeMetrics`]): every call is
+//! recorded once from its summary, and the shape of its answer apart, counted per author by
+//! `author_counts.rs`.
+//!
 //! # Errors
 //! Every refusal is a [`crate::ServiceError`], mapped to its gRPC code in one place
 //! (`error.rs` at the crate's top), and counted once in `get_in_network_posts_requests_total`.
 
 pub mod admission;
 pub(crate) mod arrival;
+pub(crate) mod author_counts;
 pub mod codec;
 pub mod cursor;
 pub mod explain;
@@ -44,6 +50,7 @@ pub mod following;
 pub mod grpc;
 pub mod listener;
 pub(crate) mod log_limit;
+pub mod metrics;
 pub mod overload;
 pub mod request;
 pub mod service;

@@ -5,20 +5,17 @@
 
 use std::num::NonZeroU32;
 use std::sync::LazyLock;
-use std::time::Instant;
 
-use thunder_engine::config::{
-    MAX_INPUT_LIST_SIZE, MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_POSTS_TO_RETURN,
-    MAX_REPLY_POSTS_PER_AUTHOR, MAX_VIDEOS_TO_RETURN,
-};
-use thunder_engine::{Explanation, FeedQuery, PerAuthorLimits, PostStore, QueryOutcome};
+use thunder_engine::config::{MAX_INPUT_LIST_SIZE, MAX_POSTS_TO_RETURN, MAX_VIDEOS_TO_RETURN};
+use thunder_engine::{Explanation, OwnedQuery, PerAuthorLimits, PostStore, QueryOutcome, Store};
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 
-use crate::convert::post_to_proto;
 use crate::error::ServiceError;
-use crate::serve::extensions::Extensions;
+use crate::serve::cursor::Cursor;
+use crate::serve::extensions::{Extensions, next_cursor};
 use crate::serve::log_limit::{LogLimit, for_log};
 use crate::serve::overload::{DEGRADED_MAX_AUTHORS, DegradeLevel};
+use thunder_events::wire::post_to_proto;
 
 /// Budget of the warnings a request can trigger (unknown algorithm, truncated lists).
 static REQUEST_WARNINGS: LazyLock<LogLimit> =
@@ -38,30 +35,24 @@ pub const BLACKLISTED_AUTHORS: [i64; 3] = [
 /// Algorithms accepted silently; all of them rank newest first.
 pub const KNOWN_ALGORITHMS: [&str; 4] = ["", "recent", "default", "latest"];
 
-/// A request whose fields are checked, clamped and converted to the engine's types.
+/// A request whose fields are checked, clamped and converted: the engine's question, built
+/// once, and what the server needs besides.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidatedRequest {
-    /// The viewer.
-    pub viewer_id: i64,
-    /// Authors to read, in request order, blacklisted ones removed. Duplicates are left to the
-    /// store query, which reads each author once.
-    pub authors: Vec<i64>,
-    /// Post ids never to return.
-    pub exclude: Vec<i64>,
-    /// Most posts to return.
-    pub max_results: usize,
-    /// Per-author cap of originals (non-video requests).
-    pub max_originals_per_author: usize,
-    /// Per-author cap of replies and reposts (non-video requests).
-    pub max_secondary_per_author: usize,
-    /// Video posts only.
-    pub is_video: bool,
+    /// The store's question, as the store answers it ([`Store::answer`] chooses the feed or
+    /// the videos): the viewer; the authors in request order, blacklisted ones removed
+    /// (duplicates are left to the store, which reads each author once); the post ids never
+    /// to return; the seen filter; the time bounds and page position (the cursor's `as_of`
+    /// folded into `max_created_at`); `max_results`; the per-author limits
+    /// ([`PerAuthorLimits::CAPS`] for videos, which have their own per-author cap); and the
+    /// deadline, set by the caller.
+    pub query: OwnedQuery,
     /// Log the request and its outcome.
     pub debug: bool,
     /// `following_user_ids` was empty (the follow-graph fallback applies).
     pub following_was_empty: bool,
-    /// The seen filter, time bounds and page cursor (fields beyond the reference contract).
-    pub extensions: Extensions,
+    /// The page cursor the request came with, if any.
+    pub cursor: Option<Cursor>,
 }
 
 impl ValidatedRequest {
@@ -103,27 +94,11 @@ impl ValidatedRequest {
         );
         let authors = checked_ids("following_user_ids", following)?;
         let exclude = checked_ids("exclude_tweet_ids", excluded)?;
-
-        let default_max = if req.is_video_request {
-            MAX_VIDEOS_TO_RETURN
-        } else {
-            MAX_POSTS_TO_RETURN
-        };
-        let max_results = match req.max_results {
-            0 => default_max,
-            n => usize::try_from(n)
-                .unwrap_or(MAX_RESULTS_LIMIT)
-                .min(MAX_RESULTS_LIMIT),
-        };
-        let limits = req.per_author_limits.unwrap_or_default();
-        // An absent limit asks for the cap.
-        let asked = |limit: Option<u32>| {
-            limit.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
-        };
-        let per_author = PerAuthorLimits::clamped(
-            asked(limits.max_posts_per_author),
-            asked(limits.max_replies_reposts_per_author),
-        );
+        let Extensions {
+            seen,
+            window,
+            cursor,
+        } = Extensions::from_request(&req)?;
         if !KNOWN_ALGORITHMS.contains(&req.algorithm.as_str())
             && let Some(suppressed) = REQUEST_WARNINGS.allow()
         {
@@ -133,22 +108,23 @@ impl ValidatedRequest {
                 "unsupported algorithm, falling back to 'recent'"
             );
         }
+        let mut query = OwnedQuery::new(req.is_video_request, viewer_id, Vec::new());
+        let PerAuthorLimits {
+            originals,
+            secondary,
+        } = per_author_limits(&req);
+        query.max_originals_per_author = originals;
+        query.max_secondary_per_author = secondary;
+        query.max_results = max_results(&req);
+        query.exclude = exclude;
+        query.seen = seen;
+        query.window = window;
         let mut validated = Self {
-            viewer_id,
-            authors: Vec::new(),
-            exclude,
-            max_results,
-            max_originals_per_author: per_author.originals,
-            max_secondary_per_author: per_author.secondary,
-            is_video: req.is_video_request,
+            query,
             debug: req.debug,
             following_was_empty,
-            extensions: Extensions::from_request(&req)?,
+            cursor,
         };
-        if validated.is_video {
-            validated.max_originals_per_author = MAX_ORIGINAL_POSTS_PER_AUTHOR;
-            validated.max_secondary_per_author = MAX_REPLY_POSTS_PER_AUTHOR;
-        }
         validated.set_authors(authors);
         Ok(validated)
     }
@@ -169,7 +145,7 @@ impl ValidatedRequest {
         if maybe != 0 {
             authors.retain(|id| !BLACKLISTED_AUTHORS.contains(id));
         }
-        self.authors = authors;
+        self.query.authors = authors;
     }
 
     /// Makes the request cheaper for degrade `level` (see [`DegradeLevel`]): level 1 halves
@@ -181,52 +157,65 @@ impl ValidatedRequest {
             return;
         }
         let shift = level.min(3);
-        self.max_results = (self.max_results >> shift).max(1);
+        let query = &mut self.query;
+        query.max_results = (query.max_results >> shift).max(1);
         if level >= 2 {
             let per_author = |n: usize| if n == 0 { 0 } else { (n >> (shift - 1)).max(1) };
-            self.max_originals_per_author = per_author(self.max_originals_per_author);
-            self.max_secondary_per_author = per_author(self.max_secondary_per_author);
+            query.max_originals_per_author = per_author(query.max_originals_per_author);
+            query.max_secondary_per_author = per_author(query.max_secondary_per_author);
         }
         if level >= 3 {
-            self.authors.truncate(DEGRADED_MAX_AUTHORS);
+            query.authors.truncate(DEGRADED_MAX_AUTHORS);
         }
     }
 
-    /// Runs the store query; stops at `deadline` with the posts found so far.
-    pub fn execute(&self, store: &PostStore, deadline: Option<Instant>) -> QueryOutcome {
-        let query = self.feed_query(deadline);
-        if self.is_video {
-            store.get_videos_by_users(&query)
-        } else {
-            store.get_all_posts_by_users(&query)
-        }
+    /// Runs the store query (stopping at the query's deadline with the posts found so far).
+    pub fn execute(&self, store: &PostStore) -> QueryOutcome {
+        store.answer(&self.query)
     }
 
     /// Runs the store query as [`execute`](Self::execute) does, explaining its answer for
     /// each of `post_ids` (`PostStore::explain`).
-    pub fn explain(
-        &self,
-        store: &PostStore,
-        deadline: Option<Instant>,
-        post_ids: &[i64],
-    ) -> Explanation {
-        store.explain(&self.feed_query(deadline), self.is_video, post_ids)
+    pub fn explain(&self, store: &PostStore, post_ids: &[i64]) -> Explanation {
+        store.explain(&self.query.feed(), self.query.videos, post_ids)
     }
 
-    /// The store's query for this request.
-    fn feed_query(&self, deadline: Option<Instant>) -> FeedQuery<'_> {
-        FeedQuery {
-            viewer_id: self.viewer_id,
-            authors: &self.authors,
-            exclude: &self.exclude,
-            seen: self.extensions.seen.as_ref(),
-            window: self.extensions.window,
-            max_results: self.max_results,
-            max_originals_per_author: self.max_originals_per_author,
-            max_secondary_per_author: self.max_secondary_per_author,
-            deadline,
-        }
+    /// The `next_cursor` of `outcome`, the store's answer to this request.
+    pub fn next_cursor(&self, outcome: &QueryOutcome) -> Vec<u8> {
+        next_cursor(
+            self.cursor,
+            &self.query.window,
+            self.query.max_results,
+            outcome,
+        )
     }
+}
+
+/// `max_results` as the request asks it: 0 means 1200 (600 for videos), clamped to
+/// [`MAX_RESULTS_LIMIT`].
+fn max_results(req: &GetInNetworkPostsRequest) -> usize {
+    match req.max_results {
+        0 if req.is_video_request => MAX_VIDEOS_TO_RETURN,
+        0 => MAX_POSTS_TO_RETURN,
+        n => usize::try_from(n)
+            .unwrap_or(MAX_RESULTS_LIMIT)
+            .min(MAX_RESULTS_LIMIT),
+    }
+}
+
+/// The per-author limits the request gets: its own, each clamped to its cap (an absent limit
+/// asks for the cap); a video request's are the caps, which its answer does not use.
+fn per_author_limits(req: &GetInNetworkPostsRequest) -> PerAuthorLimits {
+    if req.is_video_request {
+        return PerAuthorLimits::CAPS;
+    }
+    let limits = req.per_author_limits.unwrap_or_default();
+    let asked =
+        |limit: Option<u32>| limit.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    PerAuthorLimits::clamped(
+        asked(limits.max_posts_per_author),
+        asked(limits.max_replies_reposts_per_author),
+    )
 }
 
 /// Validates `req` and runs it against `store` with no deadline and no follow-graph fallback.
@@ -235,7 +224,7 @@ pub fn handle_request(
     req: &GetInNetworkPostsRequest,
 ) -> Result<GetInNetworkPostsResponse, tonic::Status> {
     let validated = ValidatedRequest::from_request(req)?;
-    let outcome = validated.execute(store, None);
+    let outcome = validated.execute(store);
     Ok(response_from(&validated, &outcome))
 }
 
@@ -246,9 +235,7 @@ pub fn response_from(
 ) -> GetInNetworkPostsResponse {
     GetInNetworkPostsResponse {
         posts: outcome.posts.iter().map(post_to_proto).collect(),
-        next_cursor: validated
-            .extensions
-            .next_cursor(validated.max_results, outcome),
+        next_cursor: validated.next_cursor(outcome),
     }
 }
 
@@ -299,6 +286,8 @@ fn truncated(field: &str, mut ids: Vec<u64>, viewer_id: i64) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use thunder_engine::LightPost;
+    use thunder_engine::config::{MAX_ORIGINAL_POSTS_PER_AUTHOR, MAX_REPLY_POSTS_PER_AUTHOR};
     use thunder_proto::PerAuthorLimits;
 
     fn request() -> GetInNetworkPostsRequest {
@@ -312,15 +301,18 @@ mod tests {
     #[test]
     fn defaults() {
         let v = ValidatedRequest::from_request(&request()).expect("valid");
-        assert_eq!(v.max_results, MAX_POSTS_TO_RETURN);
-        assert_eq!(v.max_originals_per_author, MAX_ORIGINAL_POSTS_PER_AUTHOR);
-        assert_eq!(v.max_secondary_per_author, MAX_REPLY_POSTS_PER_AUTHOR);
+        assert_eq!(v.query.max_results, MAX_POSTS_TO_RETURN);
+        assert_eq!(
+            v.query.max_originals_per_author,
+            MAX_ORIGINAL_POSTS_PER_AUTHOR
+        );
+        assert_eq!(v.query.max_secondary_per_author, MAX_REPLY_POSTS_PER_AUTHOR);
         let video = GetInNetworkPostsRequest {
             is_video_request: true,
             ..request()
         };
         let v = ValidatedRequest::from_request(&video).expect("valid");
-        assert_eq!(v.max_results, MAX_VIDEOS_TO_RETURN);
+        assert_eq!(v.query.max_results, MAX_VIDEOS_TO_RETURN);
     }
 
     #[test]
@@ -334,15 +326,18 @@ mod tests {
             ..request()
         };
         let v = ValidatedRequest::from_request(&req).expect("valid");
-        assert_eq!(v.max_results, MAX_RESULTS_LIMIT);
-        assert_eq!(v.max_originals_per_author, MAX_ORIGINAL_POSTS_PER_AUTHOR);
-        assert_eq!(v.max_secondary_per_author, 7);
+        assert_eq!(v.query.max_results, MAX_RESULTS_LIMIT);
+        assert_eq!(
+            v.query.max_originals_per_author,
+            MAX_ORIGINAL_POSTS_PER_AUTHOR
+        );
+        assert_eq!(v.query.max_secondary_per_author, 7);
         let video = GetInNetworkPostsRequest {
             is_video_request: true,
             ..req
         };
         let v = ValidatedRequest::from_request(&video).expect("valid");
-        assert_eq!(v.max_secondary_per_author, MAX_REPLY_POSTS_PER_AUTHOR);
+        assert_eq!(v.query.max_secondary_per_author, MAX_REPLY_POSTS_PER_AUTHOR);
     }
 
     #[test]
@@ -354,8 +349,8 @@ mod tests {
             ..request()
         };
         let v = ValidatedRequest::from_request(&req).expect("valid");
-        assert_eq!(&v.authors[..4], &[5, 5, 6, 100]);
-        assert_eq!(v.authors.len(), MAX_INPUT_LIST_SIZE - 1);
+        assert_eq!(&v.query.authors[..4], &[5, 5, 6, 100]);
+        assert_eq!(v.query.authors.len(), MAX_INPUT_LIST_SIZE - 1);
         // Ids above the smallest blacklisted one stay unless blacklisted themselves.
         let mut large: Vec<u64> = BLACKLISTED_AUTHORS.iter().map(|&id| id as u64).collect();
         let next = BLACKLISTED_AUTHORS[0] + 1;
@@ -365,7 +360,7 @@ mod tests {
             ..request()
         })
         .expect("valid");
-        assert_eq!(v.authors, [i64::MAX, next, 7]);
+        assert_eq!(v.query.authors, [i64::MAX, next, 7]);
         // Ids sharing a blacklisted id's low 32 bits (what the first pass compares) stay.
         let twins: Vec<u64> = BLACKLISTED_AUTHORS
             .iter()
@@ -378,7 +373,7 @@ mod tests {
         })
         .expect("valid");
         assert_eq!(
-            v.authors,
+            v.query.authors,
             twins.iter().map(|&id| id as i64).collect::<Vec<_>>()
         );
     }
@@ -426,10 +421,10 @@ mod tests {
             let mut v = ValidatedRequest::from_request(&req).expect("valid");
             v.degrade(level);
             (
-                v.max_results,
-                v.max_originals_per_author,
-                v.max_secondary_per_author,
-                v.authors.len(),
+                v.query.max_results,
+                v.query.max_originals_per_author,
+                v.query.max_secondary_per_author,
+                v.query.authors.len(),
             )
         };
         assert_eq!(at(0), (MAX_POSTS_TO_RETURN, 40, 0, 2001));
@@ -445,7 +440,7 @@ mod tests {
         })
         .expect("valid");
         tiny.degrade(3);
-        assert_eq!(tiny.max_results, 1);
+        assert_eq!(tiny.query.max_results, 1);
     }
 
     #[test]
@@ -506,7 +501,7 @@ mod tests {
             ..request()
         };
         let v = ValidatedRequest::from_request(&popular).expect("valid");
-        assert_eq!((v.viewer_id, v.authors), (0, vec![2, 3]));
+        assert_eq!((v.query.viewer_id, v.query.authors), (0, vec![2, 3]));
         // Past the first MAX_INPUT_LIST_SIZE entries ids are ignored unchecked, 0 included.
         let mut following: Vec<u64> = (1..=MAX_INPUT_LIST_SIZE as u64).collect();
         following.push(0);
@@ -515,5 +510,40 @@ mod tests {
             ..request()
         };
         assert!(ValidatedRequest::from_request(&long).is_ok());
+    }
+
+    #[test]
+    fn the_validated_query_asks_the_feed_or_the_videos() {
+        let store = PostStore::new(thunder_engine::config::DEFAULT_RETENTION_SECS);
+        let now = store.now_secs();
+        let mut video = LightPost::original(1, 5, now - 10);
+        video.has_video = true;
+        store.insert_posts(&[video, LightPost::original(2, 5, now - 5)]);
+        let feed = ValidatedRequest::from_request(&GetInNetworkPostsRequest {
+            following_user_ids: vec![5],
+            ..request()
+        })
+        .expect("valid");
+        assert!(!feed.query.videos);
+        let ids = |v: &ValidatedRequest| -> Vec<i64> {
+            v.execute(&store).posts.iter().map(|p| p.post_id).collect()
+        };
+        assert_eq!(ids(&feed), [2, 1]);
+        let videos = ValidatedRequest::from_request(&GetInNetworkPostsRequest {
+            following_user_ids: vec![5],
+            is_video_request: true,
+            per_author_limits: Some(PerAuthorLimits {
+                max_posts_per_author: Some(1),
+                max_replies_reposts_per_author: Some(0),
+            }),
+            ..request()
+        })
+        .expect("valid");
+        assert!(videos.query.videos);
+        assert_eq!(
+            videos.query.per_author_limits(),
+            thunder_engine::PerAuthorLimits::CAPS
+        );
+        assert_eq!(ids(&videos), [1]);
     }
 }

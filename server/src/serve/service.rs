@@ -29,10 +29,12 @@ use crate::serve::codec::{DecodedRequest, PostsAnswer};
 use crate::serve::explain::{ExplainContext, ExplainRequest};
 use crate::serve::following::FollowingSource;
 use crate::serve::log_limit::{LogLimit, for_log};
+use crate::serve::metrics::{
+    AnswerMetrics, QuerySummary, RequestSize, RequestSummary, ServeMetrics,
+};
 use crate::serve::overload::{DegradeLevel, ExecutorPermit, Overload, OverloadConfig};
 use crate::serve::request::ValidatedRequest;
 use crate::telemetry::count_histogram::Stage;
-use crate::telemetry::metrics::{Metrics, QuerySummary, RequestSize, RequestSummary};
 
 /// Share of the client's `grpc-timeout` given to the store query; the rest is left for
 /// encoding and the trip back, so a partial answer arrives before the client gives up.
@@ -64,7 +66,6 @@ pub struct ThunderService {
     request_timeout: Option<Duration>,
     inline_queries: bool,
     debug_logs: LogLimit,
-    metrics: &'static Metrics,
 }
 
 impl ThunderService {
@@ -88,7 +89,6 @@ impl ThunderService {
             debug_logs: LogLimit::per_second(
                 NonZeroU32::new(DEBUG_LOGS_PER_SEC).unwrap_or(NonZeroU32::MIN),
             ),
-            metrics: Metrics::global(),
         }
     }
 
@@ -101,16 +101,15 @@ impl ThunderService {
     }
 
     /// Serves one call and records it in the metrics with a single
-    /// [`Metrics::record_request`] at its end (also when the call is dropped: its client
+    /// [`ServeMetrics::record_request`] at its end (also when the call is dropped: its client
     /// left, or tonic's own timer fired), and the shape of the posts its query answered with
-    /// [`Metrics::record_found_posts`].
+    /// [`AnswerMetrics::record`].
     pub async fn answer(&self, request: Request<DecodedRequest>) -> Result<Answer, ServiceError> {
         // From the stream's acceptance: the wait for this task to run counts.
         let started = Accepted::of_request(&request);
         let client_timeout = grpc_timeout(request.metadata());
         let client_deadline = client_timeout.and_then(|t| started.checked_add(t));
         let mut record = Recorder {
-            metrics: self.metrics,
             started,
             client_deadline,
             summary: Some(RequestSummary::default()),
@@ -119,13 +118,13 @@ impl ThunderService {
         let work = self.handle(request, started, client_timeout, summary);
         let result = answered_in_time(started, client_timeout, work).await;
         if matches!(result, Err(ServiceError::Overloaded)) {
-            self.metrics
+            ServeMetrics::global()
                 .refusal_duration
                 .observe(started.elapsed().as_secs_f64());
         }
         let late = result.is_ok() && client_deadline.is_some_and(|d| Instant::now() > d);
         if late {
-            self.metrics.late_answers.inc();
+            ServeMetrics::global().late_answers.inc();
         }
         let code = match &result {
             Ok(_) if late => ServiceError::DeadlineExceeded.code(),
@@ -168,11 +167,11 @@ impl ThunderService {
             && let Some(suppressed) = self.debug_logs.allow()
         {
             tracing::info!(
-                user_id = validated.viewer_id,
+                user_id = validated.query.viewer_id,
                 following = size.following,
                 excluded = size.excluded,
-                max_results = validated.max_results,
-                video = validated.is_video,
+                max_results = validated.query.max_results,
+                video = validated.query.videos,
                 algorithm = %for_log(&algorithm),
                 suppressed,
                 "GetInNetworkPosts"
@@ -186,10 +185,9 @@ impl ThunderService {
         let mut ready = self.prepare(validated, started, summary).await?;
         ready.validated.degrade(ready.level);
         summary.degrade_level = Some(ready.level);
-        summary.max_results = Some(ready.validated.max_results);
-        let result = self
-            .query(ready.validated, ready.deadline, ready.permit, summary)
-            .await;
+        summary.max_results = Some(ready.validated.query.max_results);
+        ready.validated.query.deadline = ready.deadline;
+        let result = self.query(ready.validated, ready.permit, summary).await;
         summary.duration_without_fetch = Some(ready.after_fetch.elapsed());
         result.map(|posts| Answer {
             posts,
@@ -212,7 +210,7 @@ impl ThunderService {
             && let Some(source) = &self.following
         {
             let fetched = source
-                .fetch_following_list(validated.viewer_id, MAX_INPUT_LIST_SIZE)
+                .fetch_following_list(validated.query.viewer_id, MAX_INPUT_LIST_SIZE)
                 .await;
             summary.following_fetch = Some(fetched.is_ok());
             validated.set_authors(fetched.map_err(ServiceError::FollowingFetch)?);
@@ -233,14 +231,14 @@ impl ThunderService {
             .acquire(queued_since, client_deadline)
             .await
             .map_err(|_| {
-                self.metrics.rejected_requests.inc();
+                ServeMetrics::global().rejected_requests.inc();
                 ServiceError::Overloaded
             })?;
         if client_deadline.is_some_and(|d| Instant::now() >= d) {
             // Expired while it queued: not worth running.
             return Err(ServiceError::DeadlineExceeded);
         }
-        self.metrics
+        ServeMetrics::global()
             .queue_wait
             .observe(slot.queue_wait.as_secs_f64());
         Ok(Prepared {
@@ -265,7 +263,6 @@ impl ThunderService {
         let arrival = Accepted::of_request(&request);
         let client_timeout = grpc_timeout(request.metadata());
         let count = ExplainCount {
-            metrics: self.metrics,
             client_deadline: client_timeout.and_then(|t| arrival.checked_add(t)),
             counted: false,
         };
@@ -318,7 +315,8 @@ impl ThunderService {
             let mut ran = asked.clone();
             ran.degrade(level);
             let started = Instant::now();
-            let explanation = ran.explain(&store, deadline, &post_ids);
+            ran.query.deadline = deadline;
+            let explanation = ran.explain(&store, &post_ids);
             overload.observe_service(started.elapsed());
             drop(permit);
             let context = ExplainContext {
@@ -341,12 +339,12 @@ impl ThunderService {
         Ok((response, level))
     }
 
-    /// The store query (inline or on a blocking thread, holding `permit` until it ends):
-    /// returns its posts and `next_cursor`, and notes their counts in `summary`.
+    /// The store query (inline or on a blocking thread, holding `permit` until it ends, and
+    /// stopping at the query's deadline): returns its posts and `next_cursor`, and notes
+    /// their counts in `summary`.
     async fn query(
         &self,
         validated: ValidatedRequest,
-        deadline: Option<Instant>,
         permit: ExecutorPermit,
         summary: &mut RequestSummary,
     ) -> Result<PostsAnswer, ServiceError> {
@@ -354,7 +352,7 @@ impl ThunderService {
         let overload = Arc::clone(&self.overload);
         let run = move || {
             let started = Instant::now();
-            let outcome = validated.execute(&store, deadline);
+            let outcome = validated.execute(&store);
             overload.observe_service(started.elapsed());
             drop(permit);
             (outcome, validated, store.now_secs())
@@ -371,16 +369,14 @@ impl ThunderService {
             && let Some(suppressed) = self.debug_logs.allow()
         {
             tracing::info!(
-                user_id = validated.viewer_id,
+                user_id = validated.query.viewer_id,
                 returned = outcome.posts.len(),
                 timed_out = outcome.timed_out,
                 suppressed,
                 "GetInNetworkPosts done"
             );
         }
-        let next_cursor = validated
-            .extensions
-            .next_cursor(validated.max_results, &outcome);
+        let next_cursor = validated.next_cursor(&outcome);
         summary.query = Some(QuerySummary {
             returned: outcome.posts.len(),
             timed_out: outcome.timed_out,
@@ -448,7 +444,6 @@ struct Prepared {
 /// [`ExplainCount::finish`], or when dropped unfinished (its client left, or tonic's timer
 /// fired: `DEADLINE_EXCEEDED` if its deadline has passed, else `CANCELLED`).
 struct ExplainCount {
-    metrics: &'static Metrics,
     client_deadline: Option<Instant>,
     counted: bool,
 }
@@ -456,7 +451,7 @@ struct ExplainCount {
 impl ExplainCount {
     fn finish(mut self, code: tonic::Code) {
         self.counted = true;
-        self.metrics.record_explain(code);
+        ServeMetrics::global().record_explain(code);
     }
 }
 
@@ -464,7 +459,7 @@ impl Drop for ExplainCount {
     fn drop(&mut self) {
         if !self.counted {
             let late = self.client_deadline.is_some_and(|d| Instant::now() >= d);
-            self.metrics.record_explain(if late {
+            ServeMetrics::global().record_explain(if late {
                 tonic::Code::DeadlineExceeded
             } else {
                 tonic::Code::Cancelled
@@ -477,7 +472,6 @@ impl Drop for ExplainCount {
 /// unfinished (the call's future was dropped: `DEADLINE_EXCEEDED` if its deadline has passed,
 /// else `CANCELLED`).
 struct Recorder {
-    metrics: &'static Metrics,
     started: Instant,
     client_deadline: Option<Instant>,
     summary: Option<RequestSummary>,
@@ -490,10 +484,9 @@ impl Recorder {
         let mut summary = self.summary.take().unwrap_or_default();
         summary.code = code;
         summary.duration = self.started.elapsed();
-        self.metrics.record_request(&summary);
+        ServeMetrics::global().record_request(&summary);
         if let (Some(query), Some(posts)) = (&summary.query, answered) {
-            self.metrics
-                .record_found_posts(Stage::Scored, posts, query.now_secs);
+            AnswerMetrics::global().record(Stage::Scored, posts, query.now_secs);
         }
     }
 }
@@ -509,7 +502,7 @@ impl Drop for Recorder {
             };
             summary.duration = now.duration_since(self.started);
             summary.query = None;
-            self.metrics.record_request(&summary);
+            ServeMetrics::global().record_request(&summary);
         }
     }
 }

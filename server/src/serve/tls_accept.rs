@@ -24,8 +24,8 @@ use tokio_rustls::server::TlsStream;
 
 use crate::error::StartupError;
 use crate::serve::log_limit::LogLimit;
+use crate::serve::metrics::{ConnectionMetrics, TLS_FAILURE_REASONS};
 use crate::serve::tls::TlsFiles;
-use crate::telemetry::metrics::{Metrics, TLS_FAILURE_REASONS};
 
 /// Log lines about failed handshakes per second at most.
 pub const LOG_LINES_PER_SEC: u32 = 10;
@@ -183,7 +183,7 @@ where
         Err(_) => io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"),
     };
     let failure = TlsFailure::of(&error);
-    Metrics::global()
+    ConnectionMetrics::global()
         .tls_handshake_failures
         .with_label_values(&[failure.label()])
         .inc();

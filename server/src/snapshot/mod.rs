@@ -25,9 +25,11 @@
 //!   partial data is never served. If the retained log no longer reaches the recorded offsets,
 //!   nothing is loaded and the topic is replayed in full (with a warning). [`check_dir`] tells
 //!   `--check-config` what a start would find.
+//! - `metrics.rs`: the snapshots' metrics ([`metrics::SnapshotMetrics`]).
 //! - `pacing.rs`: [`pacing::Paced`], the rate-limited `Write` the writer goes through, and
 //!   [`pacing::lower_current_thread_priority`] for the writer's thread.
 
+pub mod metrics;
 pub mod pacing;
 mod restore;
 mod schedule;

@@ -17,7 +17,7 @@ use thunder_engine::snapshot::{PartitionOffset, read_header};
 
 use super::{SnapshotArgs, list};
 use crate::kafka::{Restore, TopicStart};
-use crate::telemetry::metrics::Metrics;
+use crate::snapshot::metrics::SnapshotMetrics;
 
 /// The start-up restore handed to the Kafka supervisor (see the module docs). `None` without
 /// `--snapshot-dir`.
@@ -153,7 +153,7 @@ pub fn check_dir(dir: &Path) -> Vec<String> {
 
 /// Sets the start-up load's gauges: it took `took` and brought `posts` posts.
 fn record_load(took: std::time::Duration, posts: u64) {
-    let metrics = &Metrics::global().snapshot;
+    let metrics = SnapshotMetrics::global();
     metrics.load_duration.set(took.as_secs_f64());
     metrics
         .loaded_posts
@@ -179,9 +179,7 @@ fn load_base(
         .map_err(|e| e.to_string())?;
     let took = started.elapsed();
     record_load(took, report.posts);
-    Metrics::global()
-        .snapshot
-        .set_base(&report.header, report.bytes);
+    SnapshotMetrics::global().set_base(&report.header, report.bytes);
     tracing::info!(
         path = %path.display(),
         posts = report.posts,
@@ -217,7 +215,7 @@ fn check_in_background(path: &Path, file: &File, store: &Arc<PostStore>) {
             let started = Instant::now();
             match store.check_base(threads()) {
                 Ok(()) => {
-                    Metrics::global().snapshot.base_checked.set(1);
+                    SnapshotMetrics::global().base_checked.set(1);
                     tracing::info!(
                         path = %path.display(),
                         took_secs = started.elapsed().as_secs_f64(),

@@ -20,7 +20,7 @@ use super::pacing::{Paced, lower_current_thread_priority};
 use super::{EXTENSION, KEEP, SnapshotArgs, list, unix_now};
 use crate::error::StartupError;
 use crate::kafka::AppliedOffsets;
-use crate::telemetry::metrics::Metrics;
+use crate::snapshot::metrics::SnapshotMetrics;
 
 /// Why a snapshot was not written.
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +96,7 @@ impl Snapshots {
         };
         // The offsets before the scan: replaying from them makes the snapshot exact.
         let offsets = self.offsets.get().ok_or(TakeError::NotReady)?;
-        let metrics = &Metrics::global().snapshot;
+        let metrics = SnapshotMetrics::global();
         let name = format!("snapshot-{:013}.{EXTENSION}", unix_now().as_millis());
         let path = self.dir.join(&name);
         let tmp = self.dir.join(format!("{name}.tmp"));

@@ -2,12 +2,16 @@
 //! it imports no wing.
 //!
 //! # Files
-//! - `metrics.rs`: every Prometheus metric of the process in one registry type
-//!   ([`metrics::Metrics`]), served by the admin port at `/metrics`; the serving path,
-//!   ingestion and the snapshot writer all record into it. `author_counts.rs` counts an
-//!   answer's posts per author for the `found_*` metrics without sorting, and
-//!   `count_histogram.rs` is the histogram they are observed in.
-//! - `lag_refresh.rs`: the age of each Kafka partition's lag gauge, computed at each scrape.
+//! - `registry.rs`: the metric registry every wing declares its metrics into
+//!   ([`registry::Registrar`]: each metric named once, registered as it is built, noted in the
+//!   catalogue docs/metrics.md is generated from), and [`registry::render`] for `/metrics`.
+//!   Each wing keeps its metrics in a `metrics.rs` of its own (`serve`, `kafka`, `snapshot`;
+//!   `maintenance` in its one file) and reaches them through that struct's `global()`.
+//! - `metrics.rs`: the ground floor's own metrics: the process ([`metrics::ProcessMetrics`]:
+//!   `process_*`, resources, build, readiness, start-up time) and the store's sizes
+//!   ([`metrics::StoreMetrics`], refreshed by maintenance and as readiness turns on).
+//! - `count_histogram.rs`: a histogram of whole numbers observed many at a time (the answers'
+//!   posts per author).
 //! - `reference_names.rs`: the metric names kept from the reference service, which
 //!   docs/metrics.md marks.
 //! - `readiness.rs`: the readiness and liveness state (`/readyz` and `/healthz` on the admin
@@ -15,10 +19,9 @@
 //! - `resources.rs`: the memory limit (flag or cgroup) and the snapshot volume's space as
 //!   metrics, for the alerts on memory and disk.
 
-pub(crate) mod author_counts;
 pub mod count_histogram;
-pub mod lag_refresh;
 pub mod metrics;
 pub mod readiness;
 pub mod reference_names;
+pub mod registry;
 pub mod resources;

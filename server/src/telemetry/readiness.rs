@@ -17,7 +17,7 @@ use thunder_engine::PostStore;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{ProcessMetrics, StoreMetrics};
 
 /// gRPC health service name of liveness: SERVING from start-up until shutdown, whatever the
 /// catch-up state (the readiness names are `""` and `thunder.v1.InNetworkPostsService`).
@@ -60,7 +60,7 @@ impl Readiness {
                 .set_service_status(service, ServingStatus::NotServing)
                 .await;
         }
-        Metrics::global().ready.set(0);
+        ProcessMetrics::global().ready.set(0);
         health
             .set_service_status(LIVENESS_SERVICE, ServingStatus::Serving)
             .await;
@@ -109,7 +109,7 @@ impl Readiness {
     /// Publishes the store's statistics as the `post_store_*` gauges now.
     fn refresh_store_gauges(&self) {
         if let Some(store) = &self.inner.store {
-            Metrics::global().record_store_stats(&store.stats());
+            StoreMetrics::global().record(&store.stats());
         }
     }
 
@@ -117,7 +117,7 @@ impl Readiness {
     /// 200, `init_duration_seconds` set.
     pub async fn set_ready(&self) {
         self.refresh_store_gauges();
-        Metrics::global()
+        ProcessMetrics::global()
             .init_duration
             .set(self.inner.started.elapsed().as_secs_f64());
         for service in HEALTH_SERVICES {
@@ -128,7 +128,7 @@ impl Readiness {
         }
         self.set_reason("caught up with the event source");
         self.inner.ready.store(true, Ordering::Relaxed);
-        Metrics::global().ready.set(1);
+        ProcessMetrics::global().ready.set(1);
         tracing::info!(
             after_secs = self.inner.started.elapsed().as_secs_f64(),
             "ready: health SERVING"
@@ -146,7 +146,7 @@ impl Readiness {
         }
         self.set_reason(reason);
         self.inner.ready.store(serving, Ordering::Relaxed);
-        Metrics::global().ready.set(i64::from(serving));
+        ProcessMetrics::global().ready.set(i64::from(serving));
         let status = if serving {
             ServingStatus::Serving
         } else {
@@ -167,7 +167,7 @@ impl Readiness {
     pub async fn set_lame_duck(&self, reason: &str) {
         self.set_reason(reason);
         self.inner.ready.store(false, Ordering::Relaxed);
-        Metrics::global().ready.set(0);
+        ProcessMetrics::global().ready.set(0);
         for service in HEALTH_SERVICES {
             self.inner
                 .health
@@ -181,7 +181,7 @@ impl Readiness {
     pub async fn set_not_ready(&self) {
         self.set_reason("shutting down");
         self.inner.ready.store(false, Ordering::Relaxed);
-        Metrics::global().ready.set(0);
+        ProcessMetrics::global().ready.set(0);
         for service in HEALTH_SERVICES.into_iter().chain([LIVENESS_SERVICE]) {
             self.inner
                 .health

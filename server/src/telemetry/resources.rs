@@ -6,7 +6,7 @@
 //! - `snapshot_volume_size_bytes` and `snapshot_volume_free_bytes`: `statvfs` of the filesystem
 //!   holding `--snapshot-dir`, at each scrape; absent without a snapshot directory.
 //!
-//! [`ResourceCollector`] is part of [`Metrics`](crate::telemetry::metrics::Metrics) and exports
+//! [`ResourceCollector`] is part of [`ProcessMetrics`](crate::telemetry::metrics::ProcessMetrics) and exports
 //! nothing until [`ResourceCollector::install`] hands it the start-up settings.
 
 use std::path::{Path, PathBuf};
@@ -14,6 +14,8 @@ use std::sync::{Arc, OnceLock};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Gauge, Metric, MetricFamily, MetricType};
+
+use crate::telemetry::registry::family_descs;
 
 /// A limit this large or larger means "no limit": cgroup v1 writes the largest page-aligned
 /// `i64` (9223372036854771712) for an unlimited group.
@@ -254,7 +256,7 @@ impl Collector for ResourceCollector {
 impl ResourceCollector {
     /// Reads the memory limit (`--memory-limit-bytes`, else the cgroup's), logs it, and
     /// exports it and the space of `snapshot_dir`'s volume (the process's collector is
-    /// `Metrics::global().resources`). Called once at start-up.
+    /// `ProcessMetrics::global().resources`). Called once at start-up.
     pub fn install(&self, memory_limit_flag: Option<u64>, snapshot_dir: Option<&Path>) {
         let limit = MemoryLimit::detect(memory_limit_flag);
         match &limit {
@@ -270,22 +272,6 @@ impl ResourceCollector {
         }
         self.configure(limit.bytes(), snapshot_dir.map(Path::to_path_buf));
     }
-}
-
-/// The descriptions of a hand-written collector's unlabelled `families` (name, type, help).
-pub(crate) fn family_descs(families: &[(&str, &str, &str)]) -> Vec<prometheus::core::Desc> {
-    families
-        .iter()
-        .filter_map(|(name, _, help)| {
-            prometheus::core::Desc::new(
-                (*name).to_owned(),
-                (*help).to_owned(),
-                Vec::new(),
-                std::collections::HashMap::new(),
-            )
-            .ok()
-        })
-        .collect()
 }
 
 #[cfg(test)]

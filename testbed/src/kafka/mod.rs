@@ -22,7 +22,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use thunder_engine::PostEvent;
 use thunder_engine::{Clock, FeedQuery, ManualClock, PostStore, StoreConfig};
-use thunder_server::kafka::{CatchUpState, EventProducer, KafkaArgs, KafkaClientArgs, KafkaIngest};
+use thunder_events::kafka::{EventProducer, KafkaClientArgs};
+use thunder_server::kafka::{CatchUpState, KafkaArgs, KafkaIngest};
 use thunder_testkit::model::ModelStore;
 use thunder_workload::SynthConfig;
 
@@ -410,9 +411,9 @@ pub fn apply_to_model(model: &mut ModelStore, events: &[PostEvent]) {
     for event in events {
         match event {
             PostEvent::Create(post) => {
-                let create = thunder_server::kafka::create_event(post);
+                let create = thunder_events::create_event(post);
                 let bytes = prost::Message::encode_to_vec(&create);
-                match thunder_server::kafka::decode_event(Some(&bytes)).expect("round trip") {
+                match thunder_events::decode_event(Some(&bytes)).expect("round trip") {
                     thunder_engine::PostEvent::Create(post) => {
                         model.insert_posts(&[post]);
                     }

@@ -1,8 +1,11 @@
-//! docs/configuration.md and docs/metrics.md are generated from the code: the flags from clap
-//! (`thunder-server`'s [`Args`] and the help of every `thunder-cli` subcommand) and the metrics
-//! from the registry's catalogue. These tests render both and fail when the committed files
-//! differ; `THUNDER_REGENERATE_DOCS=1` rewrites them instead. They live in thunder-cli, the one
-//! crate whose tests have the `thunder-cli` binary and the server's library both.
+//! docs/configuration.md, docs/metrics.md and the file map of docs/architecture.md are
+//! generated from the code: the flags from clap (`thunder-server`'s [`Args`] and the help of
+//! every `thunder-cli` subcommand, as the built binary prints it), the metrics from the
+//! registry's catalogue, the file map from each crate's description and each file's module
+//! docs. These tests render them and fail when the committed files differ;
+//! `THUNDER_REGENERATE_DOCS=1` rewrites them instead (`scripts/regenerate-docs.sh` builds
+//! `thunder-cli` first and runs them so). They live in the testbed, which links the server's
+//! library, so that the CLI needs no server even among its dev-dependencies.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -10,8 +13,9 @@ use std::process::Command;
 
 use clap::CommandFactory;
 use thunder_server::Args;
-use thunder_server::telemetry::metrics::Metrics;
+use thunder_server::lifecycle::metrics::catalogue;
 use thunder_server::telemetry::reference_names::{PROMTOOL_OBJECTS_TO, REFERENCE_NAMES};
+use thunder_testbed::process::binary;
 
 const REGENERATE: &str = "THUNDER_REGENERATE_DOCS";
 
@@ -40,7 +44,7 @@ fn check_or_write(name: &str, rendered: &str) {
         panic!(
             "docs/{name} is out of date with the code (first difference at line {line}).\n\
              Regenerate it with:\n    \
-             {REGENERATE}=1 cargo test -p thunder-cli --test generated_docs\n\
+             scripts/regenerate-docs.sh\n\
              and commit the result."
         );
     }
@@ -103,7 +107,7 @@ fn flag_table(command: &clap::Command) -> String {
 
 /// The help `thunder-cli` prints for `args`, as the binary prints it.
 fn cli_help(args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+    let output = Command::new(binary("thunder-cli"))
         .args(args)
         .env_clear()
         .env("COLUMNS", "100")
@@ -116,8 +120,8 @@ fn cli_help(args: &[&str]) -> String {
 fn render_configuration() -> String {
     let mut out = String::from(
         "# Configuration\n\n\
-         <!-- Generated from the code (clap) by cli/tests/generated_docs.rs; do not edit.\n     \
-         Regenerate: THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs -->\n\n\
+         <!-- Generated from the code (clap) by testbed/tests/generated_docs.rs; do not edit.\n     \
+         Regenerate: scripts/regenerate-docs.sh -->\n\n\
          Every flag of `thunder-server` also reads the environment variable next to it; a flag on\n\
          the command line wins over the variable. `thunder-server --check-config` parses and checks\n\
          a configuration without serving and prints it with secrets masked.\n\n\
@@ -156,8 +160,9 @@ fn render_configuration() -> String {
 fn render_metrics() -> String {
     let mut out = String::from(
         "# Metrics\n\n\
-         <!-- Generated from the registry (server/src/telemetry/metrics.rs) by cli/tests/generated_docs.rs;\n     \
-         do not edit. Regenerate: THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs -->\n\n\
+         <!-- Generated from the registry (each wing's metrics.rs, listed in\n     \
+         server/src/lifecycle/metrics.rs) by testbed/tests/generated_docs.rs; do not edit.\n     \
+         Regenerate: scripts/regenerate-docs.sh -->\n\n\
          `thunder-server` exports these on the admin port at `/metrics` (Prometheus text format).\n\
          A histogram's series are `<name>_bucket{le}`, `<name>_sum` and `<name>_count`. A labelled\n\
          family appears once a label set is used, except those exported at zero from start-up (the\n\
@@ -178,7 +183,7 @@ fn render_metrics() -> String {
         objected.join(" and ")
     )
     .expect("write to a String");
-    for metric in Metrics::catalogue() {
+    for metric in catalogue() {
         let reference = if REFERENCE_NAMES.contains(&metric.name.as_str()) {
             " (*reference*)"
         } else {
@@ -323,8 +328,8 @@ const LAYOUT_END: &str = "<!-- layout:end -->";
 fn render_layout() -> String {
     let mut out = String::from(
         "<!-- layout:begin: generated from each crate's Cargo.toml description and each file's\n     \
-         first module-doc sentence by cli/tests/generated_docs.rs; do not edit. Regenerate:\n     \
-         THUNDER_REGENERATE_DOCS=1 cargo test -p thunder-cli --test generated_docs -->\n",
+         first module-doc sentence by testbed/tests/generated_docs.rs; do not edit. Regenerate:\n     \
+         scripts/regenerate-docs.sh -->\n",
     );
     for dir in crate_dirs() {
         let name = manifest_field(&dir, "name");

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use thunder_testbed::process::binary;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -13,7 +14,7 @@ use thunder_server::kafka;
 use thunder_testbed::kafka::*;
 
 fn produce(broker: &Broker, topic: &str, extra: &[&str], stdin: &str) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+    let mut child = Command::new(binary("thunder-cli"))
         .args([
             "produce",
             "--kafka-brokers",
@@ -41,12 +42,13 @@ fn json_lines_are_produced_keyed_by_author_and_ingested() {
     let broker = Broker::start();
     let topic = "innetwork_post_cli";
     create_topic(&broker.bootstrap(), topic, 3);
+    // The proto3 JSON mapping as grpcurl prints an `InNetworkEvent`, and the older wrappers.
     let lines = format!(
         "{{\"create\":{{\"post_id\":1,\"author_id\":42,\"created_at\":{a}}}}}\n\
-         {{\"create\":{{\"post_id\":2,\"author_id\":42,\"created_at\":{b},\"has_video\":true}}}}\n\
+         {{\"tweetCreateEvent\":{{\"postId\":\"2\",\"authorId\":\"42\",\"createdAt\":\"{b}\",\"hasVideo\":true}}}}\n\
          \n\
          {{\"create\":{{\"post_id\":3,\"author_id\":43,\"created_at\":{b},\"in_reply_to_post_id\":1}}}}\n\
-         {{\"delete\":{{\"post_id\":1,\"deleted_at\":{now},\"author_id\":42}}}}\n",
+         {{\"tweetDeleteEvent\":{{\"postId\":\"1\",\"deletedAt\":\"{now}\",\"authorId\":\"42\"}}}}\n",
         a = now - 20,
         b = now - 10,
     );
@@ -124,7 +126,7 @@ fn synthetic_live_events_are_produced_at_a_rate() {
 #[test]
 fn an_unreachable_broker_fails_fast_with_the_reason() {
     let started = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+    let out = Command::new(binary("thunder-cli"))
         .args([
             "produce",
             "--kafka-brokers",

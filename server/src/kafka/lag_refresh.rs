@@ -3,7 +3,7 @@
 //! scrape from when that was, so it grows between refreshes (a refresh that hangs on a dead
 //! broker shows as an age that keeps growing, not as the age of the last pass).
 //!
-//! [`LagRefreshAge`] is part of [`KafkaMetrics`](crate::telemetry::metrics::KafkaMetrics); the
+//! [`LagRefreshAge`] is part of [`KafkaMetrics`](super::metrics::KafkaMetrics); the
 //! Kafka supervisor records each refresh.
 
 use std::collections::BTreeMap;

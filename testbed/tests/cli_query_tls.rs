@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use thunder_testbed::process::binary;
 
 use thunder_server::ServerOptions;
 use thunder_server::serve::tls::TlsFiles;
@@ -14,7 +15,7 @@ use thunder_testbed::{TestServer, original, store};
 /// Runs `thunder-cli query --user 1 --follow 7 ARGS` and returns (success, stderr).
 async fn query(args: Vec<String>) -> (bool, String) {
     tokio::task::spawn_blocking(move || {
-        let output = Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+        let output = Command::new(binary("thunder-cli"))
             .args([
                 "query",
                 "--user",

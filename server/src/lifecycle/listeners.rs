@@ -25,7 +25,6 @@ use crate::serve::listener::{BoundedListener, ConnKind, ConnLimits};
 use crate::serve::overload::{Overload, OverloadConfig};
 use crate::serve::service::ThunderService;
 use crate::serve::tls::TlsFiles;
-use crate::telemetry::metrics::Metrics;
 use crate::telemetry::readiness::Readiness;
 
 /// Default largest accepted (decoded) request message: 4 MiB, far above the ~200 KB of two
@@ -149,6 +148,7 @@ pub struct RunningServer {
     admin: JoinHandle<std::io::Result<()>>,
     background: Vec<JoinHandle<()>>,
     drain_timeout: Duration,
+    tls: bool,
 }
 
 impl RunningServer {
@@ -160,6 +160,11 @@ impl RunningServer {
     /// The bound admin HTTP address.
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_addr
+    }
+
+    /// True when the gRPC port speaks TLS.
+    pub fn tls_enabled(&self) -> bool {
+        self.tls
     }
 
     /// The readiness switch (flip it once the store has caught up).
@@ -276,46 +281,25 @@ async fn serve<H: AnswerPosts>(
     started: Instant,
 ) -> Result<RunningServer, StartupError> {
     // Registers every metric, so a scrape lists them before the first request.
-    Metrics::global();
+    super::metrics::register();
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let readiness = Readiness::new(health_reporter, started, store.clone()).await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(thunder_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(thunder_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection()
         .build_v1()
         .map_err(|e| StartupError::Reflection(e.to_string()))?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(thunder_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection_v1alpha = reflection()
         .build_v1alpha()
         .map_err(|e| StartupError::Reflection(e.to_string()))?;
 
     let service = PostsServer::new(handler, options.max_decoding_message_bytes);
-    // The explain service decodes with prost; it takes the same message size and codecs.
-    let debug = debug.map(|debug| {
-        InNetworkPostsDebugServiceServer::new(debug)
-            .max_decoding_message_size(options.max_decoding_message_bytes)
-            .accept_compressed(CompressionEncoding::Zstd)
-            .accept_compressed(CompressionEncoding::Gzip)
-            .send_compressed(CompressionEncoding::Zstd)
-            .send_compressed(CompressionEncoding::Gzip)
-    });
-
-    let builder = Server::builder()
-        .max_concurrent_streams(options.max_concurrent_streams)
-        // Streams the client resets before the server has taken them are counted by h2 while
-        // they wait to be accepted; past the limit h2 closes the connection with GOAWAY
-        // ENHANCE_YOUR_CALM `too_many_resets` (its guard against "rapid reset" floods). h2
-        // reads every frame the socket holds before it accepts a stream, so a client whose
-        // own deadlines expire while the server's runtime is busy arrives as a batch of
-        // opened-and-reset streams too: a client keeping to the stream cap with deadlines of
-        // 20 ms leaves about (stream cap) x (stall / 20 ms) of them. The limit
-        // (`pending_reset_streams`) covers a stall of that client of several hundred ms and
-        // still cuts off a connection that opens and resets thousands of streams at once.
-        .http2_max_pending_accept_reset_streams(Some(pending_reset_streams(&options)))
-        .http2_keepalive_interval(Some(options.http2_keepalive.0))
-        .http2_keepalive_timeout(Some(options.http2_keepalive.1));
+    let debug = debug.map(|debug| debug_server(debug, &options));
+    let builder = http2_server(&options);
     // TLS is handshaken by the listener (counted and logged failures), not by tonic.
     let tls_acceptor = options
         .tls
@@ -373,19 +357,7 @@ async fn serve<H: AnswerPosts>(
             .with_graceful_shutdown(stopped(shutdown_rx.clone()))
             .into_future(),
     );
-    let mut background = vec![tokio::spawn(status.run(shutdown_rx.clone()))];
-    if let Some(store) = store {
-        background.push(tokio::spawn(maintenance::run_trim(
-            Arc::clone(&store),
-            options.trim_interval,
-            shutdown_rx.clone(),
-        )));
-        background.push(tokio::spawn(maintenance::run_stats(
-            store,
-            options.stats_interval,
-            shutdown_rx,
-        )));
-    }
+    let background = spawn_background(status, store, &options, shutdown_rx);
     match &options.tls {
         Some(tls) => {
             tracing::info!(%grpc_addr, cert = %tls.cert.display(), "gRPC server mTLS enabled (client certificates required)")
@@ -402,7 +374,64 @@ async fn serve<H: AnswerPosts>(
         admin,
         background,
         drain_timeout: options.drain_timeout,
+        tls: options.tls.is_some(),
     })
+}
+
+/// The explain service as mounted: it decodes with prost, and takes the same message size and
+/// codecs as the queries.
+fn debug_server(
+    debug: DebugService,
+    options: &ServerOptions,
+) -> InNetworkPostsDebugServiceServer<DebugService> {
+    InNetworkPostsDebugServiceServer::new(debug)
+        .max_decoding_message_size(options.max_decoding_message_bytes)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+}
+
+/// The gRPC port's HTTP/2 settings: the stream cap, the pending-reset limit and keepalive.
+fn http2_server(options: &ServerOptions) -> Server {
+    Server::builder()
+        .max_concurrent_streams(options.max_concurrent_streams)
+        // Streams the client resets before the server has taken them are counted by h2 while
+        // they wait to be accepted; past the limit h2 closes the connection with GOAWAY
+        // ENHANCE_YOUR_CALM `too_many_resets` (its guard against "rapid reset" floods). h2
+        // reads every frame the socket holds before it accepts a stream, so a client whose
+        // own deadlines expire while the server's runtime is busy arrives as a batch of
+        // opened-and-reset streams too: a client keeping to the stream cap with deadlines of
+        // 20 ms leaves about (stream cap) x (stall / 20 ms) of them. The limit
+        // (`pending_reset_streams`) covers a stall of that client of several hundred ms and
+        // still cuts off a connection that opens and resets thousands of streams at once.
+        .http2_max_pending_accept_reset_streams(Some(pending_reset_streams(options)))
+        .http2_keepalive_interval(Some(options.http2_keepalive.0))
+        .http2_keepalive_timeout(Some(options.http2_keepalive.1))
+}
+
+/// The status page's sampler and, over `store` when given, the trim and the stats refresh,
+/// until `shutdown` turns true.
+fn spawn_background(
+    status: Arc<StatusSampler>,
+    store: Option<Arc<PostStore>>,
+    options: &ServerOptions,
+    shutdown: watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut background = vec![tokio::spawn(status.run(shutdown.clone()))];
+    if let Some(store) = store {
+        background.push(tokio::spawn(maintenance::run_trim(
+            Arc::clone(&store),
+            options.trim_interval,
+            shutdown.clone(),
+        )));
+        background.push(tokio::spawn(maintenance::run_stats(
+            store,
+            options.stats_interval,
+            shutdown,
+        )));
+    }
+    background
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartupError> {

@@ -3,6 +3,7 @@
 
 use std::process::Command;
 use std::sync::Arc;
+use thunder_testbed::process::binary;
 
 use thunder_engine::{ManualClock, PostStore};
 use thunder_proto::shard::{ShardSpec, shard_of};
@@ -25,7 +26,7 @@ fn authors_of(index: u32, n: usize) -> Vec<i64> {
 
 fn cli_query(shards: &str, follow: &[i64]) -> std::process::Output {
     let follow: Vec<String> = follow.iter().map(i64::to_string).collect();
-    Command::new(env!("CARGO_BIN_EXE_thunder-cli"))
+    Command::new(binary("thunder-cli"))
         .args(["query", "--user", "1", "--json", "--timeout-ms", "2000"])
         .args(["--follow", &follow.join(",")])
         .args(["--shards", shards])
@@ -39,7 +40,8 @@ fn post_ids(stdout: &[u8]) -> Vec<i64> {
         .as_array()
         .expect("posts")
         .iter()
-        .filter_map(|p| p["post_id"].as_i64())
+        // The proto3 JSON mapping: lowerCamelCase, 64-bit integers as strings.
+        .filter_map(|p| p["postId"].as_str()?.parse().ok())
         .collect()
 }
 
