@@ -9,7 +9,8 @@
 //!
 //! Any number of threads may call any method at once (see the crate docs, Consistency).
 
-use crate::base::{self, BaseInfo, BaseLoadReport, BasePages, BaseSummary};
+use crate::base::{BaseInfo, BasePages};
+use crate::base_io::{self, BaseLoadReport, BaseSummary};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
 use crate::explain::{self, Explanation};
@@ -233,7 +234,7 @@ impl PostStore {
         meta: &SnapshotMeta,
         out: impl Write,
     ) -> Result<BaseSummary, SnapshotError> {
-        base::write_base(&self.tables, meta, out)
+        base_io::write_base(&self.tables, meta, out)
     }
 
     /// Loads the base file `file` under this store, which must be fresh: the file is mapped
@@ -252,7 +253,7 @@ impl PostStore {
         threads: usize,
         pages: BasePages,
     ) -> Result<BaseLoadReport, SnapshotError> {
-        base::load_file(&self.tables, file, threads, pages)
+        base_io::load_file(&self.tables, file, threads, pages)
     }
 
     /// [`load_base_file`](Self::load_base_file) of a base file held in memory (copied).
@@ -261,7 +262,7 @@ impl PostStore {
         bytes: &[u8],
         threads: usize,
     ) -> Result<BaseLoadReport, SnapshotError> {
-        base::load_bytes(&self.tables, bytes, threads)
+        base_io::load_bytes(&self.tables, bytes, threads)
     }
 
     /// Checks every record of the loaded base, on `threads` threads: each record and run,
@@ -277,7 +278,7 @@ impl PostStore {
 
     /// What the loaded base holds; `None` without one.
     pub fn base_info(&self) -> Option<BaseInfo> {
-        self.tables.base().map(base::Base::info)
+        self.tables.base().map(crate::base::Base::info)
     }
 
     /// Loads a snapshot into this store, which should be empty, on `threads` threads (at least

@@ -142,7 +142,7 @@ impl StoreTables {
         const MIN_PER_THREAD: usize = 16 * 1024;
         self.tombstones.reserve(entries.len(), &self.guards());
         let per_thread = entries.len().div_ceil(threads.max(1)).max(MIN_PER_THREAD);
-        crate::snapshot::on_each(entries.chunks(per_thread), |chunk| {
+        crate::parallel::on_each(entries.chunks(per_thread), |chunk| {
             let g = self.guards();
             chunk
                 .iter()

@@ -4,8 +4,8 @@
 use super::file::BaseBytes;
 use super::format::*;
 use super::tier::Base;
+use crate::file_header::{SnapshotError, SnapshotHeader};
 use crate::post::LightPost;
-use crate::snapshot::{SnapshotError, SnapshotHeader};
 
 /// Everything a base file holds, decoded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! `verify.rs` accepted.
 
 use super::format::*;
-use crate::snapshot::SnapshotHeader;
+use crate::file_header::{SnapshotError, SnapshotHeader};
 
 /// How a base file's bytes are held while the store uses them.
 pub enum BasePages {
@@ -306,4 +306,20 @@ impl BaseFile {
         }
         low
     }
+}
+
+/// The bytes of a base file held as `pages` says: mapped read-only (populated at once), or
+/// copied into huge-page memory (falling back to the mapping when that memory cannot be had).
+pub(crate) fn map_file(
+    file: &std::fs::File,
+    pages: &BasePages,
+) -> Result<BaseBytes, SnapshotError> {
+    // SAFETY: the mapping is read-only; base files are written under a temporary name and
+    // renamed, never written in place, and the store's documented requirement is that the
+    // file is not truncated while it is in use (that would end the process with SIGBUS).
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(file)? };
+    Ok(match pages {
+        BasePages::Mapped => BaseBytes::Mapped(map),
+        BasePages::HugeCopy => BaseBytes::huge_copy_of(&map).unwrap_or(BaseBytes::Mapped(map)),
+    })
 }

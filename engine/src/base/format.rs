@@ -3,11 +3,9 @@
 //! the whole format).
 
 use crate::arena::CompactPost;
-use crate::snapshot::SnapshotError;
+use crate::file_header::SnapshotError;
 
-/// The snapshot format version of a base file (version 2 is the snapshot the bulk build
-/// loads; both share the header).
-pub const BASE_FORMAT_VERSION: u32 = 3;
+pub use crate::file_header::BASE_FORMAT_VERSION;
 
 /// The base file's layouts; its CRC32C is the header's layout hash for version 3, so a build
 /// whose layout differs refuses the file instead of misreading it. It names the hash

@@ -55,22 +55,20 @@
 //! # Files
 //! - `format.rs`: constants, the layout string, the record, line and footer codecs, hashes;
 //! - `write.rs`: the writer (the sections in order, the runs streamed in directory order);
-//! - `from_store.rs`: a store written as a base file (the head and the base merged);
 //! - `file.rs`: the loaded file's bytes (mapped, or copied into huge pages) and its lookups;
 //! - `verify.rs`: opening a file: checksums and structure;
-//! - `load.rs`: a file opened under a fresh store, its tombstones, waiting reposts and facts
-//!   restored into the head;
 //! - `state.rs`: what changed since the file was written (gone records, cut runs);
 //! - `read.rs`: what a query reads of a base (an author's runs as they stand, their entries);
 //! - `tier.rs`: `Base`, file and state together, and the changes the write
-//!   path makes;
+//!   path makes; a file checked whole without a store;
 //! - `contents.rs`: a file decoded whole into plain values (what a model store is built from).
+//!
+//! Writing a store as a base and loading one under a store reach the store's tables, a floor
+//! below which this tier sits: they are `crate::base_io`.
 
 mod contents;
 mod file;
 mod format;
-mod from_store;
-mod load;
 mod read;
 mod state;
 mod tier;
@@ -80,17 +78,19 @@ mod write;
 #[cfg(all(test, not(thunder_loom)))]
 mod tests;
 
-pub(crate) use format::{Embedded, Line};
+pub(crate) use format::{
+    BaseRecord, Embedded, FACT_BYTES, Line, Section, TOMBSTONE_BYTES, WAITING_BYTES, le_i64,
+    le_u32, le_u64,
+};
 pub(crate) use read::RunCursor;
 pub(crate) use tier::Base;
+pub(crate) use verify::header_of;
+pub(crate) use write::{AuthorRuns, BaseWriter};
 
 pub use contents::{BaseContents, decode_contents};
 pub use file::BasePages;
+pub(crate) use file::{BaseBytes, map_file};
 pub use format::{BASE_FORMAT_VERSION, BASE_LAYOUT, base_layout_hash};
-pub use from_store::BaseSummary;
-pub use load::{BaseLoadReport, verify_file};
-pub use tier::BaseInfo;
+pub use tier::{BaseInfo, verify_file};
 
-pub(crate) use from_store::write_base;
-pub(crate) use load::{load_bytes, load_file};
 pub use write::BaseCounts;

@@ -347,7 +347,7 @@ pub(crate) fn sample_store(
 
 fn base_of(store: &PostStore) -> Vec<u8> {
     let mut bytes = Vec::new();
-    super::from_store::write_base(store.tables(), &header().meta, &mut bytes).unwrap();
+    crate::base_io::write_base(store.tables(), &header().meta, &mut bytes).unwrap();
     bytes
 }
 

@@ -3,13 +3,13 @@
 //! write path makes (a delete, a cap eviction, a trim), each keeping the file's timelines and
 //! the state consistent the way the head's timelines and arena are kept.
 
-use super::file::{BaseBytes, BaseFile};
+use super::file::{BaseBytes, BaseFile, BasePages, map_file};
 use super::format::*;
 use super::state::{BaseState, RunState};
 use super::verify;
 use crate::arena::CompactPost;
+use crate::file_header::{SnapshotError, SnapshotHeader};
 use crate::report::StoreStats;
-use crate::snapshot::{SnapshotError, SnapshotHeader};
 
 /// The originals, secondary and videos runs, in a line's order (and the records only the
 /// videos run holds, `VIDEO_ONLY`, which are no timeline of their own).
@@ -432,12 +432,22 @@ impl Base {
     }
 }
 
+/// Checks the base file `file` whole (checksums, structure, every record; mapped, on
+/// `threads` threads), without a store: what it holds, or why it would be refused. Its runs are
+/// checked against the largest timeline cap a store takes.
+pub fn verify_file(file: &std::fs::File, threads: usize) -> Result<BaseInfo, SnapshotError> {
+    let bytes = map_file(file, &BasePages::Mapped)?;
+    let base = Base::open(bytes, threads, crate::timeline::MAX_CAPACITY)?;
+    base.check_records(threads)?;
+    Ok(base.info())
+}
+
 #[cfg(all(test, thunder_loom))]
 mod loom_models {
     use super::*;
     use crate::base::file::BaseBytes;
     use crate::base::write::{AuthorRuns, BaseWriter};
-    use crate::snapshot::{SnapshotHeader, SnapshotMeta};
+    use crate::file_header::{SnapshotHeader, SnapshotMeta};
     use loom::sync::Arc;
     use loom::sync::atomic::{AtomicBool, Ordering};
 

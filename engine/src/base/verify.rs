@@ -20,8 +20,9 @@ use std::ops::Range;
 
 use super::file::{BaseBytes, BaseFile};
 use super::format::*;
+use crate::file_header::{SnapshotError, SnapshotHeader, read_header_with};
+use crate::parallel::on_each;
 use crate::prefetch::prefetch;
-use crate::snapshot::{SnapshotError, SnapshotHeader, on_each, read_header};
 
 /// The videos run's place in a line's lengths and newest keys.
 const VIDEOS_RUN: usize = 2;
@@ -44,10 +45,7 @@ pub(crate) fn open(
     let threads = threads.max(1);
     let (footer, footer_at) = Footer::decode(&bytes)?;
     check_blocks(&bytes[..footer_at], &footer.blocks, threads)?;
-    let (header, header_len) = read_header(&mut &bytes[..footer_at])?;
-    if header.format_version != BASE_FORMAT_VERSION {
-        return Err(corrupt("a base footer after a version 2 header"));
-    }
+    let (header, header_len) = read_base_header(&mut &bytes[..footer_at])?;
     let spans = check_sections(&footer, header_len as usize, footer_at)?;
     let lines = footer.span(Section::Directory).count as usize;
     let buckets = footer.span(Section::Posts).count as usize;
@@ -59,7 +57,7 @@ pub(crate) fn open(
 
 /// The header of a base file, without checking the rest (a start-up choosing between files).
 pub(crate) fn header_of(bytes: &[u8]) -> Result<SnapshotHeader, SnapshotError> {
-    Ok(read_header(&mut &bytes[..])?.0)
+    Ok(read_base_header(&mut &bytes[..])?.0)
 }
 
 /// Checks every block of `body` against `blocks`, on up to `threads` threads, each taking a
@@ -494,4 +492,17 @@ fn confirmed(
         }
     };
     facts == embedded
+}
+
+/// Reads and checks a base file's header (that of another format version is refused).
+fn read_base_header(input: &mut &[u8]) -> Result<(SnapshotHeader, u64), SnapshotError> {
+    read_header_with(input, |version| {
+        (version == BASE_FORMAT_VERSION).then(base_layout_hash)
+    })
+    .map_err(|error| match error {
+        SnapshotError::UnsupportedVersion { found } => {
+            corrupt(format!("a base footer after a version {found} header"))
+        }
+        error => error,
+    })
 }

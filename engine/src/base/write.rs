@@ -7,7 +7,7 @@ use std::io::Write;
 
 use super::format::*;
 use crate::directory::FactRecord;
-use crate::snapshot::{SnapshotError, SnapshotHeader};
+use crate::file_header::{SnapshotError, SnapshotHeader};
 use crate::waiting::PendingRepost;
 
 /// One author's timelines as a base holds them, newest first: the records of the originals,
@@ -114,7 +114,7 @@ pub(crate) struct BaseWriter<W: Write> {
 impl<W: Write> BaseWriter<W> {
     /// Writes `header` (version 3) and starts the file.
     pub(crate) fn start(out: W, header: &SnapshotHeader) -> Result<Self, SnapshotError> {
-        let encoded = crate::snapshot::encode_header(header)?;
+        let encoded = crate::file_header::encode_header(header)?;
         let mut out = BlockOut {
             out,
             position: 0,

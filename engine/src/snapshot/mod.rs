@@ -60,7 +60,6 @@ mod tests;
 mod write;
 
 pub use crate::bulk::BulkRefusal;
-pub(crate) use format::encode_header;
 pub use format::{
     FORMAT_VERSION, MAGIC, PartitionOffset, RECORD_LAYOUT, SnapshotCounts, SnapshotError,
     SnapshotHeader, SnapshotMeta, layout_hash, read_header,
@@ -70,7 +69,6 @@ pub(crate) use load::{check_loadable, check_shard, load_file, load_in_place, loa
 /// For `bulk.rs`'s tests, which build from posts in this order.
 #[cfg(test)]
 pub(crate) use order::in_timeline_order;
-pub(crate) use order::on_each;
 pub use reader::{SnapshotReader, verify};
 pub use write::SnapshotSummary;
 pub(crate) use write::{header_for, write_snapshot};

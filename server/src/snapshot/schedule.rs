@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use thunder_engine::PostStore;
-use thunder_engine::base::BaseSummary;
+use thunder_engine::base_io::BaseSummary;
 use thunder_engine::snapshot::{PartitionOffset, SnapshotMeta};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;

@@ -1,6 +1,6 @@
 //! Writing a store as a base file while it serves: the head (the live tables) and the base
-//! under it, merged per author, streamed author by author (see `write.rs` for the file's
-//! order).
+//! under it, merged per author, streamed author by author (see `crate::base`'s `write.rs`
+//! for the file's order).
 //!
 //! Fuzzy, like a snapshot: the caller takes the Kafka offsets *before* the write, and replaying
 //! from them makes the file exact (creates and deletes are idempotent by post id). The
@@ -18,11 +18,12 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use super::format::{BASE_FORMAT_VERSION, BaseRecord, Embedded, base_layout_hash};
-use super::tier::Base;
-use super::write::{AuthorRuns, BaseCounts, BaseWriter};
 use crate::arena::CompactPost;
 use crate::authors::Kind;
+use crate::base::{
+    AuthorRuns, BASE_FORMAT_VERSION, Base, BaseCounts, BaseRecord, BaseWriter, Embedded,
+    base_layout_hash,
+};
 use crate::directory::FACT_SHARDS;
 use crate::snapshot::{SnapshotError, SnapshotHeader, SnapshotMeta};
 use crate::tables::StoreTables;

@@ -1,15 +1,16 @@
-//! Loading a base file under a fresh store: the file opened whole (`verify.rs`), then its
+//! Loading a base file under a fresh store: the file opened whole (`crate::base`'s `verify.rs`), then its
 //! tombstones, waiting reposts and facts restored into the head's tables; the base itself is
 //! used where it lies.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::file::{BaseBytes, BasePages};
-use super::format::*;
-use super::tier::{Base, BaseInfo};
+use crate::base::{
+    BASE_FORMAT_VERSION, Base, BaseBytes, BasePages, FACT_BYTES, Section, TOMBSTONE_BYTES,
+    WAITING_BYTES, le_i64, le_u32, le_u64, map_file,
+};
 use crate::directory::FactRecord;
-use crate::snapshot::{SnapshotError, SnapshotHeader};
+use crate::file_header::{SnapshotError, SnapshotHeader};
 use crate::tables::StoreTables;
 use crate::waiting::PendingRepost;
 
@@ -74,7 +75,7 @@ pub(crate) fn open_for(
     map_duration: Duration,
 ) -> Result<(Base, BaseLoadReport), SnapshotError> {
     let started = Instant::now();
-    check_loadable(tables, &super::verify::header_of(&bytes)?)?;
+    check_loadable(tables, &crate::base::header_of(&bytes)?)?;
     let anonymous_bytes = bytes.anonymous_bytes() as u64;
     let base = Base::open(bytes, threads, tables.authors.cap())?;
     let verify_duration = started.elapsed();
@@ -135,16 +136,6 @@ pub(crate) fn open_for(
     Ok((base, report))
 }
 
-/// Checks the base file `file` whole (checksums, structure, every record; mapped, on
-/// `threads` threads), without a store: what it holds, or why it would be refused. Its runs are
-/// checked against the largest timeline cap a store takes.
-pub fn verify_file(file: &std::fs::File, threads: usize) -> Result<BaseInfo, SnapshotError> {
-    let bytes = map_file(file, &BasePages::Mapped)?;
-    let base = Base::open(bytes, threads, crate::timeline::MAX_CAPACITY)?;
-    base.check_records(threads)?;
-    Ok(base.info())
-}
-
 /// Loads the base file `file` under the fresh store of `tables` (`PostStore::load_base_file`).
 pub(crate) fn load_file(
     tables: &StoreTables,
@@ -181,20 +172,4 @@ fn attach(
         .set(base)
         .map_err(|_| SnapshotError::Incompatible("this store has a base already".into()))?;
     Ok(report)
-}
-
-/// The bytes of a base file held as `pages` says: mapped read-only (populated at once), or
-/// copied into huge-page memory (falling back to the mapping when that memory cannot be had).
-pub(crate) fn map_file(
-    file: &std::fs::File,
-    pages: &BasePages,
-) -> Result<BaseBytes, SnapshotError> {
-    // SAFETY: the mapping is read-only; base files are written under a temporary name and
-    // renamed, never written in place, and the store's documented requirement is that the
-    // file is not truncated while it is in use (that would end the process with SIGBUS).
-    let map = unsafe { memmap2::MmapOptions::new().populate().map(file)? };
-    Ok(match pages {
-        BasePages::Mapped => BaseBytes::Mapped(map),
-        BasePages::HugeCopy => BaseBytes::huge_copy_of(&map).unwrap_or(BaseBytes::Mapped(map)),
-    })
 }
