@@ -282,8 +282,17 @@ impl Reader<'_> {
         }
         for &key in keys {
             let stream = &streams[stream_of(key)];
-            if let (true, Source::Ring { timeline, .. }) = (unread(stream), stream.source) {
-                prefetch(timeline.newest_cell_ptr(guard));
+            if unread(stream) {
+                match stream.source {
+                    Source::Ring { timeline, .. } => prefetch(timeline.newest_cell_ptr(guard)),
+                    // The line after a base run's first: its next records (a record is under
+                    // a line; the merge often takes two or three of a run).
+                    Source::Base { run, .. } => {
+                        if let Some(base) = self.base {
+                            prefetch(base.first_ptr(&run).wrapping_add(64));
+                        }
+                    }
+                }
             }
         }
         for &key in keys {
@@ -1281,7 +1290,7 @@ fn probe_authors<'g>(
             tables.authors.prefetch_bucket(hashed, epoch);
             if let Some(base) = base {
                 // The author's home line in the base's directory, read when it is ranked.
-                prefetch(base.file.home_ptr(author_id));
+                base.prefetch_home(author_id);
             }
             probes.push((author_id, hashed, None));
         }

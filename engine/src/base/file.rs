@@ -208,11 +208,17 @@ impl BaseFile {
         Line::decode(self.line_bytes(line))
     }
 
-    /// The address of `author_id`'s home line (for a prefetch).
+    /// `author_id`'s home line: where a lookup starts.
     #[inline]
-    pub(crate) fn home_ptr(&self, author_id: i64) -> *const u8 {
-        let home = directory_home(author_id, self.lines as u64) as usize;
-        self.line_bytes(home).as_ptr()
+    pub(crate) fn home(&self, author_id: i64) -> usize {
+        directory_home(author_id, self.lines as u64) as usize
+    }
+
+    /// The address of directory line `line` (for a prefetch).
+    #[inline]
+    pub(crate) fn line_ptr(&self, line: usize) -> *const u8 {
+        self.line_bytes(line.min(self.lines.saturating_sub(1)))
+            .as_ptr()
     }
 
     /// The line of `author_id`, if the base holds the author.

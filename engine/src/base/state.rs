@@ -93,6 +93,12 @@ impl BaseState {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The address of the word that holds line `line`'s dirty bit (for a prefetch).
+    #[inline]
+    pub(crate) fn dirty_ptr(&self, line: usize) -> *const u8 {
+        (&self.dirty[(line / 64).min(self.dirty.len() - 1)] as *const AtomicU64).cast()
+    }
+
     /// Whether line `line` or any of its records changed since the file was written.
     #[inline]
     pub(crate) fn is_dirty(&self, line: usize) -> bool {

@@ -139,6 +139,17 @@ impl Base {
 
     // Lookups.
 
+    /// Prefetches what a lookup of `author_id` reads first: its home line and the line after
+    /// it (at a directory's load of 3/4, four authors in five are found in one of the two),
+    /// and the word of the home line's dirty bit.
+    #[inline]
+    pub(crate) fn prefetch_home(&self, author_id: i64) {
+        let home = self.file.home(author_id);
+        crate::prefetch::prefetch(self.file.line_ptr(home));
+        crate::prefetch::prefetch(self.file.line_ptr(home + 1));
+        crate::prefetch::prefetch(self.state.dirty_ptr(home));
+    }
+
     /// The line of `author_id`, if the base holds the author.
     #[inline]
     pub(crate) fn line_of(&self, author_id: i64) -> Option<usize> {
