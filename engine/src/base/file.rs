@@ -7,6 +7,7 @@ use super::format::*;
 use crate::file_header::{SnapshotError, SnapshotHeader};
 
 /// How a base file's bytes are held while the store uses them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BasePages {
     /// A read-only shared mapping of the file: its pages are the kernel's page cache (4 KiB
     /// pages), shared with any other process that maps it, and nothing is copied at load.

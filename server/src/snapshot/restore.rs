@@ -29,8 +29,13 @@ pub fn restorer(args: &SnapshotArgs, store: Arc<PostStore>, topic: &str) -> Opti
             i64::try_from(secs).unwrap_or(i64::MAX)
         });
     let topic = topic.to_owned();
+    let pages = if args.snapshot_base_huge_pages {
+        BasePages::HugeCopy
+    } else {
+        BasePages::Mapped
+    };
     Some(Box::new(move |start: &TopicStart| {
-        restore(&dir, &store, &topic, max_age_secs, start)
+        restore(&dir, &store, &topic, max_age_secs, start, pages)
     }))
 }
 
@@ -40,6 +45,7 @@ fn restore(
     topic: &str,
     max_age_secs: i64,
     start: &TopicStart,
+    pages: BasePages,
 ) -> Option<Vec<PartitionOffset>> {
     let files = match list(dir) {
         Ok(files) => files,
@@ -84,7 +90,7 @@ fn restore(
             return None;
         }
         let loaded = if header.format_version == BASE_FORMAT_VERSION {
-            load_base(&path, store, age_secs)
+            load_base(&path, store, age_secs, pages)
         } else {
             load_snapshot(&path, store, age_secs)
         };
@@ -171,11 +177,12 @@ fn load_base(
     path: &Path,
     store: &Arc<PostStore>,
     age_secs: i64,
+    pages: BasePages,
 ) -> Result<Vec<PartitionOffset>, String> {
     let started = Instant::now();
     let file = File::open(path).map_err(|e| e.to_string())?;
     let report = store
-        .load_base_file(&file, threads(), BasePages::Mapped)
+        .load_base_file(&file, threads(), pages)
         .map_err(|e| e.to_string())?;
     let took = started.elapsed();
     record_load(took, report.posts);
@@ -188,6 +195,7 @@ fn load_base(
         waiting = report.waiting_loaded,
         facts = report.facts_loaded,
         bytes = report.bytes,
+        anonymous_bytes = report.anonymous_bytes,
         age_secs,
         took_secs = took.as_secs_f64(),
         map_secs = report.map_duration.as_secs_f64(),
@@ -284,6 +292,7 @@ mod tests {
     use super::*;
     use crate::kafka::PartitionWatermarks;
     use std::fs;
+    use thunder_engine::base::BaseInfo;
     use thunder_engine::snapshot::SnapshotMeta;
     use thunder_engine::{LightPost, ManualClock};
 
@@ -338,7 +347,8 @@ mod tests {
         assert!(listed[0].ends_with("snapshot-0000000002000.thsnap"));
 
         let target = store(&clock);
-        let offsets = restore(dir.path(), &target, "t", 1000, &topic(0)).expect("loaded");
+        let offsets =
+            restore(dir.path(), &target, "t", 1000, &topic(0), BasePages::Mapped).expect("loaded");
         assert_eq!(offsets[0].next_offset, 60);
         assert_eq!(target.stats().posts, 20);
 
@@ -349,7 +359,8 @@ mod tests {
         bytes[middle] ^= 0xff;
         fs::write(newest, bytes).expect("corrupt");
         let target = store(&clock);
-        let offsets = restore(dir.path(), &target, "t", 1000, &topic(0)).expect("loaded");
+        let offsets =
+            restore(dir.path(), &target, "t", 1000, &topic(0), BasePages::Mapped).expect("loaded");
         assert_eq!(offsets[0].next_offset, 40);
         assert_eq!(target.stats().posts, 10);
 
@@ -362,7 +373,14 @@ mod tests {
             clock.set(NOW + 1);
             let target = store(&clock);
             assert_eq!(
-                restore(dir.path(), &target, topic_name, max_age, &topic(low)),
+                restore(
+                    dir.path(),
+                    &target,
+                    topic_name,
+                    max_age,
+                    &topic(low),
+                    BasePages::Mapped
+                ),
                 None,
                 "{name}"
             );
@@ -396,12 +414,50 @@ mod tests {
         fs::write(&base, &bytes).expect("file");
 
         let target = store(&clock);
-        let offsets = restore(dir.path(), &target, "t", 1000, &topic(0)).expect("loaded");
+        let offsets =
+            restore(dir.path(), &target, "t", 1000, &topic(0), BasePages::Mapped).expect("loaded");
         assert_eq!(offsets[0].next_offset, 60);
         assert_eq!(check_dir(dir.path()), Vec::<String>::new());
         let info = target.base_info().expect("served from the base");
         assert_eq!((info.posts, info.stored_posts), (20, 20));
         assert_eq!(target.stats().posts, 20);
+        // --snapshot-base-huge-pages: the same base copied into huge-page memory (or mapped,
+        // without huge pages to be had) serves the same store.
+        let copied = store(&clock);
+        let offsets = restore(
+            dir.path(),
+            &copied,
+            "t",
+            1000,
+            &topic(0),
+            BasePages::HugeCopy,
+        )
+        .expect("loaded");
+        assert_eq!(offsets[0].next_offset, 60);
+        let (copied_info, mapped_info) = (copied.base_info().expect("a base"), info.clone());
+        assert!(
+            copied_info.anonymous_bytes >= copied_info.bytes,
+            "the file copied into anonymous memory: {copied_info:?}"
+        );
+        assert!(
+            mapped_info.anonymous_bytes < mapped_info.bytes,
+            "{mapped_info:?}"
+        );
+        assert_eq!(
+            BaseInfo {
+                anonymous_bytes: 0,
+                ..copied_info
+            },
+            BaseInfo {
+                anonymous_bytes: 0,
+                ..mapped_info
+            }
+        );
+        let same_but_memory = |store: &PostStore| thunder_engine::StoreStats {
+            base_anonymous_bytes: 0,
+            ..store.stats()
+        };
+        assert_eq!(same_but_memory(&copied), same_but_memory(&target));
 
         // Replaced (a new file renamed over it), never written in place: the store above
         // still maps it.
@@ -411,7 +467,8 @@ mod tests {
         fs::write(&damaged, &bytes).expect("corrupt");
         fs::rename(&damaged, &base).expect("replace");
         let target = store(&clock);
-        let offsets = restore(dir.path(), &target, "t", 1000, &topic(0)).expect("loaded");
+        let offsets =
+            restore(dir.path(), &target, "t", 1000, &topic(0), BasePages::Mapped).expect("loaded");
         assert_eq!(offsets[0].next_offset, 40);
         assert_eq!(target.base_info(), None, "the older snapshot is rebuilt");
         assert_eq!(target.stats().posts, 10);
@@ -458,14 +515,15 @@ mod tests {
         for other in [Some(ShardSpec { index: 1, count: 2 }), None] {
             let target = on_clock(other);
             assert_eq!(
-                restore(dir.path(), &target, "t", 1000, &topic(0)),
+                restore(dir.path(), &target, "t", 1000, &topic(0), BasePages::Mapped),
                 None,
                 "{other:?}"
             );
             assert_eq!(target.stats().posts, 0, "{other:?}");
         }
         let target = on_clock(Some(spec));
-        let offsets = restore(dir.path(), &target, "t", 1000, &topic(0)).expect("loaded");
+        let offsets =
+            restore(dir.path(), &target, "t", 1000, &topic(0), BasePages::Mapped).expect("loaded");
         assert_eq!(offsets[0].next_offset, 9);
         assert_eq!(target.stats().posts, source.stats().posts);
         assert!(target.stats().posts > 0 && target.stats().posts < 50);

@@ -322,6 +322,7 @@ mod tests {
             snapshot_interval_secs: 0,
             snapshot_max_mib_per_sec: 0,
             snapshot_max_age_secs: None,
+            snapshot_base_huge_pages: false,
         };
         let snapshots = Snapshots::new(&args, source, "t", offsets)
             .expect("dir")
