@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../fuzz"
 
 seconds="${THUNDER_FUZZ_SECONDS:-60}"
-targets="${THUNDER_FUZZ_TARGETS:-ingest_ordering ingest_ordering_threads kafka_payload grpc_request snapshot_load}"
+targets="${THUNDER_FUZZ_TARGETS:-ingest_ordering ingest_ordering_threads kafka_payload grpc_request snapshot_load base_load}"
 jobs="${THUNDER_FUZZ_JOBS:-1}"
 
 sanitizer=(-s none)

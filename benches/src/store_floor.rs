@@ -257,6 +257,72 @@ pub fn walks_side_by_side(
     out
 }
 
+/// One store's rounds of [`stores_side_by_side`].
+#[derive(Clone, Debug)]
+pub struct StoreRounds {
+    /// What the store is (`head`, `base (mapped)`, ...).
+    pub name: String,
+    /// One measurement per round, in round order.
+    pub rounds: Vec<StoreFloor>,
+}
+
+impl StoreRounds {
+    /// The median over the rounds of `figure`.
+    pub fn median_of(&self, figure: impl Fn(&StoreFloor) -> f64) -> f64 {
+        median(&self.rounds.iter().map(figure).collect::<Vec<_>>())
+    }
+
+    /// The figures as `compare`'s JSON line has them: medians over the rounds and every
+    /// round's ratio and CPU per post.
+    pub fn json(&self) -> Value {
+        json!({
+            "store": self.name,
+            "rounds": self.rounds.len(),
+            "query_ns_per_post_median": self.median_of(|r| r.query_ns_per_post),
+            "hot_query_ns_per_post_median": self.median_of(|r| r.hot_ns_per_post),
+            "independent_reads_ns_per_post_median": self.median_of(|r| r.independent_ns_per_post),
+            "query_over_independent_reads_median": self.median_of(StoreFloor::ratio),
+            "hot_over_independent_reads_median": self.median_of(|r| r.hot_ns_per_post / r.independent_ns_per_post.max(f64::MIN_POSITIVE)),
+            "query_cpu_p50_us_median": self.median_of(|r| r.query_us),
+            "query_ns_per_post_rounds": self.rounds.iter().map(|r| r.query_ns_per_post).collect::<Vec<_>>(),
+            "query_over_independent_reads_rounds": self.rounds.iter().map(StoreFloor::ratio).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Measures [`StoreFloor`] on each of `stores` (which hold the same posts: they give the same
+/// answers, so the same floor) over `viewers`, `rounds` times: in round `r` viewer `i` asks
+/// store `(i + r) % stores.len()`, so the stores alternate query by query and share the
+/// machine's moments, and each query finds the caches cold (the other viewers' queries and
+/// reads ran since). The floor's array is `floor_bytes` (the head store's arena).
+pub fn stores_side_by_side(
+    stores: &[(String, &PostStore)],
+    viewers: &[(&Viewer, &[i64])],
+    rounds: usize,
+    floor_bytes: usize,
+) -> Vec<StoreRounds> {
+    let floor = LineFloor::new(floor_bytes);
+    let mut out: Vec<StoreRounds> = stores
+        .iter()
+        .map(|(name, _)| StoreRounds {
+            name: name.clone(),
+            rounds: Vec::with_capacity(rounds),
+        })
+        .collect();
+    for round in 0..rounds {
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); stores.len()];
+        for (i, &viewer) in viewers.iter().enumerate() {
+            let s = (i + round) % stores.len();
+            let seed = (round * viewers.len() + i) as u64;
+            samples[s].extend(sample(stores[s].1, &floor, viewer, seed));
+        }
+        for (store, samples) in out.iter_mut().zip(&samples) {
+            store.rounds.push(StoreFloor::of(samples, &floor));
+        }
+    }
+    out
+}
+
 /// A walk's name on the command line and in the JSON: `distance`, or the group size.
 pub fn walk_name(walk: Walk) -> String {
     match walk {

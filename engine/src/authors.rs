@@ -153,17 +153,22 @@ impl Authors {
         }
     }
 
-    /// Inserts `entry` into `author`'s `kind` timeline, whose writer lock the caller holds:
-    /// the entry a cap eviction pushed out, whose record the caller releases.
+    /// Inserts `entry` into `author`'s `kind` timeline, whose writer lock the caller holds,
+    /// as a timeline of at most `cap` entries (at most the store's cap: less when the author's
+    /// base holds the rest): the entry a cap eviction pushed out, whose record the caller
+    /// releases.
     #[must_use]
     pub(crate) fn insert_entry(
         &self,
         author: &Author,
         kind: Kind,
         entry: TinyPost,
+        cap: usize,
         epoch: &Guard,
     ) -> Option<TinyPost> {
-        let evicted = author.timeline(kind).insert(entry, self.cap, epoch);
+        let evicted = author
+            .timeline(kind)
+            .insert(entry, cap.min(self.cap), epoch);
         if evicted.is_none() {
             self.entries[kind as usize].add(1);
         }

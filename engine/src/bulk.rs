@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use crate::arena::{CompactPost, IN_PRIMARY, IN_VIDEO, SlotId, slot_class_and_index};
 use crate::authors::Kind;
 use crate::guards::Guards;
+use crate::parallel::join_all;
 use crate::prefetch::prefetch;
 use crate::report::{DropReason, InsertReport};
 use crate::tables::StoreTables;
@@ -346,17 +347,6 @@ const SOURCE_LOOKAHEAD: usize = 32;
 const READ_AHEAD: usize = 16;
 /// Keys the build reads back at a time (a block's posts stay in the core's own caches).
 const BLOCK_KEYS: usize = 2048;
-
-/// The results of scoped threads, in order; a thread's panic goes on in the caller.
-pub(crate) fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, T>>) -> Vec<T> {
-    handles
-        .into_iter()
-        .map(|h| {
-            h.join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        })
-        .collect()
-}
 
 /// Builds the fresh store of `tables` from `posts` (all unexpired), `order` being their
 /// indices in ascending `created_at` (stable), on `threads` threads (see the module docs).

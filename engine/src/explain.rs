@@ -201,7 +201,7 @@ pub(crate) fn explain(
 
 /// What the store holds of `post_id` now.
 fn state_of(tables: &StoreTables, post_id: i64, g: &Guards<'_>) -> PostState {
-    if let Some(record) = tables.posts.lookup(post_id, &g.epoch) {
+    if let Some(record) = tables.lookup(post_id, &g.epoch) {
         let post = record.to_light();
         return PostState::Stored {
             expired: tables.retention.expired(record.created_at, g.now),
@@ -218,28 +218,38 @@ fn state_of(tables: &StoreTables, post_id: i64, g: &Guards<'_>) -> PostState {
     }
 }
 
-/// The timelines of `author_id` that hold `post_id`, and where.
+/// The timelines of `author_id` that hold `post_id`, and where: each timeline as one, its
+/// head and base entries together.
 fn places(tables: &StoreTables, author_id: i64, post_id: i64, epoch: &Guard) -> Vec<TimelinePlace> {
-    let Some(author) = tables.authors.find(author_id, epoch) else {
-        return Vec::new();
-    };
+    let author = tables.authors.find(author_id, epoch);
+    let line = tables.base_line(author_id);
     let mut places = Vec::new();
     for kind in Kind::ALL {
-        let Some(view) = author.timeline(kind).view(epoch) else {
-            continue;
-        };
-        let mut seq = view.head;
-        while seq > view.tail {
-            seq -= 1;
-            let Some(entry) = view.get(seq) else { break };
-            if entry.post_id == post_id {
-                places.push(TimelinePlace {
-                    timeline: TimelineKind::of(kind),
-                    position: (view.head - seq) as usize,
-                    len: view.len(),
-                });
-                break;
+        // Newest first, each tier; the two merged by key.
+        let mut keys: Vec<(u32, i64)> = Vec::new();
+        if let Some(view) = author.and_then(|a| a.timeline(kind).view(epoch)) {
+            let mut seq = view.head;
+            while seq > view.tail {
+                seq -= 1;
+                let Some(entry) = view.get(seq) else { break };
+                keys.push(entry.key());
             }
+        }
+        if let Some((base, at)) = line {
+            let (run, ..) = base.open_run(at, &base.file.line(at), kind as usize);
+            keys.extend(
+                (0..usize::from(run.end))
+                    .filter_map(|index| base.entry(&run, index))
+                    .map(|entry| (entry.created_at, entry.post_id)),
+            );
+        }
+        keys.sort_unstable_by(|a, b| b.cmp(a));
+        if let Some(position) = keys.iter().position(|&(_, id)| id == post_id) {
+            places.push(TimelinePlace {
+                timeline: TimelineKind::of(kind),
+                position: position + 1,
+                len: keys.len(),
+            });
         }
     }
     places

@@ -135,6 +135,13 @@ unsafe impl Zeroable for crate::sync::atomic::AtomicU64 {
     }
 }
 
+// SAFETY: a (non-loom) `AtomicU32` is a plain `u32` in memory; zero bytes are the value 0.
+unsafe impl Zeroable for crate::sync::atomic::AtomicU32 {
+    fn zero() -> Self {
+        Self::new(0)
+    }
+}
+
 /// A slice of zero values that lives on an anonymous mapping of its own, advised
 /// `MADV_HUGEPAGE`, once it is at least [`HUGE_BYTES`] long: random accesses across it then
 /// miss the TLB far less, its first touches map zero pages instead of the allocator's

@@ -39,6 +39,7 @@
 
 use crate::arena::CompactPost;
 use crate::authors::{Author, Kind};
+use crate::base::{Base, Embedded, Line, RunCursor};
 use crate::config::{MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEO_POSTS_PER_AUTHOR};
 use crate::feed_query::{FeedQuery, QueryOutcome};
 use crate::index::Hashed;
@@ -120,27 +121,73 @@ pub(crate) enum Ask {
     Videos,
 }
 
-/// One timeline being read newest first.
+/// Where a stream's entries come from.
+#[derive(Clone, Copy)]
+enum Source<'g> {
+    /// A head timeline. `view` is taken when the merge first reaches the stream; `seq` is the
+    /// sequence number of the stream's current entry.
+    Ring {
+        timeline: &'g Timeline,
+        view: Option<RingView<'g>>,
+        seq: u64,
+    },
+    /// A run of the base. `next` is the run's next entry to read, `read` whether the merge
+    /// reached the stream; the current entry's `slot` holds its record's granule.
+    Base {
+        run: RunCursor,
+        author_id: i64,
+        next: u16,
+        read: bool,
+    },
+}
+
+/// One timeline being read newest first: a head timeline or a base run. An author with both
+/// for one kind has a stream of each, and the two share the per-author limit and the scan
+/// window (`partner`), so that the merge reads them as the one timeline they are.
 struct Stream<'g> {
-    timeline: &'g Timeline,
-    /// Taken when the merge first reaches the stream; until then `current` is its rank: the
-    /// newest entry's `created_at` and `post_id` as the writer published them, or an upper
-    /// bound of them (its `slot` is meaningless).
-    view: Option<RingView<'g>>,
-    /// Sequence number of `current`.
-    seq: u64,
+    source: Source<'g>,
+    /// Until the stream is reached, its rank: the newest entry's `created_at` and `post_id`
+    /// as the writer published them (or the base's directory holds them), or an upper bound
+    /// of them (its `slot` is meaningless).
     current: TinyPost,
     kind: Kind,
     taken: u16,
     limit: u16,
     examined: u16,
+    /// The stream of the other tier for the same author and kind, or `NO_PARTNER`.
+    partner: u32,
+    /// Why the stream ended, not yet told to the observer (`end_stream`); or, for a stream
+    /// with a partner that has not ended, kept for the timeline's end.
+    ending: Option<End>,
+    /// A stream with a partner stops at the entries it skips too (excluded, seen, past the
+    /// upper bound): `current` is then one of them, and this what was decided of it, told to
+    /// the observer when the merge takes it. So the decisions about one timeline come in its
+    /// order even when two streams read it (had the partner filled the per-author limit with
+    /// newer entries, the skipped entry is past that limit, as one timeline would say).
+    skip: Option<Skip>,
     /// Materialized and found nothing readable at or below its rank.
     done: bool,
+}
+
+/// A stream's `partner` when it has none.
+const NO_PARTNER: u32 = u32::MAX;
+
+impl Stream<'_> {
+    /// Whether the merge has reached the stream (taken its view, or started its run).
+    #[inline]
+    fn reached(&self) -> bool {
+        match self.source {
+            Source::Ring { view, .. } => view.is_some(),
+            Source::Base { read, .. } => read,
+        }
+    }
 }
 
 /// Everything a stream needs to advance.
 struct Reader<'q> {
     tables: &'q StoreTables,
+    /// The store's base, if it has one.
+    base: Option<&'q Base>,
     exclude: &'q ScratchSet<'q>,
     seen: Option<&'q SeenFilter>,
     now: i64,
@@ -161,16 +208,31 @@ impl Reader<'_> {
         guard: &'g Guard,
         observer: &mut O,
     ) -> bool {
-        let Some(view) = s.timeline.view(guard) else {
-            observer.ended(index, StreamEnd::Exhausted);
-            return false;
-        };
+        match &mut s.source {
+            Source::Ring {
+                timeline,
+                view,
+                seq,
+            } => {
+                let Some(taken) = timeline.view(guard) else {
+                    s.ending = Some(End::Exhausted);
+                    return false;
+                };
+                *view = Some(taken);
+                *seq = taken.head;
+            }
+            Source::Base { read, .. } => *read = true,
+        }
         let hint = s.current.key();
-        s.view = Some(view);
-        s.seq = view.head;
         while self.advance(s, index, observer) {
             if s.current.key() <= hint {
                 return true;
+            }
+            // Above the rank (past the window's upper bound, or arrived since): decided now,
+            // before anything of the timeline can have been taken.
+            if let Some(skipped) = s.skip.take() {
+                let decision = skipped.decision(self.newest);
+                observer.decided(index, s.current.post_id, s.current.created_at, decision);
             }
         }
         false
@@ -186,7 +248,7 @@ impl Reader<'_> {
         guard: &'g Guard,
         observer: &mut O,
     ) -> bool {
-        if s.view.is_none() && !s.done {
+        if !s.reached() && !s.done {
             s.done = !self.materialize(s, index, guard, observer);
         }
         !s.done
@@ -203,22 +265,41 @@ impl Reader<'_> {
         guard: &'g Guard,
         observer: &mut O,
     ) {
-        let unread = |s: &Stream<'_>| s.view.is_none() && !s.done;
+        let unread = |s: &Stream<'_>| !s.reached() && !s.done;
         for &key in keys {
             let stream = &streams[stream_of(key)];
             if unread(stream) {
-                prefetch(stream.timeline.buffer_ptr(guard));
+                match stream.source {
+                    Source::Ring { timeline, .. } => prefetch(timeline.buffer_ptr(guard)),
+                    // A base run's first entry: its record (or its reference).
+                    Source::Base { run, .. } => {
+                        if let Some(base) = self.base {
+                            prefetch(base.first_ptr(&run));
+                        }
+                    }
+                }
             }
         }
         for &key in keys {
             let stream = &streams[stream_of(key)];
             if unread(stream) {
-                prefetch(stream.timeline.newest_cell_ptr(guard));
+                match stream.source {
+                    Source::Ring { timeline, .. } => prefetch(timeline.newest_cell_ptr(guard)),
+                    // The line after a base run's first: its next records (a record is under
+                    // a line; the merge often takes two or three of a run).
+                    Source::Base { run, .. } => {
+                        if let Some(base) = self.base {
+                            prefetch(base.first_ptr(&run).wrapping_add(64));
+                        }
+                    }
+                }
             }
         }
         for &key in keys {
             let index = stream_of(key);
-            self.reach(&mut streams[index], index, guard, observer);
+            if !self.reach(&mut streams[index], index, guard, observer) {
+                end_stream(streams, index, self.oldest, observer);
+            }
         }
     }
 
@@ -233,42 +314,224 @@ impl Reader<'_> {
         index: usize,
         observer: &mut O,
     ) -> bool {
-        let Some(view) = s.view else { return false };
-        while s.seq > view.tail {
-            s.seq -= 1;
-            // None: the writer evicted it meanwhile; everything older is gone too.
-            let Some(entry) = view.get(s.seq) else {
-                observer.ended(index, StreamEnd::Exhausted);
-                return false;
-            };
-            let created_at = i64::from(entry.created_at);
-            if self.tables.retention.expired(entry.created_at, self.now) {
-                observer.ended(index, StreamEnd::Expired);
-                return false;
-            }
-            if created_at < self.oldest {
-                let min_created_at = self.oldest;
-                observer.ended(index, StreamEnd::BeforeMinCreatedAt { min_created_at });
-                return false;
-            }
-            let skipped = if created_at > self.newest {
-                Decision::AfterUpperBound {
-                    upper_bound: self.newest,
-                }
-            } else if !self.exclude.is_empty() && self.exclude.contains(&entry.post_id) {
-                Decision::Excluded
-            } else if self.seen.is_some_and(|seen| seen.contains(entry.post_id)) {
-                Decision::Seen
-            } else {
-                self.tables.posts.prefetch_record(entry.slot);
-                s.current = entry;
-                return true;
-            };
-            observer.decided(index, entry.post_id, entry.created_at, skipped);
+        let partnered = s.partner != NO_PARTNER;
+        if partnered {
+            s.skip = None;
         }
-        observer.ended(index, StreamEnd::Exhausted);
+        match &mut s.source {
+            Source::Ring { view, seq, .. } => {
+                let Some(view) = *view else { return false };
+                while *seq > view.tail {
+                    *seq -= 1;
+                    // None: the writer evicted it meanwhile; everything older is gone too.
+                    let Some(entry) = view.get(*seq) else {
+                        s.ending = Some(End::Exhausted);
+                        return false;
+                    };
+                    match self.screen(entry.created_at, entry.post_id) {
+                        Screen::Read => {
+                            self.tables.posts.prefetch_record(entry.slot);
+                            s.current = entry;
+                            return true;
+                        }
+                        Screen::Skip(skipped) if partnered => {
+                            // Decided in the merge's order (see `Stream::skip`).
+                            s.current = entry;
+                            s.skip = Skip::of(skipped);
+                            return true;
+                        }
+                        Screen::Skip(skipped) => {
+                            observer.decided(index, entry.post_id, entry.created_at, skipped)
+                        }
+                        Screen::End(end) => {
+                            s.ending = Some(End::of(end));
+                            return false;
+                        }
+                    }
+                }
+            }
+            Source::Base { run, next, .. } => {
+                // Base streams are only opened over a base.
+                let Some(base) = self.base else { return false };
+                while *next < run.end {
+                    let at = usize::from(*next);
+                    *next += 1;
+                    // A gone entry (deleted, evicted, trimmed) is not in the timeline.
+                    let Some(entry) = base.entry(run, at) else {
+                        continue;
+                    };
+                    match self.screen(entry.created_at, entry.post_id) {
+                        Screen::Read => {
+                            s.current = TinyPost {
+                                post_id: entry.post_id,
+                                created_at: entry.created_at,
+                                // The granule: a base's references are `u32`.
+                                slot: entry.granule as u32,
+                            };
+                            return true;
+                        }
+                        Screen::Skip(skipped) if partnered => {
+                            s.current = TinyPost {
+                                post_id: entry.post_id,
+                                created_at: entry.created_at,
+                                slot: entry.granule as u32,
+                            };
+                            s.skip = Skip::of(skipped);
+                            return true;
+                        }
+                        Screen::Skip(skipped) => {
+                            observer.decided(index, entry.post_id, entry.created_at, skipped)
+                        }
+                        Screen::End(end) => {
+                            s.ending = Some(End::of(end));
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+        s.ending = Some(End::Exhausted);
         false
     }
+
+    /// What a stream does with an entry created at `created_at`: read it, skip it, or end
+    /// (an entry past retention or the window's lower bound: everything older is too).
+    #[inline(always)]
+    fn screen(&self, created_at: u32, post_id: i64) -> Screen {
+        if self.tables.retention.expired(created_at, self.now) {
+            return Screen::End(StreamEnd::Expired);
+        }
+        let created = i64::from(created_at);
+        if created < self.oldest {
+            return Screen::End(StreamEnd::BeforeMinCreatedAt {
+                min_created_at: self.oldest,
+            });
+        }
+        if created > self.newest {
+            Screen::Skip(Decision::AfterUpperBound {
+                upper_bound: self.newest,
+            })
+        } else if !self.exclude.is_empty() && self.exclude.contains(&post_id) {
+            Screen::Skip(Decision::Excluded)
+        } else if self.seen.is_some_and(|seen| seen.contains(post_id)) {
+            Screen::Skip(Decision::Seen)
+        } else {
+            Screen::Read
+        }
+    }
+}
+
+/// Tells `observer` why stream `index` ended (its `ending`, once). A stream with a partner
+/// reads part of a timeline: its end is kept until the partner's, and the timeline's end is
+/// then the one that covers more of it (a per-author limit or the scan window, then the
+/// window's lower bound, then retention, then running out of entries: an entry before the
+/// lower bound and not expired is newer than any expired one).
+#[inline]
+fn end_stream<O: QueryObserver>(
+    streams: &mut [Stream<'_>],
+    index: usize,
+    oldest: i64,
+    observer: &mut O,
+) {
+    let Some(end) = streams[index].ending.take() else {
+        return;
+    };
+    let limit = usize::from(streams[index].limit);
+    let partner = streams[index].partner;
+    if partner == NO_PARTNER {
+        observer.ended(index, end.why(limit, oldest));
+        return;
+    }
+    // A partner's `ending` is set only between its end and its partner's: it ended first.
+    let Some(first) = streams[partner as usize].ending.take() else {
+        streams[index].ending = Some(end);
+        return;
+    };
+    let covers = |end: End| match end {
+        End::Limit | End::ScanWindow => 3,
+        End::BeforeMinCreatedAt => 2,
+        End::Expired => 1,
+        End::Exhausted => 0,
+    };
+    let timeline_end = if covers(first) > covers(end) {
+        first
+    } else {
+        end
+    };
+    observer.ended(index, timeline_end.why(limit, oldest));
+}
+
+/// Why a stream ended, in a byte (a stream of every ranked timeline is in the query's
+/// scratch): [`StreamEnd`] without the figures, which the stream and the query hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    Limit,
+    ScanWindow,
+    Expired,
+    BeforeMinCreatedAt,
+    Exhausted,
+}
+
+impl End {
+    fn of(end: StreamEnd) -> Self {
+        match end {
+            StreamEnd::Limit { .. } => End::Limit,
+            StreamEnd::ScanWindow => End::ScanWindow,
+            StreamEnd::Expired => End::Expired,
+            StreamEnd::BeforeMinCreatedAt { .. } => End::BeforeMinCreatedAt,
+            StreamEnd::Exhausted => End::Exhausted,
+        }
+    }
+
+    /// The end with its figures: the stream's `limit`, the query's lower bound `oldest`.
+    fn why(self, limit: usize, oldest: i64) -> StreamEnd {
+        match self {
+            End::Limit => StreamEnd::Limit { limit },
+            End::ScanWindow => StreamEnd::ScanWindow,
+            End::Expired => StreamEnd::Expired,
+            End::BeforeMinCreatedAt => StreamEnd::BeforeMinCreatedAt {
+                min_created_at: oldest,
+            },
+            End::Exhausted => StreamEnd::Exhausted,
+        }
+    }
+}
+
+/// What a stream skipped an entry for, in a byte (see `Stream::skip`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    AfterUpperBound,
+    Excluded,
+    Seen,
+}
+
+impl Skip {
+    fn of(decision: Decision) -> Option<Self> {
+        match decision {
+            Decision::AfterUpperBound { .. } => Some(Skip::AfterUpperBound),
+            Decision::Excluded => Some(Skip::Excluded),
+            Decision::Seen => Some(Skip::Seen),
+            _ => None,
+        }
+    }
+
+    /// The decision with its figures: the query's upper bound `newest`.
+    fn decision(self, newest: i64) -> Decision {
+        match self {
+            Skip::AfterUpperBound => Decision::AfterUpperBound {
+                upper_bound: newest,
+            },
+            Skip::Excluded => Decision::Excluded,
+            Skip::Seen => Decision::Seen,
+        }
+    }
+}
+
+/// What [`Reader::screen`] says of an entry.
+enum Screen {
+    Read,
+    Skip(Decision),
+    End(StreamEnd),
 }
 
 /// A merge heap key: the stream's current entry in the answer order (`created_at`, then
@@ -612,22 +875,30 @@ fn work_ahead<'g, O: QueryObserver>(
 ) {
     while let Some(key) = queue.next_ahead(MATERIALIZE_AHEAD) {
         let index = stream_of(key);
-        reader.reach(&mut streams[index], index, guard, observer);
+        if !reader.reach(&mut streams[index], index, guard, observer) {
+            end_stream(streams, index, reader.oldest, observer);
+        }
     }
+    // The ring of an unread head stream at `depth` places behind the top (a base stream's
+    // first record is prefetched when it is staged or reached).
     let unread = |depth: usize| {
         queue
             .ranked_behind(depth)
             .map(|key| &streams[stream_of(key)])
-            .filter(|stream| stream.view.is_none())
+            .filter(|stream| !stream.reached())
+            .and_then(|stream| match stream.source {
+                Source::Ring { timeline, .. } => Some(timeline),
+                Source::Base { .. } => None,
+            })
     };
-    if let Some(stream) = unread(MATERIALIZE_AHEAD + CELL_AHEAD) {
-        prefetch(stream.timeline.newest_cell_ptr(guard));
+    if let Some(timeline) = unread(MATERIALIZE_AHEAD + CELL_AHEAD) {
+        prefetch(timeline.newest_cell_ptr(guard));
     }
-    if let Some(stream) = unread(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD) {
-        prefetch(stream.timeline.buffer_ptr(guard));
+    if let Some(timeline) = unread(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD) {
+        prefetch(timeline.buffer_ptr(guard));
     }
-    if let Some(stream) = unread(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD + RECORD_AHEAD) {
-        prefetch((stream.timeline as *const Timeline).cast());
+    if let Some(timeline) = unread(MATERIALIZE_AHEAD + CELL_AHEAD + PREFETCH_AHEAD + RECORD_AHEAD) {
+        prefetch((timeline as *const Timeline).cast());
     }
 }
 
@@ -704,6 +975,7 @@ fn query_in<O: QueryObserver>(
     };
     let reader = Reader {
         tables,
+        base: tables.base(),
         exclude: &exclude,
         seen: query.seen,
         now: g.now,
@@ -743,52 +1015,37 @@ struct Streams<'g, 'b> {
     keys: BumpVec<'b, u128>,
 }
 
+/// What ranking reads of a timeline without touching its entries: its length and its newest
+/// entry's key (for a head timeline as its writer published it; for a base run as its
+/// directory line holds it, an upper bound once entries are gone).
+#[derive(Clone, Copy)]
+struct Newest {
+    len: usize,
+    created_at: u32,
+    post_id: i64,
+}
+
 impl<'g> Streams<'g, '_> {
-    /// Opens a stream on `author_id`'s (`author`) timeline of `kind`, read up to `limit`
-    /// posts, unless none of it can be read. The timeline's length: the query's `eligible`
-    /// counts it either way.
+    /// Opens a stream on `source` (a timeline of `author_id` of `kind`, whose length and
+    /// newest entry are `newest`), read up to `limit` posts: its index.
     #[allow(clippy::too_many_arguments)]
-    fn open<O: QueryObserver>(
+    fn push<O: QueryObserver>(
         &mut self,
         reader: &Reader<'_>,
         author_id: i64,
-        author: &'g Author,
+        source: Source<'g>,
+        newest: Newest,
         kind: Kind,
         limit: usize,
-        max_results: usize,
         observer: &mut O,
     ) -> usize {
-        let timeline = author.timeline(kind);
-        let summary = timeline.summary();
-        let newest = summary.newest_created_at;
-        if summary.len == 0 {
-            return 0;
-        }
-        let unread = if limit == 0 {
-            Some(StreamEnd::Limit { limit })
-        } else if reader.tables.retention.expired(newest, reader.now) {
-            Some(StreamEnd::Expired)
-        } else if i64::from(newest) < reader.oldest {
-            Some(StreamEnd::BeforeMinCreatedAt {
-                min_created_at: reader.oldest,
-            })
-        } else {
-            None
-        };
-        if let Some(why) = unread {
-            observer.unread(author_id, kind, why);
-            return summary.len as usize;
-        }
-        if max_results == 0 && !O::RANKS_PAST_THE_ANSWER {
-            return summary.len as usize;
-        }
-        // Ranked by the newest entry the writer published, or, past the window's upper bound,
-        // above every entry of that second: materializing finds the entry at or below it.
+        // Ranked by the newest entry, or, past the window's upper bound, above every entry of
+        // that second: materializing finds the entry at or below it.
         let bound = u32::try_from(reader.newest.max(0)).unwrap_or(u32::MAX);
-        let rank = if newest <= bound {
+        let rank = if newest.created_at <= bound {
             TinyPost {
-                post_id: summary.newest_post_id,
-                created_at: newest,
+                post_id: newest.post_id,
+                created_at: newest.created_at,
                 slot: 0,
             }
         } else {
@@ -802,17 +1059,140 @@ impl<'g> Streams<'g, '_> {
         observer.opened(index, author_id, kind);
         self.keys.push(heap_key(rank, index));
         self.streams.push(Stream {
-            timeline,
-            view: None,
-            seq: 0,
+            source,
             current: rank,
             kind,
             taken: 0,
             limit: limit as u16,
             examined: 0,
+            partner: NO_PARTNER,
+            ending: None,
+            skip: None,
             done: false,
         });
-        summary.len as usize
+        index
+    }
+
+    /// Whether `author_id`'s timeline of `kind`, whose newest entry was created at `newest`,
+    /// is read up to `limit` posts; if not, the observer is told why.
+    #[inline(always)]
+    fn readable<O: QueryObserver>(
+        &self,
+        reader: &Reader<'_>,
+        author_id: i64,
+        newest: u32,
+        kind: Kind,
+        limit: usize,
+        observer: &mut O,
+    ) -> bool {
+        let unread = if limit == 0 {
+            StreamEnd::Limit { limit }
+        } else if reader.tables.retention.expired(newest, reader.now) {
+            StreamEnd::Expired
+        } else if i64::from(newest) < reader.oldest {
+            StreamEnd::BeforeMinCreatedAt {
+                min_created_at: reader.oldest,
+            }
+        } else {
+            return true;
+        };
+        observer.unread(author_id, kind, unread);
+        false
+    }
+
+    /// Opens the streams of `author_id`'s timeline of `kind`, read up to `limit` posts: one
+    /// on its head timeline (`author`), one on its base run (line `line` of the base),
+    /// partners when both hold entries; none when the timeline's newest entry (of either
+    /// tier) says nothing of it can be read. The timeline's length (both tiers): the query's
+    /// `eligible` counts it either way.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn open<O: QueryObserver>(
+        &mut self,
+        reader: &Reader<'_>,
+        author_id: i64,
+        author: Option<&'g Author>,
+        line: Option<(&Base, usize, &Line)>,
+        kind: Kind,
+        limit: usize,
+        max_results: usize,
+        observer: &mut O,
+    ) -> usize {
+        let Some((base, at, line)) = line else {
+            // The head alone (every author of a store without a base).
+            let Some(author) = author else { return 0 };
+            let timeline = author.timeline(kind);
+            let summary = timeline.summary();
+            let newest = Newest {
+                len: summary.len as usize,
+                created_at: summary.newest_created_at,
+                post_id: summary.newest_post_id,
+            };
+            if newest.len == 0
+                || !self.readable(reader, author_id, newest.created_at, kind, limit, observer)
+                || (max_results == 0 && !O::RANKS_PAST_THE_ANSWER)
+            {
+                return newest.len;
+            }
+            let source = Source::Ring {
+                timeline,
+                view: None,
+                seq: 0,
+            };
+            self.push(reader, author_id, source, newest, kind, limit, observer);
+            return newest.len;
+        };
+        let line = Some((base, at, line));
+        let head = author.map(|author| {
+            let timeline = author.timeline(kind);
+            let summary = timeline.summary();
+            let source = Source::Ring {
+                timeline,
+                view: None,
+                seq: 0,
+            };
+            let newest = Newest {
+                len: summary.len as usize,
+                created_at: summary.newest_created_at,
+                post_id: summary.newest_post_id,
+            };
+            (source, newest)
+        });
+        let base = line.map(|(base, at, line)| {
+            let (run, live, (created_at, post_id)) = base.open_run(at, line, kind as usize);
+            let source = Source::Base {
+                run,
+                author_id,
+                next: 0,
+                read: false,
+            };
+            let newest = Newest {
+                len: live,
+                created_at,
+                post_id,
+            };
+            (source, newest)
+        });
+        let tiers = [head, base];
+        let held = || tiers.iter().flatten().filter(|(_, newest)| newest.len > 0);
+        let len = held().map(|(_, newest)| newest.len).sum();
+        let Some(newest) = held().map(|&(_, newest)| newest.created_at).max() else {
+            return 0;
+        };
+        if !self.readable(reader, author_id, newest, kind, limit, observer)
+            || (max_results == 0 && !O::RANKS_PAST_THE_ANSWER)
+        {
+            return len;
+        }
+        let mut opened = [None; 2];
+        for (slot, &(source, newest)) in opened.iter_mut().zip(held()) {
+            *slot = Some(self.push(reader, author_id, source, newest, kind, limit, observer));
+        }
+        if let [Some(first), Some(second)] = opened {
+            self.streams[first].partner = second as u32;
+            self.streams[second].partner = first as u32;
+        }
+        len
     }
 }
 
@@ -846,18 +1226,31 @@ fn rank_timelines<'g, 'b, O: QueryObserver>(
             outcome.timed_out = true;
             break;
         }
-        probe_authors(tables, batch, ask, followed, &mut probes, epoch);
+        probe_authors(
+            tables,
+            reader.base,
+            batch,
+            ask,
+            followed,
+            &mut probes,
+            epoch,
+        );
         for &(author_id, hashed, candidate) in probes.iter() {
-            let Some(author) =
-                candidate.and_then(|c| tables.authors.verified(author_id, hashed, c, epoch))
-            else {
+            let author =
+                candidate.and_then(|c| tables.authors.verified(author_id, hashed, c, epoch));
+            let line = reader.base.and_then(|base| {
+                let at = base.line_of(author_id)?;
+                Some((base, at, base.file.line(at)))
+            });
+            if author.is_none() && line.is_none() {
                 continue;
-            };
+            }
             for &(kind, limit) in limits {
                 outcome.eligible += ranked.open(
                     reader,
                     author_id,
                     author,
+                    line.as_ref().map(|(base, at, line)| (*base, *at, line)),
                     kind,
                     limit,
                     query.max_results,
@@ -881,6 +1274,7 @@ type Probe<'g> = (i64, Hashed, Option<&'g Author>);
 #[inline(always)]
 fn probe_authors<'g>(
     tables: &'g StoreTables,
+    base: Option<&Base>,
     authors: &[i64],
     ask: Ask,
     followed: &mut ScratchSet<'_>,
@@ -894,6 +1288,10 @@ fn probe_authors<'g>(
         if followed.insert(author_id) && !tables.directory.is_foreign(author_id) {
             let hashed = tables.authors.hash(author_id);
             tables.authors.prefetch_bucket(hashed, epoch);
+            if let Some(base) = base {
+                // The author's home line in the base's directory, read when it is ranked.
+                base.prefetch_home(author_id);
+            }
             probes.push((author_id, hashed, None));
         }
     }
@@ -965,6 +1363,7 @@ fn merge<'g, O: QueryObserver>(
         }
         let stream = &mut streams[index];
         if !reader.reach(stream, index, epoch, observer) {
+            end_stream(&mut streams, index, reader.oldest, observer);
             queue.pop();
             continue;
         }
@@ -976,10 +1375,38 @@ fn merge<'g, O: QueryObserver>(
             queue.replace(key);
             continue;
         }
-        rules.take(stream, index, &mut answer, observer);
-        if rules.go_on(stream, index, observer) {
+        // An author read from both tiers: the other tier's stream has counted toward the same
+        // per-author limit and scan window.
+        let shared = match stream.partner {
+            NO_PARTNER => (0, 0),
+            partner => {
+                let partner = &streams[partner as usize];
+                let shared = (partner.taken, partner.examined);
+                let stream = &mut streams[index];
+                if let Some(end) = rules.end_of(stream, shared) {
+                    // The partner filled the limit or the scan window.
+                    stream.ending = Some(End::of(end));
+                    end_stream(&mut streams, index, reader.oldest, observer);
+                    queue.pop();
+                    continue;
+                }
+                shared
+            }
+        };
+        let stream = &mut streams[index];
+        match stream.skip {
+            Some(skipped) => observer.decided(
+                index,
+                stream.current.post_id,
+                stream.current.created_at,
+                skipped.decision(reader.newest),
+            ),
+            None => rules.take(stream, index, &mut answer, observer),
+        }
+        if rules.go_on(stream, shared, index, observer) {
             queue.replace(heap_key(stream.current, index));
         } else {
+            end_stream(&mut streams, index, reader.oldest, observer);
             queue.pop();
         }
     }
@@ -1047,32 +1474,36 @@ impl Rules<'_, '_> {
         observer: &mut O,
     ) {
         let tables = self.reader.tables;
-        let now = self.reader.now;
         let entry = stream.current;
-        let decision = match tables.posts.read(entry.slot, entry.post_id) {
+        // A head record (none if deleted or evicted meanwhile), or a base record with what it
+        // embeds of its parent and source (a base record does not go away under a reader: a
+        // gone one was passed over).
+        let (read, parent, source) = match stream.source {
+            Source::Ring { .. } => (tables.posts.read(entry.slot, entry.post_id), None, None),
+            Source::Base { author_id, .. } => match self.reader.base {
+                Some(base) => {
+                    let record = base.read(author_id, u64::from(entry.slot));
+                    (Some(record.post), record.parent, record.source)
+                }
+                None => (None, None, None),
+            },
+        };
+        let decision = match read {
             None => Decision::Gone,
-            Some(record)
+            Some(post)
                 if stream.kind == Kind::Videos
-                    && !record.has_video
-                    && !repost_source_is_video(tables, &record, self.epoch, now) =>
+                    && !post.has_video
+                    && !self.source_is_video(&post, source) =>
             {
                 Decision::NotAVideoNow
             }
-            Some(record) => {
+            Some(post) => {
                 stream.examined += 1;
-                match visible(
-                    tables,
-                    &record,
-                    stream.kind,
-                    self.viewer_id,
-                    self.followed,
-                    self.epoch,
-                    now,
-                ) {
+                match self.visible(&post, parent, stream.kind) {
                     Err(rejection) => Decision::Rejected(rejection),
                     Ok(()) => {
                         stream.taken += 1;
-                        answer.offer::<O>(&record, entry)
+                        answer.offer::<O>(&post, entry)
                     }
                 }
             }
@@ -1080,74 +1511,134 @@ impl Rules<'_, '_> {
         observer.decided(index, entry.post_id, entry.created_at, decision);
     }
 
+    /// Why `stream` (whose partner took `shared`: posts taken, entries examined) reads no
+    /// further, if it does not: its per-author limit or its scan window is used up.
+    #[inline(always)]
+    fn end_of(&self, stream: &Stream<'_>, shared: (u16, u16)) -> Option<StreamEnd> {
+        if stream.taken + shared.0 >= stream.limit {
+            Some(StreamEnd::Limit {
+                limit: usize::from(stream.limit),
+            })
+        } else if usize::from(stream.examined + shared.1) >= MAX_TINY_POSTS_PER_USER_SCAN {
+            Some(StreamEnd::ScanWindow)
+        } else {
+            None
+        }
+    }
+
     /// Whether stream `index` goes on after its current entry: while under its per-author
-    /// limit and scan window, to its next readable entry. When not, its end is reported.
+    /// limit and scan window (which its partner's `shared` counts share), to its next
+    /// readable entry. When not, its end is reported.
     #[inline(always)]
     fn go_on<O: QueryObserver>(
         &self,
         stream: &mut Stream<'_>,
+        shared: (u16, u16),
         index: usize,
         observer: &mut O,
     ) -> bool {
-        let end = if stream.taken >= stream.limit {
-            StreamEnd::Limit {
-                limit: usize::from(stream.limit),
+        match self.end_of(stream, shared) {
+            Some(end) => {
+                stream.ending = Some(End::of(end));
+                false
             }
-        } else if usize::from(stream.examined) >= MAX_TINY_POSTS_PER_USER_SCAN {
-            StreamEnd::ScanWindow
-        } else {
-            return self.reader.advance(stream, index, observer);
+            None => self.reader.advance(stream, index, observer),
+        }
+    }
+
+    /// What `record` embeds of post `id` (its parent or source), if that still holds: the
+    /// post was stored in the base when the record was written, and has not been noted as
+    /// changed since (deleted, evicted, stored again). Else the rules look the post up.
+    #[inline(always)]
+    fn trusted(&self, id: i64, embedded: Option<Embedded>) -> Option<Embedded> {
+        let embedded = embedded?;
+        self.reader.base?.embedded_holds(id).then_some(embedded)
+    }
+
+    /// For a videos-timeline entry without its own video (a repost that joined through its
+    /// source): true while the source is stored, not expired, `has_video` and not a reply.
+    /// When false the entry is treated as absent: skipped, and not counted toward the scan
+    /// window, so a replica that holds it answers like one that never indexed it.
+    #[inline]
+    fn source_is_video(&self, repost: &CompactPost, source: Option<Embedded>) -> bool {
+        let (tables, now) = (self.reader.tables, self.reader.now);
+        if !repost.is_retweet || repost.source_post_id == 0 {
+            return false;
+        }
+        match self.trusted(repost.source_post_id, source) {
+            Some(source) => source.flag && !tables.retention.expired(source.created_at, now),
+            None => tables.source_is_video(repost.source_post_id, self.epoch, now),
+        }
+    }
+
+    /// The self-repost filter and, for the secondary timeline, the reply rule: `Err` names
+    /// the one that drops `post` (whose record embeds `parent`, if from a base).
+    // Always: see `Merge::top`.
+    #[inline(always)]
+    fn visible(
+        &self,
+        post: &CompactPost,
+        parent: Option<Embedded>,
+        kind: Kind,
+    ) -> Result<(), Rejection> {
+        if post.is_retweet && post.source_user_id != 0 && post.source_user_id == self.viewer_id {
+            return Err(Rejection::ViewerOwnRepost);
+        }
+        if kind != Kind::Secondary || post.in_reply_to_post_id == 0 {
+            return Ok(());
+        }
+        let parent = match self.trusted(post.in_reply_to_post_id, parent) {
+            Some(embedded) => Some(ParentFacts {
+                created_at: embedded.created_at,
+                original: embedded.flag,
+                continues: embedded.continues,
+            }),
+            None => self
+                .reader
+                .tables
+                .fact(post.in_reply_to_post_id, self.epoch)
+                .map(|fact| ParentFacts {
+                    created_at: fact.created_at,
+                    original: fact.is_original(),
+                    continues: post.conversation_id != 0
+                        && fact.in_reply_to_post_id == post.conversation_id,
+                }),
         };
-        observer.ended(index, end);
-        false
+        reply_rule(post, parent, self.followed, self.reader)
     }
 }
 
-/// For a videos-timeline entry without its own video (a repost that joined through its
-/// source): true while the source is stored, not expired, `has_video` and not a reply.
-/// When false the entry is treated as absent: skipped, and not counted toward the scan
-/// window, so a replica that holds it answers like one that never indexed it.
-#[inline]
-fn repost_source_is_video(
-    tables: &StoreTables,
-    repost: &CompactPost,
-    epoch: &Guard,
-    now: i64,
-) -> bool {
-    repost.is_retweet
-        && repost.source_post_id != 0
-        && tables.source_is_video(repost.source_post_id, epoch, now)
+/// What the reply rule reads of a reply's parent.
+struct ParentFacts {
+    created_at: u32,
+    original: bool,
+    /// The parent's `in_reply_to_post_id` is the reply's (non-zero) `conversation_id`.
+    continues: bool,
 }
 
-/// The self-repost filter and, for the secondary timeline, the reply rule: `Err` names the
-/// one that drops `post`.
-// Always: see `Merge::top`.
+/// The reply rule for `post` (in the secondary timeline, with a parent id), whose parent, if
+/// stored, has the facts `parent`: `Err` names the part that drops it.
 #[inline(always)]
-fn visible(
-    tables: &StoreTables,
+fn reply_rule(
     post: &CompactPost,
-    kind: Kind,
-    viewer_id: i64,
+    parent: Option<ParentFacts>,
     followed: &ScratchSet<'_>,
-    epoch: &Guard,
-    now: i64,
+    reader: &Reader<'_>,
 ) -> Result<(), Rejection> {
-    if post.is_retweet && post.source_user_id != 0 && post.source_user_id == viewer_id {
-        return Err(Rejection::ViewerOwnRepost);
-    }
-    if kind != Kind::Secondary || post.in_reply_to_post_id == 0 {
-        return Ok(());
-    }
-    let Some(parent) = tables.fact(post.in_reply_to_post_id, epoch) else {
+    let Some(parent) = parent else {
         return Err(Rejection::Reply(ReplyRuleMiss::ParentMissing));
     };
-    if tables.retention.expired(parent.created_at, now) {
+    if reader
+        .tables
+        .retention
+        .expired(parent.created_at, reader.now)
+    {
         return Err(Rejection::Reply(ReplyRuleMiss::ParentExpired));
     }
-    if parent.is_original() {
+    if parent.original {
         return Ok(());
     }
-    if post.conversation_id == 0 || parent.in_reply_to_post_id != post.conversation_id {
+    if !parent.continues {
         return Err(Rejection::Reply(ReplyRuleMiss::ConversationMismatch));
     }
     if post.in_reply_to_user_id == 0 || !followed.contains(&post.in_reply_to_user_id) {

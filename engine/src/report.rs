@@ -167,6 +167,14 @@ pub struct StoreStats {
     pub timeline_bytes: usize,
     /// Bytes of the post and author indexes: their tables and the author records.
     pub index_bytes: usize,
+    /// Of `posts`, those the base stores (0 without a base). A post of the base that joined
+    /// a videos timeline in the head after the base was written is counted in both tiers.
+    pub base_posts: usize,
+    /// Bytes of the base file (0 without a base): mapped pages are the page cache's.
+    pub base_bytes: usize,
+    /// Bytes of memory the base holds besides a mapping of its file: a copy of the file in
+    /// huge pages, and at most its state (touched pages only).
+    pub base_anonymous_bytes: usize,
 }
 
 /// Sizes of a shard's fact directory.

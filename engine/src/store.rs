@@ -9,6 +9,8 @@
 //!
 //! Any number of threads may call any method at once (see the crate docs, Consistency).
 
+use crate::base::{BaseInfo, BasePages};
+use crate::base_io::{self, BaseLoadReport, BaseSummary};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DEFAULT_RETENTION_SECS, MAX_POSTING_LIST_SIZE, TRIM_FRACTION};
 use crate::explain::{self, Explanation};
@@ -218,6 +220,65 @@ impl PostStore {
         out: impl Write,
     ) -> Result<SnapshotSummary, SnapshotError> {
         snapshot::write_snapshot(&self.tables, meta, out)
+    }
+
+    /// Writes this store as a base file (snapshot format version 3, see the `base` module
+    /// docs) to `out` while it keeps serving: the head and the base under it merged per
+    /// author, streamed author by author. As for [`write_snapshot`](Self::write_snapshot),
+    /// `meta.offsets` must have been taken before this call, and the caller does the
+    /// buffering, `fsync` and renaming. Besides one author's timelines at a time it holds the
+    /// file's directory (about 85 bytes per author), its post index (about 11 bytes per post)
+    /// and its videos references until the end.
+    pub fn write_base(
+        &self,
+        meta: &SnapshotMeta,
+        out: impl Write,
+    ) -> Result<BaseSummary, SnapshotError> {
+        base_io::write_base(&self.tables, meta, out)
+    }
+
+    /// Loads the base file `file` under this store, which must be fresh: the file is mapped
+    /// (or copied, as `pages` says) and used where it lies, its tombstones, waiting reposts and
+    /// facts restored into the store. Checks every checksum and the file's structure first
+    /// (on `threads` threads): on any error nothing is loaded. The records themselves are
+    /// checked by [`check_base`](Self::check_base), which a caller runs beside the serving
+    /// store (it reads the whole file) or before it serves.
+    ///
+    /// The file must not change while the store uses it (until the store is dropped): a base
+    /// file is written under a temporary name and renamed, never written in place, and a file
+    /// truncated meanwhile would end the process (`SIGBUS`).
+    pub fn load_base_file(
+        &self,
+        file: &std::fs::File,
+        threads: usize,
+        pages: BasePages,
+    ) -> Result<BaseLoadReport, SnapshotError> {
+        base_io::load_file(&self.tables, file, threads, pages)
+    }
+
+    /// [`load_base_file`](Self::load_base_file) of a base file held in memory (copied).
+    pub fn load_base_bytes(
+        &self,
+        bytes: &[u8],
+        threads: usize,
+    ) -> Result<BaseLoadReport, SnapshotError> {
+        base_io::load_bytes(&self.tables, bytes, threads)
+    }
+
+    /// Checks every record of the loaded base, on `threads` threads: each record and run,
+    /// the post index, and the facts records embed of their parent or source (those it
+    /// cannot confirm are looked up from then on). An error means the file cannot be trusted:
+    /// its checksums held, so it was made so on purpose. Nothing to check without a base.
+    pub fn check_base(&self, threads: usize) -> Result<(), SnapshotError> {
+        match self.tables.base() {
+            Some(base) => base.check_records(threads),
+            None => Ok(()),
+        }
+    }
+
+    /// What the loaded base holds; `None` without one.
+    pub fn base_info(&self) -> Option<BaseInfo> {
+        self.tables.base().map(crate::base::Base::info)
     }
 
     /// Loads a snapshot into this store, which should be empty, on `threads` threads (at least

@@ -6,7 +6,9 @@
 //! - [`Authors`] (`authors.rs`): the authors and their three timelines, with the entry counts;
 //! - [`Tombstones`] (`tombstones.rs`): the tombstones and the filter in front of them;
 //! - [`WaitingReposts`] (`waiting.rs`): the reposts that wait for their source;
-//! - [`FactDirectory`] (`directory.rs`): on an author shard, the facts of other authors' posts.
+//! - [`FactDirectory`] (`directory.rs`): on an author shard, the facts of other authors' posts;
+//! - [`Base`] (`base/`): once loaded, the base under the head: an immutable file of every
+//!   author's timelines as they stood when it was written, and what changed since.
 //!
 //! The write path (`write.rs`), the read path (`query.rs`), the bulk build (`bulk.rs`) and the
 //! snapshot wing talk to the owners they need through the fields. What spans two tables, in
@@ -14,15 +16,19 @@
 //! - **publish, then check**: an insert publishes `post_id -> slot`, then re-checks the
 //!   tombstones ([`publish_checked`](StoreTables::publish_checked));
 //! - **tombstone, then remove**: a delete writes the tombstone, then removes `post_id -> slot`
-//!   or, on a shard, the fact ([`tombstone_and_remove`](StoreTables::tombstone_and_remove));
+//!   and the base's record, or, on a shard, the fact
+//!   ([`tombstone_and_remove`](StoreTables::tombstone_and_remove));
 //! - **wait, then look; store, then take**: a repost without its source waits, then looks the
 //!   source up ([`wait_for_source`](StoreTables::wait_for_source)); a video source, once
 //!   stored, takes the reposts that wait for it ([`take_waiting`](StoreTables::take_waiting));
 //! - **entry out, then record released**: an entry that leaves a timeline (a cap eviction, an
 //!   expiry) releases its record ([`index`](StoreTables::index),
-//!   [`expire_entries`](StoreTables::expire_entries));
-//! - **a record, else its fact**: the reply and videos rules read a post stored here or, on a
-//!   shard, its fact ([`fact`](StoreTables::fact), [`source_is_video`](StoreTables::source_is_video)),
+//!   [`expire_entries`](StoreTables::expire_entries),
+//!   [`expire_base_entries`](StoreTables::expire_base_entries)); an author's timeline is its
+//!   head entries and its base entries together, and the cap counts both;
+//! - **the head, else the base, else a fact**: the reply and videos rules read a post stored
+//!   here (in the head, else in the base: [`lookup`](StoreTables::lookup)) or, on a shard, its
+//!   fact ([`fact`](StoreTables::fact), [`source_is_video`](StoreTables::source_is_video)),
 //!   and a fact is kept by the tombstone rule of a record ([`insert_fact`](StoreTables::insert_fact),
 //!   [`restore_facts`](StoreTables::restore_facts)).
 //!
@@ -40,8 +46,9 @@
 //! Writers serialise per author only (the author's mutex guards its three timelines) and,
 //! briefly, per index stripe.
 
-use crate::arena::{CompactPost, SlotId};
+use crate::arena::{CompactPost, IN_VIDEO, SlotId};
 use crate::authors::{Author, Authors, Kind};
+use crate::base::Base;
 use crate::clock::Clock;
 use crate::directory::{Fact, FactDirectory, FactRecord};
 use crate::guards::{Guards, SmallMaps};
@@ -54,7 +61,15 @@ use crate::timeline::TinyPost;
 use crate::tombstones::Tombstones;
 use crate::waiting::{PendingRepost, WaitingReposts};
 use crossbeam_epoch::Guard;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+/// A post a delete removed: its record, and whether the head held it (its head timeline
+/// entries are then the caller's to remove).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Removed {
+    pub(crate) record: CompactPost,
+    pub(crate) from_head: bool,
+}
 
 /// The store's tables (see the module docs).
 #[derive(Debug)]
@@ -68,6 +83,8 @@ pub(crate) struct StoreTables {
     pub(crate) waiting: WaitingReposts,
     /// On an author shard: the facts of other authors' posts; empty on a full store.
     pub(crate) directory: FactDirectory,
+    /// The base under the head, once one is loaded (into a fresh store, at most once).
+    pub(crate) base: OnceLock<Base>,
 }
 
 impl StoreTables {
@@ -88,6 +105,7 @@ impl StoreTables {
             tombstones: Tombstones::new(&maps, retention),
             waiting: WaitingReposts::new(&maps, retention),
             directory: FactDirectory::unsharded(),
+            base: OnceLock::new(),
         }
     }
 
@@ -108,6 +126,34 @@ impl StoreTables {
     /// Pins every table's reclaimer for one call, at the clock's time.
     pub(crate) fn guards(&self) -> Guards<'_> {
         Guards::pin(self.clock.now_secs(), self.tombstones.map())
+    }
+
+    /// Restores the tombstones of a snapshot being loaded, `entries` as `(post_id, basis)`
+    /// through `decode`, into a map made large enough first, on up to `threads` threads: how
+    /// many were live (the expired ones are skipped). Before the records, as for
+    /// [`Tombstones::restore`].
+    pub(crate) fn restore_tombstones<T: Sync>(
+        &self,
+        entries: &[T],
+        decode: impl Fn(&T) -> (i64, i64) + Sync,
+        threads: usize,
+    ) -> u64 {
+        /// Fewer tombstones than this a thread are restored on fewer threads.
+        const MIN_PER_THREAD: usize = 16 * 1024;
+        self.tombstones.reserve(entries.len(), &self.guards());
+        let per_thread = entries.len().div_ceil(threads.max(1)).max(MIN_PER_THREAD);
+        crate::parallel::on_each(entries.chunks(per_thread), |chunk| {
+            let g = self.guards();
+            chunk
+                .iter()
+                .map(|entry| {
+                    let (post_id, basis) = decode(entry);
+                    u64::from(self.tombstones.restore(post_id, basis, &g))
+                })
+                .sum::<u64>()
+        })
+        .into_iter()
+        .sum()
     }
 
     /// Publishes `record` ([`Posts::publish`]), then checks the tombstones again (after the
@@ -138,23 +184,35 @@ impl StoreTables {
 
     /// Tombstones `post_id` with `basis` (keeping a later basis it has), then removes its
     /// stored record (after the fence that pairs with
-    /// [`publish_checked`](Self::publish_checked)), or on a shard its fact, and raises the
-    /// basis to the removed post's `created_at`. The removed record, when this call freed it
-    /// (its slot then pushed to `retired`); its timeline entries are the caller's to remove.
+    /// [`publish_checked`](Self::publish_checked)) from the head and from the base, or on a
+    /// shard its fact, and raises the basis to the removed post's `created_at`. The removed
+    /// post, when this call removed it; its head timeline entries (`Removed::from_head`) are
+    /// the caller's to remove, its base entries are gone already.
     pub(crate) fn tombstone_and_remove(
         &self,
         post_id: i64,
         basis: i64,
         g: &Guards<'_>,
         retired: &mut Vec<SlotId>,
-    ) -> Option<CompactPost> {
+    ) -> Option<Removed> {
         self.tombstones.write(post_id, basis, g);
         // Pairs with the fence in `publish_checked` (store-load: tombstone, then check).
         fence(Ordering::SeqCst);
-        let record = match self.posts.remove(post_id, &g.epoch, retired) {
-            Removal::Freed(record) => record,
-            Removal::FreedElsewhere => return None,
-            Removal::NotStored => {
+        let head = self.posts.remove(post_id, &g.epoch, retired);
+        // A post can be in both tiers: a repost of the base that joined its videos timeline
+        // in the head after the base was written (`write.rs`, promotions).
+        let in_base = self.base().and_then(|base| base.delete(post_id));
+        let removed = match (head, in_base) {
+            (Removal::Freed(record), _) => Removed {
+                record,
+                from_head: true,
+            },
+            (_, Some(record)) => Removed {
+                record,
+                from_head: false,
+            },
+            (Removal::FreedElsewhere, None) => return None,
+            (Removal::NotStored, None) => {
                 // On a shard: the fact of another author's post, raised to as a record is.
                 if let Some(created_at) = self.directory.remove(post_id) {
                     self.tombstones.raise(post_id, i64::from(created_at), g);
@@ -163,8 +221,8 @@ impl StoreTables {
             }
         };
         self.tombstones
-            .raise(post_id, i64::from(record.created_at), g);
-        Some(record)
+            .raise(post_id, i64::from(removed.record.created_at), g);
+        Some(removed)
     }
 
     /// Remembers `repost` as waiting for `source`, then (after the fence that pairs with
@@ -195,7 +253,8 @@ impl StoreTables {
     }
 
     /// Inserts `entry` into `author`'s `kind` timeline, whose writer lock the caller holds; a
-    /// cap eviction releases the evicted entry's record.
+    /// cap eviction releases the evicted entry's record. With a base, the cap counts the
+    /// author's base entries of that kind too, and evicts the oldest entry of either tier.
     pub(crate) fn index(
         &self,
         author: &Author,
@@ -204,14 +263,53 @@ impl StoreTables {
         epoch: &Guard,
         retired: &mut Vec<SlotId>,
     ) {
-        if let Some(evicted) = self.authors.insert_entry(author, kind, entry, epoch) {
+        let cap = self.authors.cap();
+        let mut head_cap = cap;
+        if let Some(base) = self.base()
+            && let Some(at) = base.line_of(author.author_id())
+        {
+            let in_base = base.live_len(at, kind as usize);
+            let in_head = author.timeline(kind).len(epoch);
+            head_cap = cap.saturating_sub(in_base);
+            if in_base > 0 && in_head + in_base >= cap {
+                // Full: the oldest entry of the whole timeline leaves, from either tier, or
+                // the new entry itself when it is older than all of them.
+                let base_oldest = base.oldest_live(at, kind as usize);
+                let head_oldest = author.timeline(kind).oldest(epoch).map(|e| e.key());
+                let older = |a: Option<(u32, i64)>, b: Option<(u32, i64)>| match (a, b) {
+                    (Some(a), Some(b)) => a < b,
+                    (a, _) => a.is_some(),
+                };
+                if older(base_oldest, head_oldest) && older(base_oldest, Some(entry.key())) {
+                    let mut once = true;
+                    base.cut_oldest(
+                        at,
+                        kind as usize,
+                        |_| std::mem::take(&mut once),
+                        |post_id| self.posts.lookup(post_id, epoch).is_some(),
+                    );
+                    head_cap += 1;
+                } else if older(Some(entry.key()), head_oldest) {
+                    // The new entry is the oldest: it leaves at once.
+                    self.posts
+                        .release(entry.post_id, entry.slot, kind.holder(), epoch, retired);
+                    return;
+                }
+            }
+        }
+        if let Some(evicted) =
+            self.authors
+                .insert_entry(author, kind, entry, head_cap.max(1), epoch)
+        {
             self.posts
                 .release(evicted.post_id, evicted.slot, kind.holder(), epoch, retired);
         }
     }
 
     /// Removes the expired entries at `now` from `author`'s `kind` timeline, whose writer lock
-    /// the caller holds, and releases their records: `(entries removed, records freed)`.
+    /// the caller holds, and releases their records: `(entries removed, records freed)`. A
+    /// record the base still stores (a repost of the base that joined its videos timeline in
+    /// the head) is not freed by losing its head entry.
     pub(crate) fn expire_entries(
         &self,
         author: &Author,
@@ -232,9 +330,56 @@ impl StoreTables {
             .filter(|e| {
                 self.posts
                     .release(e.post_id, e.slot, kind.holder(), epoch, retired)
+                    && !(kind.holder() == IN_VIDEO
+                        && self.base().is_some_and(|b| b.stored(e.post_id).is_some()))
             })
             .count();
         (popped.len(), freed)
+    }
+
+    /// Removes the expired entries at `now` of the base runs of the authors of trim shard
+    /// `shard`: `(entries removed, records freed)`. A record the head still holds (a copy in
+    /// its videos timeline) is not freed by losing its base entries.
+    pub(crate) fn expire_base_entries(
+        &self,
+        shard: i64,
+        now: i64,
+        epoch: &Guard,
+    ) -> (usize, usize) {
+        let Some(base) = self.base() else {
+            return (0, 0);
+        };
+        let retention = self.retention;
+        let (mut entries, mut freed) = (0, 0);
+        base.for_each_author_in(shard, |at| {
+            for kind in Kind::ALL {
+                let (cut, gone) = base.cut_oldest(
+                    at,
+                    kind as usize,
+                    |(created_at, _)| retention.expired(created_at, now),
+                    |post_id| self.posts.lookup(post_id, epoch).is_some(),
+                );
+                entries += cut;
+                freed += gone;
+            }
+        });
+        (entries, freed)
+    }
+
+    /// The base and `author_id`'s line in it, if the base holds the author.
+    #[inline]
+    pub(crate) fn base_line(&self, author_id: i64) -> Option<(&Base, usize)> {
+        let base = self.base()?;
+        Some((base, base.line_of(author_id)?))
+    }
+
+    /// Whether `author_id` still has entries in a base run.
+    pub(crate) fn in_base(&self, author_id: i64) -> bool {
+        self.base_line(author_id).is_some_and(|(base, at)| {
+            Kind::ALL
+                .iter()
+                .any(|&kind| base.live_len(at, kind as usize) > 0)
+        })
     }
 
     /// Records the facts of `post`, of an author this shard does not own (its time checks
@@ -259,11 +404,26 @@ impl StoreTables {
         )
     }
 
-    /// The facts of `post_id`: from its stored record, or from the directory on a shard that
-    /// does not own its author.
+    /// The base under the head, if one is loaded.
+    #[inline]
+    pub(crate) fn base(&self) -> Option<&Base> {
+        self.base.get()
+    }
+
+    /// `post_id`'s stored record: the head's, else the base's (a post in both tiers is the
+    /// same record).
+    #[inline]
+    pub(crate) fn lookup(&self, post_id: i64, epoch: &Guard) -> Option<CompactPost> {
+        self.posts
+            .lookup(post_id, epoch)
+            .or_else(|| Some(self.base()?.stored(post_id)?.1.post))
+    }
+
+    /// The facts of `post_id`: from its stored record (head, else base), or from the
+    /// directory on a shard that does not own its author.
     #[inline]
     pub(crate) fn fact(&self, post_id: i64, epoch: &Guard) -> Option<Fact> {
-        match self.posts.lookup(post_id, epoch) {
+        match self.lookup(post_id, epoch) {
             Some(record) => Some(Fact::of_record(&record)),
             None => self.directory.get(post_id),
         }
@@ -273,7 +433,7 @@ impl StoreTables {
     /// wherever it is stored.
     #[inline]
     pub(crate) fn source_is_video(&self, source_post_id: i64, epoch: &Guard, now: i64) -> bool {
-        match self.posts.lookup(source_post_id, epoch) {
+        match self.lookup(source_post_id, epoch) {
             Some(source) => self.retention.is_video_source(&source, now),
             None => self.directory.get(source_post_id).is_some_and(|f| {
                 f.has_video_source_shape() && !self.retention.expired(f.created_at, now)
@@ -289,6 +449,7 @@ impl StoreTables {
             && self.tombstones.is_empty()
             && self.waiting.is_empty()
             && self.directory.stats().is_none_or(|d| d.facts == 0)
+            && self.base().is_none()
     }
 
     /// Current sizes (see [`StoreStats`]).
@@ -298,6 +459,9 @@ impl StoreTables {
         self.posts.add_stats(&mut stats, &epoch);
         self.authors.add_stats(&mut stats, &epoch);
         stats.tombstones = self.tombstones.len();
+        if let Some(base) = self.base() {
+            base.add_stats(&mut stats);
+        }
         stats
     }
 
@@ -312,6 +476,9 @@ impl StoreTables {
         stats.secondary_entries = entries[Kind::Secondary as usize];
         stats.video_entries = entries[Kind::Videos as usize];
         stats.tombstones = self.tombstones.recount();
+        if let Some(base) = self.base() {
+            base.add_recount(&mut stats);
+        }
         stats
     }
 }
@@ -529,5 +696,40 @@ mod loom_tests {
             assert_eq!(answer(&store, 20, false), [repost]);
             check_consistent_and_empty_after_expiry(&store, &clock);
         });
+    }
+}
+
+#[cfg(all(test, not(thunder_loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    /// A load's tombstones restored on several threads: the live ones all there with their
+    /// basis, the expired ones skipped and counted out, as one thread restores them.
+    #[test]
+    fn tombstones_restored_on_several_threads_are_those_one_thread_restores() {
+        const NOW: i64 = 1_700_000_000;
+        const RETENTION: i64 = 1000;
+        let tables = StoreTables::new(RETENTION, 100, Arc::new(ManualClock::new(NOW)));
+        // Every third one expired; enough for four threads of at least 16k each.
+        let entries: Vec<(i64, i64)> = (0..70_000i64)
+            .map(|id| {
+                let age = if id % 3 == 0 { RETENTION + 5 } else { id % 500 };
+                (id * 7 + 1, NOW - age)
+            })
+            .collect();
+        let live = tables.restore_tombstones(&entries, |&e| e, 4);
+        assert_eq!(
+            live,
+            entries
+                .iter()
+                .filter(|(id, _)| (id - 1) / 7 % 3 != 0)
+                .count() as u64
+        );
+        let g = tables.guards();
+        for &(post_id, basis) in &entries {
+            let want = ((post_id - 1) / 7 % 3 != 0).then_some(basis);
+            assert_eq!(tables.tombstones.live(post_id, &g), want, "{post_id}");
+        }
     }
 }

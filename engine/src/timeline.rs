@@ -536,10 +536,16 @@ impl Timeline {
     }
 
     /// The number of entries (writer side; readers use a view).
-    #[cfg(test)]
-    #[cfg_attr(thunder_loom, allow(dead_code))]
     pub fn len(&self, guard: &Guard) -> usize {
         self.view(guard).map_or(0, |s| s.len())
+    }
+
+    /// The oldest entry (writer side: the author's writer holds its lock).
+    pub fn oldest(&self, guard: &Guard) -> Option<TinyPost> {
+        let view = self.view(guard)?;
+        (view.head > view.tail)
+            .then(|| view.get(view.tail))
+            .flatten()
     }
 
     /// Bytes of buffer this timeline holds: its cells, header and crossbeam's length word

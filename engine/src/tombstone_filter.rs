@@ -62,24 +62,25 @@ fn filter_bits(post_id: i64) -> (usize, u64) {
     (word, mask)
 }
 
-/// One filter's words: 2 MiB, one huge page of its own. Every insert reads a random word of
+/// One filter's words: 2 MiB, one huge page of its own (also the base's filter of changed
+/// posts, `base/state.rs`, which is never renewed). Every insert reads a random word of
 /// it, and on 4 KiB pages the first delete into each page the reads had mapped as the shared
 /// zero page took a copy-on-write fault and a TLB shootdown on every other core (1.8% of two
 /// writers' samples at scale 10).
-struct Words(ZeroedSlice<AtomicU64>);
+pub(crate) struct Words(ZeroedSlice<AtomicU64>);
 
 impl Words {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(ZeroedSlice::new(1usize << WORDS_LOG2))
     }
 
-    fn set(&self, post_id: i64) {
+    pub(crate) fn set(&self, post_id: i64) {
         let (word, bits) = filter_bits(post_id);
         // Relaxed: what orders it is the fences around it (module docs).
         self.0[word].fetch_or(bits, Relaxed);
     }
 
-    fn holds(&self, post_id: i64) -> bool {
+    pub(crate) fn holds(&self, post_id: i64) -> bool {
         let (word, bits) = filter_bits(post_id);
         self.0[word].load(Relaxed) & bits == bits
     }

@@ -100,6 +100,12 @@ impl Tombstones {
         true
     }
 
+    /// Makes room for `additional` more tombstones at once (a load restores many), so the
+    /// map does not grow step by step.
+    pub(crate) fn reserve(&self, additional: usize, g: &Guards<'_>) {
+        self.map.reserve(additional, &g.maps);
+    }
+
     /// Every tombstone not expired at `now` as `(post_id, basis_secs)` (for snapshots).
     pub(crate) fn live_at(&self, now: i64) -> Vec<(i64, i64)> {
         let map = self.map.pin();

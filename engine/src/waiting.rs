@@ -67,6 +67,14 @@ impl WaitingReposts {
         );
     }
 
+    /// Every repost waiting, as `(source, repost)` (for base files).
+    pub(crate) fn all(&self) -> Vec<(i64, PendingRepost)> {
+        let map = self.map.pin();
+        map.iter()
+            .flat_map(|(&source, reposts)| reposts.iter().map(move |&r| (source, r)))
+            .collect()
+    }
+
     /// True if no repost waits.
     pub(crate) fn is_empty(&self) -> bool {
         self.map.is_empty()

@@ -206,6 +206,17 @@ fn insert_one(
     if tables.tombstones.drops_create(post_id, post.created_at, g) {
         return Err(DropReason::Tombstoned);
     }
+    // A post the base stores is a duplicate; one it held and no longer stores (evicted,
+    // trimmed) may be stored again, in the head, and what records embed of it no longer
+    // holds. A delete racing this create writes its tombstone before it takes the post out
+    // of the base: the check after publishing below sees it.
+    if let Some(base) = tables.base() {
+        match base.find(post_id) {
+            Some(true) => return Err(DropReason::Duplicate),
+            Some(false) => base.note_changed(post_id),
+            None => {}
+        }
+    }
     // No separate duplicate probe: publishing finds duplicates (a rare case that then costs
     // an unshared slot round trip) while the common new post pays one probe.
     let record = CompactPost::from_light(post);
@@ -215,7 +226,7 @@ fn insert_one(
         if record.has_video {
             video = true;
         } else if record.is_retweet && record.source_post_id != 0 {
-            match tables.posts.lookup(record.source_post_id, &g.epoch) {
+            match tables.lookup(record.source_post_id, &g.epoch) {
                 Some(source) => video = tables.retention.is_video_source(&source, g.now),
                 // A shard cannot see every source: the query-time videos rule decides.
                 None if tables.directory.is_shard() => video = true,
@@ -267,7 +278,9 @@ fn insert_one(
 }
 
 /// Adds a remembered repost of `source` to its author's videos timeline (once), if that
-/// very repost is still stored and not expired.
+/// very repost is still stored and not expired. A repost the base stores joins the head's
+/// videos timeline as a copy of its record held by that timeline alone (the base's runs do
+/// not change); lookups find the copy first, a delete removes both.
 fn promote_to_video(
     tables: &StoreTables,
     source: i64,
@@ -275,22 +288,36 @@ fn promote_to_video(
     g: &Guards<'_>,
     retired: &mut Vec<SlotId>,
 ) {
+    let in_base = tables
+        .base()
+        .is_some_and(|b| b.find(repost.post_id) == Some(true));
     tables
         .authors
-        .with_author(repost.author_id, false, &g.epoch, |author| {
-            let Some((slot, record)) = tables.posts.lookup_with_slot(repost.post_id, &g.epoch)
-            else {
-                return;
+        .with_author(repost.author_id, in_base, &g.epoch, |author| {
+            let (slot, record) = match tables.posts.lookup_with_slot(repost.post_id, &g.epoch) {
+                Some(found) => found,
+                None => {
+                    let Some((_, stored)) = tables.base().and_then(|b| b.stored(repost.post_id))
+                    else {
+                        return;
+                    };
+                    let copy = stored.post;
+                    if !is_same_unexpired_repost(tables, &copy, source, repost, g.now) {
+                        return;
+                    }
+                    let Ok(slot) = tables.publish_checked(&copy, IN_VIDEO, g, retired) else {
+                        return;
+                    };
+                    let entry = TinyPost {
+                        post_id: repost.post_id,
+                        created_at: copy.created_at,
+                        slot,
+                    };
+                    tables.index(author, Kind::Videos, entry, &g.epoch, retired);
+                    return;
+                }
             };
-            let same_repost = record.author_id == repost.author_id
-                && record.source_post_id == source
-                && record.created_at == repost.created_at;
-            if !same_repost
-                || record.is_reply
-                || !record.is_retweet
-                || record.has_video
-                || tables.retention.expired(record.created_at, g.now)
-            {
+            if !is_same_unexpired_repost(tables, &record, source, repost, g.now) {
                 return;
             }
             if tables.posts.hold_video(slot, repost.post_id) {
@@ -302,6 +329,24 @@ fn promote_to_video(
                 tables.index(author, Kind::Videos, entry, &g.epoch, retired);
             }
         });
+}
+
+/// Whether `record` is still the repost of `source` that waited (same author, source and
+/// `created_at`), a non-reply repost without its own video, not expired at `now`.
+fn is_same_unexpired_repost(
+    tables: &StoreTables,
+    record: &CompactPost,
+    source: i64,
+    repost: PendingRepost,
+    now: i64,
+) -> bool {
+    record.author_id == repost.author_id
+        && record.source_post_id == source
+        && record.created_at == repost.created_at
+        && !record.is_reply
+        && record.is_retweet
+        && !record.has_video
+        && !tables.retention.expired(record.created_at, now)
 }
 
 /// The basis a delete event gives its tombstone at `now` (before the removed record's
@@ -326,10 +371,14 @@ pub(crate) fn mark_as_deleted(tables: &StoreTables, events: &[DeleteEvent]) -> D
         let post_id = event.post_id;
         let basis = delete_basis(tables.retention.secs(), event.deleted_at, g.now);
         report.tombstoned += 1;
-        let Some(record) = tables.tombstone_and_remove(post_id, basis, &g, &mut retired) else {
+        let Some(removed) = tables.tombstone_and_remove(post_id, basis, &g, &mut retired) else {
             continue;
         };
         report.removed += 1;
+        if !removed.from_head {
+            continue;
+        }
+        let record = removed.record;
         let authors = &tables.authors;
         authors.with_author(record.author_id, false, &g.epoch, |author| {
             for kind in [Kind::primary_of(&record), Kind::Videos] {
@@ -349,6 +398,10 @@ pub(crate) fn trim(tables: &StoreTables, shard: usize) -> TrimReport {
     let shard = (shard % TRIM_FRACTION) as i64;
     let mut retired = Vec::new();
     let in_shard = |author: &Author| author.author_id().rem_euclid(TRIM_FRACTION as i64) == shard;
+    // The base's expired entries first, so that the authors' emptiness below counts them.
+    let (entries, freed) = tables.expire_base_entries(shard, now, &g.epoch);
+    report.entries_removed += entries;
+    report.posts_freed += freed;
     tables.authors.for_each(|author| {
         // Filter before locking (unused records keep a stale id; the lock re-checks).
         if !in_shard(author) {
@@ -365,12 +418,30 @@ pub(crate) fn trim(tables: &StoreTables, shard: usize) -> TrimReport {
             report.posts_freed += freed;
             empty &= author.timeline(kind).shrink(&g.epoch);
         }
-        if empty {
+        // An author with entries left in the base stays.
+        if empty && !tables.in_base(author.author_id()) {
             *removed = true;
             tables.authors.drop_author(author, &g.epoch);
             report.authors_dropped += 1;
+            if let Some((base, at)) = tables.base_line(author.author_id()) {
+                base.drop_author(at);
+            }
         }
     });
+    // The base's authors with nothing left in either tier leave the store too (once); those
+    // with a head record were decided above.
+    if let Some(base) = tables.base() {
+        base.for_each_author_in(shard, |at| {
+            let author_id = base.file.line(at).author_id;
+            if !base.author_dropped(at)
+                && !tables.in_base(author_id)
+                && tables.authors.find(author_id, &g.epoch).is_none()
+                && base.drop_author(at)
+            {
+                report.authors_dropped += 1;
+            }
+        });
+    }
     report.tombstones_expired = tables.tombstones.expire(&g);
     let retention = tables.retention;
     tables.directory.trim(shard as usize, |created_at| {

@@ -287,6 +287,28 @@ fn shuffled(store: &impl Store, events: &[PostEvent], seed: u64) {
     }
 }
 
+/// [`shuffled`], the store written as a base file at a random batch and replaced by a fresh
+/// store loaded from it, which takes the rest: what a replica restarted from its base does.
+fn shuffled_through_a_base(events: &[PostEvent], seed: u64) -> PostStore {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let batches = shuffled_batches(&partitions(events), &mut rng);
+    let split = rng.random_range(0..=batches.len());
+    let before = PostStore::with_config(config());
+    for batch in &batches[..split] {
+        apply_batch(&before, batch, &mut rng);
+    }
+    let mut bytes = Vec::new();
+    before
+        .write_base(&Default::default(), &mut bytes)
+        .expect("a base is written");
+    let after = PostStore::with_config(config());
+    after.load_base_bytes(&bytes, 2).expect("a base loads");
+    for batch in &batches[split..] {
+        apply_batch(&after, batch, &mut rng);
+    }
+    after
+}
+
 /// Two threads, each owning half the partitions, apply them concurrently.
 fn two_threads(events: &[PostEvent], seed: u64) -> PostStore {
     let store = PostStore::with_config(config());
@@ -382,6 +404,13 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
             &answers(&store, &queries),
         )?;
     }
+    let rebased = shuffled_through_a_base(&case.events, case.seeds[1]);
+    agree(
+        "engine through a base",
+        &queries,
+        &expected,
+        &answers(&rebased, &queries),
+    )?;
     let threaded = two_threads(&case.events, case.seeds[0]);
     agree(
         "engine, two threads",

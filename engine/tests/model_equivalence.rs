@@ -568,26 +568,57 @@ fn ids(posts: &[LightPost]) -> Vec<(i64, i64)> {
     posts.iter().map(|p| (p.post_id, p.created_at)).collect()
 }
 
-fn run(setup: &Setup, ops: &[Op]) -> Result<(), TestCaseError> {
+/// Runs `ops` on both stores. At step `split` (if any) the engine is written as a base file
+/// and replaced by a fresh engine that loads it: the ops before are in its base, those after
+/// go to its head, and the model, fed them all, must still agree.
+fn run(setup: &Setup, ops: &[Op], split: Option<usize>) -> Result<(), TestCaseError> {
     let mut pair = Pair::new(setup);
     for (step, op) in ops.iter().enumerate() {
+        if split == Some(step) {
+            pair.rebase(setup);
+        }
         pair.apply(step, op)?;
     }
     Ok(())
+}
+
+impl Pair {
+    /// Replaces the engine by a fresh one on the same clock that loads the engine's base file,
+    /// checked whole.
+    fn rebase(&mut self, setup: &Setup) {
+        let mut bytes = Vec::new();
+        self.engine
+            .write_base(
+                &thunder_engine::snapshot::SnapshotMeta::default(),
+                &mut bytes,
+            )
+            .expect("a base is written");
+        let loaded = PostStore::with_config(StoreConfig {
+            retention_secs: setup.retention_secs,
+            max_posting_list_size: setup.max_posting_list_size,
+            clock: self.clock.clone(),
+        });
+        loaded.load_base_bytes(&bytes, 2).expect("a base loads");
+        loaded.check_base(2).expect("a written base checks");
+        self.engine = loaded;
+    }
 }
 
 proptest! {
     #![proptest_config(proptest_config(256))]
 
     /// Small timelines and a short retention: caps, expiry, tombstones and trims all happen.
+    ///
+    /// Half the cases split the events between a base and a head at a random step.
     #[test]
     fn engine_matches_model(
         (setup, ops) in setup().prop_flat_map(|s| {
             let retention_secs = s.retention_secs;
             (Just(s), prop::collection::vec(op(retention_secs), 1..=60))
-        })
+        }),
+        split in prop::option::of(0..60usize),
     ) {
-        run(&setup, &ops)?;
+        run(&setup, &ops, split)?;
     }
 }
 
@@ -744,7 +775,11 @@ fn bulk_op() -> impl Strategy<Value = BulkOp> {
     ]
 }
 
-fn run_bulk(max_posting_list_size: usize, ops: &[BulkOp]) -> Result<(), TestCaseError> {
+fn run_bulk(
+    max_posting_list_size: usize,
+    ops: &[BulkOp],
+    split: Option<usize>,
+) -> Result<(), TestCaseError> {
     let setup = Setup {
         retention_secs: 1500,
         max_posting_list_size,
@@ -802,6 +837,9 @@ fn run_bulk(max_posting_list_size: usize, ops: &[BulkOp]) -> Result<(), TestCase
                 WindowSpec::default(),
             ),
         };
+        if split == Some(step) {
+            pair.rebase(&setup);
+        }
         pair.apply(step, &op)?;
     }
     Ok(())
@@ -810,13 +848,15 @@ fn run_bulk(max_posting_list_size: usize, ops: &[BulkOp]) -> Result<(), TestCase
 proptest! {
     #![proptest_config(proptest_config(24))]
 
-    /// Timelines longer than the scan window, with excludes and clamped limits.
+    /// Timelines longer than the scan window, with excludes and clamped limits; half the
+    /// cases with the timelines split between a base and a head at a random step.
     #[test]
     fn engine_matches_model_on_long_timelines(
         max_posting_list_size in prop_oneof![Just(600usize), Just(5000usize), Just(1000usize)],
         ops in prop::collection::vec(bulk_op(), 1..=12),
+        split in prop::option::of(0..12usize),
     ) {
-        run_bulk(max_posting_list_size, &ops)?;
+        run_bulk(max_posting_list_size, &ops, split)?;
     }
 }
 

@@ -251,10 +251,19 @@ proptest! {
             assert_same_answers(store, &model, &when)?;
             assert_counts_match(store, &when)?;
         }
+        // And as a base file under a fresh store (mapped at start-up, not rebuilt).
+        let mut base_bytes = Vec::new();
+        engine.write_base(&meta(), &mut base_bytes).expect("a base is written");
+        let based = PostStore::with_config(config(&clock));
+        let report = based.load_base_bytes(&base_bytes, 2).expect("a base loads");
+        based.check_base(2).expect("a written base checks");
+        prop_assert_eq!(&report.header.meta, &meta());
+        assert_same_answers(&based, &model, "right after loading a base")?;
+        assert_counts_match(&based, "right after loading a base")?;
         assert_counts_match(&engine, "the store snapshotted")?;
-        let stores = [&bulk, &asked, &not_empty, &in_place, &in_place_asked];
-        let everyone: [&dyn Store; 6] =
-            [&bulk, &asked, &not_empty, &in_place, &in_place_asked, &model];
+        let stores = [&bulk, &asked, &not_empty, &in_place, &in_place_asked, &based];
+        let everyone: [&dyn Store; 7] =
+            [&bulk, &asked, &not_empty, &in_place, &in_place_asked, &based, &model];
         run(&after, &table, &clock, &everyone);
         for store in stores {
             assert_same_answers(store, &model, "after more events")?;

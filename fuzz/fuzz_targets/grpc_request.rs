@@ -35,11 +35,11 @@ use prost::Message;
 use thunder_engine::config::MAX_INPUT_LIST_SIZE;
 use thunder_engine::seen::SEEN_FILTER_MAX_BYTES;
 use thunder_engine::{LightPost, ManualClock, PagePosition, PostStore, SeenFilter};
+use thunder_events::wire::post_from_proto;
 use thunder_proto::{
     ExplainPostRequest, ExplainPostResponse, GetInNetworkPostsRequest, GetInNetworkPostsResponse,
     Reason,
 };
-use thunder_events::wire::post_from_proto;
 use thunder_server::handle_request;
 use thunder_server::serve::admission::Admission;
 use thunder_server::serve::codec::{DecodedRequest, decode_request};
@@ -413,7 +413,10 @@ fuzz_target!(|data: &[u8]| {
             .open(&next_cursor)
             .expect("the server accepts its own next_cursor");
         if let Some(start) = validated.cursor {
-            assert_eq!(next.as_of_secs, start.as_of_secs, "a later page moved as_of");
+            assert_eq!(
+                next.as_of_secs, start.as_of_secs,
+                "a later page moved as_of"
+            );
         }
     }
     for post in &posts {
@@ -438,12 +441,21 @@ fuzz_target!(|data: &[u8]| {
             "expired post served: {post:?}"
         );
         assert!(
-            query.seen.as_ref().is_none_or(|f| !f.contains(post.post_id)),
+            query
+                .seen
+                .as_ref()
+                .is_none_or(|f| !f.contains(post.post_id)),
             "a post in the seen filter served: {post:?}"
         );
         assert!(
-            query.window.min_created_at.is_none_or(|min| post.created_at >= min)
-                && query.window.max_created_at.is_none_or(|max| post.created_at <= max),
+            query
+                .window
+                .min_created_at
+                .is_none_or(|min| post.created_at >= min)
+                && query
+                    .window
+                    .max_created_at
+                    .is_none_or(|max| post.created_at <= max),
             "outside the time bounds {:?}: {post:?}",
             query.window
         );

@@ -8,8 +8,8 @@ use std::sync::{Arc, Barrier};
 
 use thunder_engine::config::TRIM_FRACTION;
 use thunder_engine::{
-    Clock, DeleteEvent, DeleteReport, DropReason, InsertReport, LightPost, ManualClock,
-    OwnedQuery, PostStore, QueryOutcome, Store, StoreConfig, TrimReport,
+    Clock, DeleteEvent, DeleteReport, DropReason, InsertReport, LightPost, ManualClock, OwnedQuery,
+    PostStore, QueryOutcome, Store, StoreConfig, TrimReport,
 };
 use thunder_testkit::model::{ModelStore, answers_agree};
 
@@ -95,6 +95,24 @@ impl Pair {
         for event in events {
             self.history.delete(seq, event.post_id);
         }
+    }
+
+    /// Writes the engine as a base file and replaces it by a fresh engine (same setup and
+    /// clock) loaded from it, the file checked whole: the model, which saw every operation,
+    /// must go on agreeing with it.
+    pub fn rebase(&mut self, setup: &Setup) {
+        let mut bytes = Vec::new();
+        self.engine
+            .write_base(&Default::default(), &mut bytes)
+            .expect("a base is written");
+        let loaded = PostStore::with_config(StoreConfig {
+            retention_secs: setup.retention_secs(),
+            max_posting_list_size: setup.max_posting_list_size(),
+            clock: self.clock.clone(),
+        });
+        loaded.load_base_bytes(&bytes, 2).expect("a base loads");
+        loaded.check_base(2).expect("a written base checks");
+        self.engine = Arc::new(loaded);
     }
 
     /// Moves the clock by `secs`.
@@ -184,7 +202,6 @@ fn insert(store: &PostStore, batch: &[LightPost]) -> Inserted {
     (report, drops)
 }
 
-
 fn ids(posts: &[LightPost]) -> Vec<(i64, i64)> {
     posts.iter().map(|p| (p.post_id, p.created_at)).collect()
 }
@@ -196,10 +213,22 @@ fn trim_shard(raw: u8) -> usize {
 /// Runs `ingest_ordering`: each operation on both stores, then the audit queries.
 pub fn run_sequence(input: &Sequence) {
     let mut pair = Pair::new(&input.setup);
-    let retention = input.setup.retention_secs();
-    let mut offered: Vec<LightPost> = Vec::new();
-    for (step, op) in input.ops.iter().take(MAX_OPS).enumerate() {
-        let seq = (0, step);
+    run_ops(&mut pair, &input.setup, &input.ops, 0, &mut Vec::new());
+}
+
+/// Applies `ops` (at most [`MAX_OPS`]) to both stores of `pair` as round `round`, each
+/// followed by the audit queries. `offered`: the posts offered so far, which
+/// [`Op::Duplicate`] sends again.
+pub fn run_ops(
+    pair: &mut Pair,
+    setup: &Setup,
+    ops: &[Op],
+    round: usize,
+    offered: &mut Vec<LightPost>,
+) {
+    let retention = setup.retention_secs();
+    for (step, op) in ops.iter().take(MAX_OPS).enumerate() {
+        let seq = (round, step);
         let now = pair.now();
         match op {
             Op::Create(specs) => {
@@ -235,6 +264,7 @@ pub fn run_sequence(input: &Sequence) {
                 pair.trim(seq, trim_shard(*shard));
             }
             Op::Query(spec) => pair.query(seq, &spec.build()),
+            Op::Rebase => pair.rebase(setup),
         }
         pair.audit(seq);
     }

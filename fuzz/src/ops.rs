@@ -258,6 +258,9 @@ pub enum Op {
     Trim(u8),
     /// Query both stores and compare.
     Query(QuerySpec),
+    /// Write the engine as a base file and go on with a fresh engine loaded from it: what
+    /// came before is in its base, what comes after in its head.
+    Rebase,
 }
 
 /// Input of `ingest_ordering`.

@@ -139,6 +139,13 @@ fn restart_from_a_snapshot_after_kill_9_answers_like_a_full_replay() {
         let loaded = metric(&metrics, "snapshot_loaded_posts");
         assert!(loaded > 0.0, "nothing loaded from the snapshot");
         assert!(metric(&metrics, "snapshot_load_seconds") > 0.0);
+        // Served from the base it mapped: its size, posts and offsets are shown.
+        assert!(metric(&metrics, "snapshot_base_bytes") > 0.0);
+        assert!(metric(&metrics, "snapshot_base_posts") > 0.0);
+        assert!(in_text(&metrics, "snapshot_base_offset", &[("partition", "0")]).is_some());
+        let status = thunder_testbed::http_get(restarted.admin, "/").await.text();
+        assert!(status.contains("id=\"snapshot-base\">"), "{status}");
+        assert!(!status.contains("built by replay"), "{status}");
         // Resumed at the recorded offsets: it read only what came after the snapshot.
         let consumed = metric(&metrics, "kafka_messages_consumed_total");
         assert!(

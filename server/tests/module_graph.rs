@@ -30,6 +30,8 @@ const ENGINE_FLOORS: &[&[&str]] = &[
     &["contract"],
     // The face: each method hands over to a path.
     &["store"],
+    // Writing a store as a base file, and loading one under a store.
+    &["base_io"],
     &["snapshot"],
     // The explain path: the query run with an observer that keeps each rule's decision.
     &["explain"],
@@ -38,6 +40,9 @@ const ENGINE_FLOORS: &[&[&str]] = &[
     &["query", "observe", "write", "bulk"],
     // The orderings that span two tables.
     &["tables"],
+    // The base tier under the head: the file's format, its mapped bytes and what a query reads
+    // of them (its file holds the facts and waiting reposts of the owners below).
+    &["base"],
     // The owners, one a table; no owner reaches another.
     &["posts", "authors", "tombstones", "waiting", "directory"],
     // The structures the owners are made of.
@@ -50,10 +55,11 @@ const ENGINE_FLOORS: &[&[&str]] = &[
         "guards",
         "retention",
     ],
-    &["counter", "huge_memory", "prefetch", "sync"],
+    &["counter", "huge_memory", "prefetch", "sync", "parallel"],
     // Values and rules every floor above may use.
     &[
         "feed_query",
+        "file_header",
         "report",
         "shard",
         "page",

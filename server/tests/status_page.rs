@@ -162,6 +162,10 @@ fn assert_demo_fields(html: &str, queries: u64) {
         field(html, "degrade")
     );
     assert_eq!(field(html, "snapshot-age"), "none written yet");
+    assert_eq!(
+        field(html, "snapshot-base"),
+        "none (the store was built by replay)"
+    );
     assert!(field(html, "partitions").starts_with("no Kafka partitions"));
     for (id, href) in [
         ("link-metrics", "/metrics"),

@@ -130,6 +130,55 @@ impl ModelStore {
         }
     }
 
+    /// A model store holding what the base file `contents` describes (its timelines, their
+    /// records, its tombstones and waiting reposts), with the engine's configuration: what a
+    /// store serving from that file must answer like.
+    pub fn from_base(config: StoreConfig, contents: &thunder_engine::base::BaseContents) -> Self {
+        let mut model = Self::with_config(config);
+        for (author_id, kinds) in &contents.authors {
+            let timelines = model.authors.entry(*author_id).or_default();
+            let kinds_of = [
+                &mut timelines.originals,
+                &mut timelines.secondary,
+                &mut timelines.videos,
+            ];
+            for (timeline, posts) in kinds_of.into_iter().zip(kinds) {
+                // Newest first in the file, oldest first here.
+                timeline.entries = posts
+                    .iter()
+                    .rev()
+                    .map(|post| Entry {
+                        post_id: post.post_id,
+                        created_at_secs: post.created_at,
+                    })
+                    .collect();
+            }
+            for post in kinds.iter().flatten() {
+                model.records.insert(post.post_id, post.normalised());
+            }
+        }
+        // As a load restores them: the expired ones are left out, a repeated id keeps the
+        // later basis.
+        let now = model.now_secs();
+        for &(post_id, basis) in &contents.tombstones {
+            if !model.is_expired(now, basis) {
+                let kept = model.tombstones.entry(post_id).or_insert(basis);
+                *kept = (*kept).max(basis);
+            }
+        }
+        for &(source, repost_id, created_at_secs) in &contents.waiting {
+            model
+                .remembered_reposts
+                .entry(source)
+                .or_default()
+                .insert(RememberedRepost {
+                    repost_id,
+                    created_at_secs,
+                });
+        }
+        model
+    }
+
     /// The retention window, seconds.
     pub fn retention_secs(&self) -> i64 {
         self.retention_secs

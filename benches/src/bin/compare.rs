@@ -22,15 +22,18 @@ use thunder_benches::baseline::TimelineKind;
 use thunder_benches::line_floor::LineFloor;
 use thunder_benches::memory::{self, peak_rss_bytes, release_free_memory, rss_bytes};
 use thunder_benches::store_floor::{
-    self, StoreFloor, WalkRounds, floor_viewers, median, parse_walk, walk_name, walks_side_by_side,
+    self, StoreFloor, StoreRounds, WalkRounds, floor_viewers, median, parse_walk,
+    stores_side_by_side, walk_name, walks_side_by_side,
 };
 use thunder_benches::{
     BaselineStore, DEFAULT_BATCH_EVENTS, batches, cpu_time, load, load_shares, partition,
 };
+use thunder_engine::base::BasePages;
 use thunder_engine::bench_internals::Walk;
 use thunder_engine::config::{
     DEFAULT_RETENTION_SECS, MAX_POSTS_TO_RETURN, MAX_TINY_POSTS_PER_USER_SCAN, MAX_VIDEOS_TO_RETURN,
 };
+use thunder_engine::snapshot::SnapshotMeta;
 use thunder_engine::{EventBatch, FeedQuery, LightPost, ManualClock, PostStore, Store};
 use thunder_workload::{DEFAULT_SEED, POST_ID_BASE, SynthConfig, Viewer, exclude_from_answer};
 
@@ -110,6 +113,20 @@ struct Args {
     /// video or under-ingest phases, no two-writer load.
     #[arg(long)]
     floor_only: bool,
+    /// After the engine's store floor, write the engine as a base file (in `--base-dir`),
+    /// load it under a fresh store for each of `--base-pages`, and measure the store floor
+    /// on the engine and on each base side by side (`--walk-rounds` rounds, the stores taking
+    /// turns query by query): the 2000-follow query answered from a base against today's
+    /// store. Prints the base's bytes per post and each load's time; removes the file after.
+    #[arg(long)]
+    base: bool,
+    /// How each measured base holds its file: `mapped` (4 KiB page-cache pages) or `huge`
+    /// (copied into huge-page memory at load), comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [String::from("mapped"), String::from("huge")])]
+    base_pages: Vec<String>,
+    /// Directory of `--base`'s file (default: the system temp dir).
+    #[arg(long)]
+    base_dir: Option<std::path::PathBuf>,
 }
 
 /// See `Args::live_events_to`.
@@ -235,6 +252,10 @@ struct StoreRun {
     line_floor: Option<StoreFloor>,
     /// `--walks`, side by side on the same viewers.
     walks: Vec<WalkRounds>,
+    /// `--base`: the store floor of the engine and of its bases, side by side.
+    base_floor: Vec<StoreRounds>,
+    /// `--base`: the file's bytes, posts, write time, and each load's time and pages.
+    base_file: Option<Value>,
     normal_answers: Vec<Answer>,
     video_answers: Vec<Answer>,
 }
@@ -276,6 +297,8 @@ impl StoreRun {
             "under_ingest_events_per_sec": self.achieved_ingest_rate,
             "store_floor_2000_follows": self.line_floor.as_ref().map(StoreFloor::json),
             "store_floor_walks": self.walks.iter().map(WalkRounds::json).collect::<Vec<_>>(),
+            "store_floor_base": self.base_floor.iter().map(StoreRounds::json).collect::<Vec<_>>(),
+            "base_file": self.base_file,
         })
     }
 }
@@ -525,6 +548,16 @@ fn run_store(
                         walk.wall_us(0.99),
                     );
                 }
+            }
+        }
+        if let (true, Built::Engine(engine)) = (args.base, &built) {
+            let viewers = floor_viewers(&w.viewers, &w.excludes);
+            match measure_bases(args, name, engine, &clock, &viewers) {
+                Ok((rounds, file)) => {
+                    run.base_floor = rounds;
+                    run.base_file = Some(file);
+                }
+                Err(error) => eprintln!("[{name}] base: {error:#}"),
             }
         }
         if args.floor_only {
@@ -926,6 +959,98 @@ fn advantage(engine: f64, baseline: f64, higher_is_better: bool) -> f64 {
         (baseline, engine)
     };
     if den > 0.0 { num / den } else { 0.0 }
+}
+
+/// `--base`: writes `engine` as a base file, loads it under a fresh store for each of
+/// `--base-pages`, and measures the store floor of the engine and the bases side by side.
+fn measure_bases(
+    args: &Args,
+    name: &str,
+    engine: &PostStore,
+    clock: &Arc<ManualClock>,
+    viewers: &[(&Viewer, &[i64])],
+) -> Result<(Vec<StoreRounds>, Value)> {
+    let dir = args.base_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let path = dir.join(format!("compare-{}.thsnap", std::process::id()));
+    let started = Instant::now();
+    let out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&path)?);
+    let written = engine.write_base(&SnapshotMeta::default(), out);
+    let written = match written {
+        Ok(summary) => summary,
+        Err(error) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(error.into());
+        }
+    };
+    let write_secs = started.elapsed().as_secs_f64();
+    let posts = written.counts.posts;
+    let bytes = written.counts.bytes;
+    eprintln!(
+        "[{name}] base file: {bytes} bytes, {posts} posts ({:.1} bytes per post), written in {write_secs:.2}s",
+        bytes as f64 / posts.max(1) as f64
+    );
+    let mut bases = Vec::new();
+    let mut loads = Vec::new();
+    for pages in &args.base_pages {
+        let held = match pages.as_str() {
+            "mapped" => BasePages::Mapped,
+            "huge" => BasePages::HugeCopy,
+            other => anyhow::bail!("--base-pages: `mapped` or `huge`, not `{other}`"),
+        };
+        release_free_memory();
+        let store = PostStore::with_clock(DEFAULT_RETENTION_SECS, Arc::clone(clock) as _);
+        let started = Instant::now();
+        let report = store.load_base_file(&std::fs::File::open(&path)?, 2, held)?;
+        let load_secs = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        store.check_base(2)?;
+        let check_secs = started.elapsed().as_secs_f64();
+        eprintln!(
+            "[{name}] base ({pages}): loaded in {load_secs:.3}s (map {:.3}s, verify {:.3}s, restore {:.3}s), {} anonymous bytes; every record checked in {check_secs:.2}s",
+            report.map_duration.as_secs_f64(),
+            report.verify_duration.as_secs_f64(),
+            report.restore_duration.as_secs_f64(),
+            report.anonymous_bytes,
+        );
+        loads.push(
+            json!({"pages": pages, "load_secs": load_secs, "check_secs": check_secs,
+            "map_secs": report.map_duration.as_secs_f64(),
+            "verify_secs": report.verify_duration.as_secs_f64(),
+            "restore_secs": report.restore_duration.as_secs_f64(),
+            "anonymous_bytes": report.anonymous_bytes}),
+        );
+        bases.push((format!("base ({pages})"), store));
+    }
+    let mut stores: Vec<(String, &PostStore)> = vec![("head".to_owned(), engine)];
+    stores.extend(bases.iter().map(|(name, store)| (name.clone(), store)));
+    let rounds = stores_side_by_side(
+        &stores,
+        viewers,
+        args.walk_rounds,
+        engine.stats().arena_bytes_reserved,
+    );
+    for store in &rounds {
+        eprintln!(
+            "[{name}] store floor, {}: query {:.1} ns per post (hot {:.1}), {:.2}x its floor, hot {:.2}x (medians of {} rounds; per round {})",
+            store.name,
+            store.median_of(|r| r.query_ns_per_post),
+            store.median_of(|r| r.hot_ns_per_post),
+            store.median_of(StoreFloor::ratio),
+            store.median_of(|r| r.hot_ns_per_post / r.independent_ns_per_post.max(f64::MIN_POSITIVE)),
+            store.rounds.len(),
+            store
+                .rounds
+                .iter()
+                .map(|r| format!("{:.2}", r.ratio()))
+                .collect::<Vec<_>>()
+                .join(" / "),
+        );
+    }
+    drop(bases);
+    let _ = std::fs::remove_file(&path);
+    let file = json!({"bytes": bytes, "posts": posts, "bytes_per_post": bytes as f64 / posts.max(1) as f64,
+        "write_secs": write_secs, "loads": loads});
+    Ok((rounds, file))
 }
 
 fn main() -> Result<()> {

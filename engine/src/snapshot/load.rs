@@ -275,7 +275,7 @@ pub(crate) fn load_in_place(
     let building = Instant::now();
     match posts {
         Some(mut posts) if in_timeline_order_already(&posts, threads) => {
-            let restored = restore_tombstones_and_facts(tables, &read);
+            let restored = restore_tombstones_and_facts(tables, &read, threads);
             // In timeline order the expired posts are the oldest: a prefix.
             let now = tables.now_secs();
             let total_posts = posts.len() as u64;
@@ -301,7 +301,10 @@ pub(crate) fn load_in_place(
 
 /// Refuses a snapshot written with a shorter retention than this store's (it would lack
 /// posts this store keeps) or for another author shard.
-fn check_loadable(tables: &StoreTables, header: &SnapshotHeader) -> Result<(), SnapshotError> {
+pub(crate) fn check_loadable(
+    tables: &StoreTables,
+    header: &SnapshotHeader,
+) -> Result<(), SnapshotError> {
     if header.retention_secs < tables.retention.secs() {
         return Err(SnapshotError::Incompatible(format!(
             "written with a retention of {} s, shorter than this store's {} s",
@@ -322,11 +325,11 @@ fn load_decoded(
     allow_bulk: bool,
     building: Instant,
 ) -> Result<LoadReport, SnapshotError> {
-    let restored = restore_tombstones_and_facts(tables, &read);
+    let threads = threads.max(1);
+    let restored = restore_tombstones_and_facts(tables, &read, threads);
     let now = tables.now_secs();
     let total_posts = posts.len() as u64;
     posts.retain(|p| !tables.retention.expired(p.created_at, now));
-    let threads = threads.max(1);
     let built = build_loaded(tables, &read, &posts, threads, allow_bulk, |posts| {
         in_timeline_order(posts, threads)
     });
@@ -334,13 +337,13 @@ fn load_decoded(
 }
 
 /// Restores the snapshot's live tombstones and its facts: how many of each.
-fn restore_tombstones_and_facts(tables: &StoreTables, read: &ReadSnapshot) -> (u64, u64) {
-    let g = tables.guards();
-    let mut tombstones_loaded = 0;
-    for &(post_id, basis) in &read.tombstones {
-        tombstones_loaded += u64::from(tables.tombstones.restore(post_id, basis, &g));
-    }
-    let facts_loaded = tables.restore_facts(&read.facts, &g) as u64;
+fn restore_tombstones_and_facts(
+    tables: &StoreTables,
+    read: &ReadSnapshot,
+    threads: usize,
+) -> (u64, u64) {
+    let tombstones_loaded = tables.restore_tombstones(&read.tombstones, |&t| t, threads);
+    let facts_loaded = tables.restore_facts(&read.facts, &tables.guards()) as u64;
     (tombstones_loaded, facts_loaded)
 }
 

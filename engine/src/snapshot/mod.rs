@@ -65,10 +65,10 @@ pub use format::{
     SnapshotHeader, SnapshotMeta, layout_hash, read_header,
 };
 pub use load::LoadReport;
-pub(crate) use load::{check_shard, load_file, load_in_place, load_stream};
+pub(crate) use load::{check_loadable, check_shard, load_file, load_in_place, load_stream};
 /// For `bulk.rs`'s tests, which build from posts in this order.
 #[cfg(test)]
 pub(crate) use order::in_timeline_order;
 pub use reader::{SnapshotReader, verify};
 pub use write::SnapshotSummary;
-pub(crate) use write::write_snapshot;
+pub(crate) use write::{header_for, write_snapshot};

@@ -1,11 +1,12 @@
 //! Timeline order: the order a load builds a store in (ascending `created_at`, then post id),
 //! found by a parallel counting sort, or only checked when the posts are in it already (as
-//! `write_snapshot` writes them); and `on_each`, the fan-out of work onto scoped threads.
+//! `write_snapshot` writes them).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::arena::CompactPost;
 use crate::bulk::PostSource;
+use crate::parallel::on_each;
 
 /// Indices of `posts` in timeline order: ascending `created_at`, then post id, file order among
 /// equal ids (a snapshot holds each id once, but a fuzzy scan can see two copies). A counting
@@ -138,27 +139,6 @@ pub(super) fn in_timeline_order_already<P: PostSource + ?Sized>(posts: &P, threa
 
 /// At most this many threads order a load's posts.
 const MAX_ORDER_THREADS: usize = 16;
-
-/// `work` of each of `items`, the first on this thread and each other on a thread of its own;
-/// the results in the items' order.
-fn on_each<I, R>(items: I, work: impl Fn(I::Item) -> R + Sync) -> Vec<R>
-where
-    I: IntoIterator,
-    I::Item: Send,
-    R: Send,
-{
-    let mut items = items.into_iter();
-    let Some(first) = items.next() else {
-        return Vec::new();
-    };
-    std::thread::scope(|scope| {
-        let work = &work;
-        let handles: Vec<_> = items.map(|item| scope.spawn(move || work(item))).collect();
-        let mut results = vec![work(first)];
-        results.extend(crate::bulk::join_all(handles));
-        results
-    })
-}
 
 #[cfg(test)]
 mod tests {

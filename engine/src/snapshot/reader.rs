@@ -47,6 +47,13 @@ impl<R: Read> SnapshotReader<R> {
     /// Reads and checks the header (see [`read_header`]).
     pub fn new(mut input: R) -> Result<Self, SnapshotError> {
         let (header, bytes) = read_header(&mut input)?;
+        if header.format_version != FORMAT_VERSION {
+            return Err(SnapshotError::Incompatible(format!(
+                "a base file (format version {}): it is mapped (`PostStore::load_base_file`), \
+                 not read as chunks",
+                header.format_version
+            )));
+        }
         Ok(Self {
             input,
             header,

@@ -53,6 +53,31 @@ impl<W: Write> ChunkWriter<W> {
     }
 }
 
+/// The header of a file of format `format_version` (layout hash `layout_hash`) the store of
+/// `tables` writes at `now`; refused for an author shard that does not know its identity.
+pub(crate) fn header_for(
+    tables: &StoreTables,
+    meta: &SnapshotMeta,
+    now: i64,
+    format_version: u32,
+    layout_hash: u32,
+) -> Result<SnapshotHeader, SnapshotError> {
+    if tables.directory.is_shard() && tables.directory.id().is_none() {
+        return Err(SnapshotError::Incompatible(
+            "an author shard built without its shard id (with_author_shard) cannot be snapshotted"
+                .into(),
+        ));
+    }
+    Ok(SnapshotHeader {
+        format_version,
+        layout_hash,
+        retention_secs: tables.retention.secs(),
+        created_at_secs: now,
+        meta: meta.clone(),
+        shard: tables.directory.id(),
+    })
+}
+
 /// Writes a snapshot of the store of `tables` to `out` while it keeps serving
 /// (`PostStore::write_snapshot`).
 pub(crate) fn write_snapshot(
@@ -60,22 +85,14 @@ pub(crate) fn write_snapshot(
     meta: &SnapshotMeta,
     out: impl Write,
 ) -> Result<SnapshotSummary, SnapshotError> {
-    let started = Instant::now();
-    let now = tables.now_secs();
-    if tables.directory.is_shard() && tables.directory.id().is_none() {
+    if tables.base().is_some() {
         return Err(SnapshotError::Incompatible(
-            "an author shard built without its shard id (with_author_shard) cannot be snapshotted"
-                .into(),
+            "this store serves from a base: a snapshot of it is a base file (`write_base`)".into(),
         ));
     }
-    let header = SnapshotHeader {
-        format_version: FORMAT_VERSION,
-        layout_hash: layout_hash(),
-        retention_secs: tables.retention.secs(),
-        created_at_secs: now,
-        meta: meta.clone(),
-        shard: tables.directory.id(),
-    };
+    let started = Instant::now();
+    let now = tables.now_secs();
+    let header = header_for(tables, meta, now, FORMAT_VERSION, layout_hash())?;
     let encoded = encode_header(&header)?;
     let mut writer = ChunkWriter {
         out,

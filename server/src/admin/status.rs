@@ -2,9 +2,9 @@
 //! reloads itself every [`REFRESH_SECS`]) with readiness and why, the event source, the
 //! process (version, git commit, resident memory, what the admin port allows), the Kafka
 //! partitions, the store's sizes, the answers per second of the last [`RATE_WINDOW`], the last
-//! minute's calls, latency and degrade levels, and the snapshot's age. Every value is read
-//! from the metrics registry (what `/metrics` shows) and [`Readiness`]; every text is
-//! HTML-escaped.
+//! minute's calls, latency and degrade levels, the snapshot's age and the base served from.
+//! Every value is read from the metrics registry (what `/metrics` shows) and [`Readiness`];
+//! every text is HTML-escaped.
 //!
 //! The recent figures come from [`StatusSampler`]: a background task samples the request
 //! counters every [`SAMPLE_INTERVAL`], and the page compares now with the sample one window
@@ -581,18 +581,57 @@ impl Page {
         );
     }
 
-    /// Snapshot age and the last one's figures.
+    /// Snapshot age and the last one's figures; the base the store serves from.
     fn snapshot(&self, html: &mut String) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         let last = self
             .get("snapshot_last_success_timestamp_seconds")
             .unwrap_or(0.0);
         let age = if last > 0.0 {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
             format!("{} ago", duration((now - last).max(0.0)))
         } else {
             "none written yet".to_owned()
+        };
+        let base_bytes = self.get("snapshot_base_bytes").unwrap_or(0.0);
+        let base = if base_bytes > 0.0 {
+            let created = self
+                .get("snapshot_base_created_timestamp_seconds")
+                .unwrap_or(0.0);
+            let mut offsets: Vec<(i64, f64)> = self
+                .values
+                .get("snapshot_base_offset")
+                .into_iter()
+                .flatten()
+                .filter_map(|v| {
+                    let partition = v.labels.iter().find(|(k, _)| k == "partition")?;
+                    Some((partition.1.parse().ok()?, v.value))
+                })
+                .collect();
+            offsets.sort_by_key(|&(partition, _)| partition);
+            let offsets: Vec<String> = offsets
+                .iter()
+                .map(|(partition, offset)| format!("{partition}: {offset}"))
+                .collect();
+            let checked = if self.get("snapshot_base_checked").unwrap_or(0.0) > 0.0 {
+                "every record checked"
+            } else {
+                "records being checked"
+            };
+            format!(
+                "{} posts / {} / written {} ago / offsets {} / {checked}",
+                number(self.get("snapshot_base_posts").unwrap_or(0.0)),
+                bytes(base_bytes),
+                duration((now - created).max(0.0)),
+                if offsets.is_empty() {
+                    "none".to_owned()
+                } else {
+                    offsets.join(", ")
+                },
+            )
+        } else {
+            "none (the store was built by replay)".to_owned()
         };
         let _ = write!(
             html,
@@ -600,12 +639,15 @@ impl Page {
              <tr><th>age of the last snapshot</th><td id=\"snapshot-age\">{}</td></tr>\
              <tr><th>its posts / size / duration</th><td>{} / {} / {}</td></tr>\
              <tr><th>failures</th><td id=\"snapshot-failures\">{}</td></tr>\
+             <tr><th>base served from: posts / size / age / offsets</th>\
+             <td id=\"snapshot-base\">{}</td></tr>\
              </table>\n",
             escape(&age),
             number(self.get("snapshot_last_posts").unwrap_or(0.0)),
             bytes(self.get("snapshot_last_bytes").unwrap_or(0.0)),
             duration(self.get("snapshot_last_duration_seconds").unwrap_or(0.0)),
             number(self.get("snapshot_failures_total").unwrap_or(0.0)),
+            escape(&base),
         );
     }
 }

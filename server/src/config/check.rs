@@ -37,7 +37,7 @@ const SECRET_VARIABLES: [(&str, &str); 4] = [
 /// Checks `args` and returns every problem and warning found, all at once: flag values out
 /// of range, the gRPC TLS files (readable PEM, the key matching the certificate, certificates
 /// valid now, a client CA with certificates), the snapshot directory (allowed in this mode,
-/// writable or creatable), and with Kafka its flags, security settings, TLS files and the
+/// writable or creatable; the newest snapshot's format, files a start set aside), and with Kafka its flags, security settings, TLS files and the
 /// consumer properties (accepted by librdkafka, without creating a client). `env` reads an
 /// environment variable (it tells a secret given on the command line from one in the
 /// environment); `now_secs` is the time certificates are checked at.
@@ -51,12 +51,13 @@ pub fn findings(args: &Args, env: &dyn Fn(&str) -> Option<String>, now_secs: i64
         crate::snapshot::check_mode(args.snapshot.snapshot_dir.as_deref(), args.demo_mode())
     {
         found.problems.push(e.to_string());
-    } else if let Some(dir) = &args.snapshot.snapshot_dir
-        && let Err(e) = check_writable(dir)
-    {
-        found
-            .problems
-            .push(format!("--snapshot-dir {}: {e}", dir.display()));
+    } else if let Some(dir) = &args.snapshot.snapshot_dir {
+        match check_writable(dir) {
+            Err(e) => found
+                .problems
+                .push(format!("--snapshot-dir {}: {e}", dir.display())),
+            Ok(()) => found.warnings.extend(crate::snapshot::check_dir(dir)),
+        }
     }
     admin_port(args, &mut found);
     if !args.demo_mode() {

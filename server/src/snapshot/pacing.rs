@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// A writer that keeps to at most `bytes_per_sec` on average by sleeping when ahead, so a
 /// snapshot takes a bounded share of a core and of the disk while the store serves. Wrap the
-/// stream given to [`PostStore::write_snapshot`](thunder_engine::PostStore::write_snapshot) in it: the scan runs at the pace of the writes.
+/// stream given to [`PostStore::write_base`](thunder_engine::PostStore::write_base) in it: the writer runs at the pace of the writes.
 #[derive(Debug)]
 pub struct Paced<W> {
     inner: W,

@@ -11,7 +11,8 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use thunder_engine::PostStore;
-use thunder_engine::snapshot::{PartitionOffset, SnapshotMeta, SnapshotSummary};
+use thunder_engine::base_io::BaseSummary;
+use thunder_engine::snapshot::{PartitionOffset, SnapshotMeta};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -87,7 +88,7 @@ impl Snapshots {
     }
 
     /// Writes one snapshot now, on the calling thread (blocking), paced unless `unpaced`.
-    pub fn take(&self, unpaced: bool) -> Result<(PathBuf, SnapshotSummary), TakeError> {
+    pub fn take(&self, unpaced: bool) -> Result<(PathBuf, BaseSummary), TakeError> {
         let _writing = match self.busy.try_lock() {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -113,6 +114,7 @@ impl Snapshots {
                 tracing::info!(
                     path = %path.display(),
                     posts = summary.counts.posts,
+                    authors = summary.counts.authors,
                     tombstones = summary.counts.tombstones,
                     bytes = summary.counts.bytes,
                     took_secs = summary.duration.as_secs_f64(),
@@ -137,7 +139,7 @@ impl Snapshots {
         path: &Path,
         offsets: Vec<PartitionOffset>,
         pace: u64,
-    ) -> Result<SnapshotSummary, String> {
+    ) -> Result<BaseSummary, String> {
         let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", tmp.display());
         let file = File::create(tmp).map_err(|e| io("creating", e))?;
         let mut out = Paced::new(BufWriter::with_capacity(1 << 20, file), pace);
@@ -147,7 +149,7 @@ impl Snapshots {
         };
         let summary = self
             .store
-            .write_snapshot(&meta, &mut out)
+            .write_base(&meta, &mut out)
             .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
         let file = out
             .into_inner()
@@ -183,7 +185,7 @@ impl Snapshots {
     pub async fn take_in_background(
         self: &Arc<Self>,
         unpaced: bool,
-    ) -> Result<(PathBuf, SnapshotSummary), TakeError> {
+    ) -> Result<(PathBuf, BaseSummary), TakeError> {
         let (done, result) = oneshot::channel();
         let snapshots = Arc::clone(self);
         std::thread::Builder::new()
@@ -320,6 +322,7 @@ mod tests {
             snapshot_interval_secs: 0,
             snapshot_max_mib_per_sec: 0,
             snapshot_max_age_secs: None,
+            snapshot_base_huge_pages: false,
         };
         let snapshots = Snapshots::new(&args, source, "t", offsets)
             .expect("dir")
@@ -335,10 +338,10 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(files.len(), KEEP, "{files:?}");
-        let newest = &list(dir.path()).expect("list")[0];
-        let (header, counts) =
-            thunder_engine::snapshot::verify(File::open(newest).expect("open")).expect("valid");
+        let newest = fs::read(&list(dir.path()).expect("list")[0]).expect("read");
+        let contents = thunder_engine::base::decode_contents(&newest, 5000).expect("valid");
+        let header = contents.header.expect("a header");
         assert_eq!(header.meta.offsets[0].next_offset, 7);
-        assert_eq!(counts.posts, 1);
+        assert_eq!(contents.authors.len(), 1);
     }
 }

@@ -78,6 +78,10 @@ pub struct StoreMetrics {
     /// `post_store_index_bytes`: bytes of the post and author indexes (tables and author
     /// records).
     pub index_bytes: IntGauge,
+    /// `snapshot_base_posts`: posts the base the store serves from still stores (deleted,
+    /// evicted and trimmed ones left out; 0: no base). A size of the store, refreshed with the
+    /// others; the base's other gauges are the snapshot wing's.
+    pub base_posts: IntGauge,
 }
 
 impl StoreMetrics {
@@ -104,6 +108,10 @@ impl StoreMetrics {
             index_bytes: r.gauge(
                 "post_store_index_bytes",
                 "Bytes of the post and author indexes: their tables and the author records",
+            ),
+            base_posts: r.gauge(
+                "snapshot_base_posts",
+                "Posts the base still stores (deleted, evicted and trimmed ones left out)",
             ),
         }
     }
@@ -132,6 +140,7 @@ impl StoreMetrics {
             .set(as_i64(stats.arena_bytes_used));
         self.timeline_bytes.set(as_i64(stats.timeline_bytes));
         self.index_bytes.set(as_i64(stats.index_bytes));
+        self.base_posts.set(as_i64(stats.base_posts));
     }
 }
 
