@@ -189,6 +189,22 @@ impl ModelStore {
         self.clock.now_secs()
     }
 
+    /// Leaves out what a load from a base or a snapshot leaves out of what it restores: the
+    /// tombstones and the waiting reposts already past retention (which a trim would drop
+    /// later). Applied to a model that stands for a store restarted from its own file, so that
+    /// the trims after the restart report what that store's do.
+    pub fn forget_expired_as_a_load_does(&mut self) {
+        let now = self.now_secs();
+        let retention = self.retention_secs;
+        let expired = |basis: i64| i128::from(now) - i128::from(basis) > i128::from(retention);
+        self.tombstones.retain(|_, basis| !expired(*basis));
+        for remembered in self.remembered_reposts.values_mut() {
+            remembered.retain(|r| !expired(r.created_at_secs));
+        }
+        self.remembered_reposts
+            .retain(|_, remembered| !remembered.is_empty());
+    }
+
     /// True when something created (or deleted) at `basis_secs` is past retention at `now`.
     fn is_expired(&self, now: i64, basis_secs: i64) -> bool {
         i128::from(now) - i128::from(basis_secs) > i128::from(self.retention_secs)
@@ -1459,6 +1475,18 @@ mod tests {
         let report = s.trim(0);
         assert_eq!(report.tombstones_expired, 3);
         assert_eq!(s.stats().tombstones, 1);
+    }
+
+    #[test]
+    fn a_load_forgets_the_due_tombstones_a_trim_would_have_expired() {
+        let (mut s, clock) = store();
+        s.mark_as_deleted(&[delete(1, NOW), delete(2, NOW + 5), delete(3, NOW - 5)]);
+        clock.advance(5);
+        s.mark_as_deleted(&[delete(4, NOW + 5)]);
+        clock.set(NOW + RETENTION + 1);
+        s.forget_expired_as_a_load_does();
+        assert_eq!(s.stats().tombstones, 1);
+        assert_eq!(s.trim(0).tombstones_expired, 0);
     }
 
     // ---- queries ----

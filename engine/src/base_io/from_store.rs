@@ -88,16 +88,25 @@ pub(crate) fn write_base(
     })
 }
 
-/// Every author with a timeline in the head or in the base, once.
+/// Every author of the store, in the head or in the base, once: not those a trim dropped (a
+/// dropped head record stays in the table for reuse, under its old id; a dropped base line
+/// stays in the file), which a store loaded from the file would otherwise hold, empty, and
+/// drop again.
 fn author_ids(tables: &StoreTables, base: Option<&Base>) -> Vec<i64> {
     let mut ids = Vec::new();
-    tables
-        .authors
-        .for_each(|author| ids.push(author.author_id()));
+    tables.authors.for_each(|author| {
+        let removed = author
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !*removed {
+            ids.push(author.author_id());
+        }
+    });
     if let Some(base) = base {
-        for line in 0..base.file.lines {
-            let line = base.file.line(line);
-            if line.used {
+        for at in 0..base.file.lines {
+            let line = base.file.line(at);
+            if line.used && !base.author_dropped(at) {
                 ids.push(line.author_id);
             }
         }
