@@ -295,9 +295,7 @@ impl ShardGroup {
             let backoff_ms = (2u64 << (attempts - 1).min(7)).min(200);
             let wake = Instant::now()
                 + Duration::from_millis(rand::rng().random_range(backoff_ms / 2..=backoff_ms));
-            let retry = status.code() == Code::Unavailable
-                && wake < deadline
-                && self.retry_budget.withdraw();
+            let retry = replica_gone(&status) && wake < deadline && self.retry_budget.withdraw();
             if !retry {
                 return Err(ShardError {
                     shard,
@@ -308,6 +306,18 @@ impl ShardGroup {
             }
             tokio::time::sleep_until(wake).await;
         }
+    }
+}
+
+/// Whether `status` says the replica did not serve the call (it is down, draining, or its
+/// connection closed under the call: a read is safe to ask again elsewhere): `UNAVAILABLE`, or
+/// `CANCELLED` other than the server's own "Timeout expired" (hyper's "operation was canceled"
+/// when a replica's connection goes away mid-call).
+pub(crate) fn replica_gone(status: &Status) -> bool {
+    match status.code() {
+        Code::Unavailable => true,
+        Code::Cancelled => !status.message().contains("Timeout expired"),
+        _ => false,
     }
 }
 
@@ -481,6 +491,17 @@ mod tests {
             created_at,
             ..LightPost::default()
         }
+    }
+
+    /// A replica whose connection closed under the call (hyper's cancel) is asked again
+    /// elsewhere; the server's own deadline and the other codes are not.
+    #[test]
+    fn a_replica_gone_under_the_call_is_retried() {
+        assert!(replica_gone(&Status::unavailable("draining")));
+        assert!(replica_gone(&Status::cancelled("operation was canceled")));
+        assert!(!replica_gone(&Status::cancelled("Timeout expired")));
+        assert!(!replica_gone(&Status::invalid_argument("bad")));
+        assert!(!replica_gone(&Status::deadline_exceeded("late")));
     }
 
     #[test]

@@ -18,8 +18,8 @@ use rand::Rng;
 use thunder_proto::in_network_posts_service_client::InNetworkPostsServiceClient;
 use thunder_proto::{GetInNetworkPostsRequest, GetInNetworkPostsResponse};
 use tokio::time::Instant;
+use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Status};
 
 use crate::ClientError;
 
@@ -204,7 +204,7 @@ impl tower::Service<Attempt> for ReplicaSet {
                 .map(tonic::Response::into_inner);
             replica.answered.fetch_add(1, Ordering::Relaxed);
             if let Err(status) = &result
-                && status.code() == Code::Unavailable
+                && crate::replica_gone(status)
             {
                 let until = inner.now_ms() + inner.eject_for.as_millis() as u64;
                 replica.ejected_until_ms.store(until, Ordering::Relaxed);
