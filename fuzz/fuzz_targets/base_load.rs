@@ -38,18 +38,10 @@ struct Input {
 fn fix_checksums(bytes: &mut [u8]) {
     const TAIL: usize = 24;
     const BLOCK: usize = 1 << 20;
-    let word = |bytes: &[u8], at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let dword = |bytes: &[u8], at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
-    // The header: magic, version, body length, body, CRC of all that.
-    if bytes.len() < 16 {
+    if thunder_fuzz::fix_header_checksum(bytes).is_none() {
         return;
     }
-    let body_end = 16 + word(bytes, 12) as usize;
-    if body_end + 4 > bytes.len() {
-        return;
-    }
-    let crc = crc32c::crc32c(&bytes[..body_end]);
-    bytes[body_end..body_end + 4].copy_from_slice(&crc.to_le_bytes());
     // The footer: its body (sections, cap, block CRCs), then the tail (its length and CRC).
     let Some(tail_at) = bytes.len().checked_sub(TAIL) else {
         return;

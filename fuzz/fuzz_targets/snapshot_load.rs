@@ -67,16 +67,9 @@ fn post(&(id, author, age, kind): &(u8, u8, u8, u8)) -> LightPost {
 /// holds them whole).
 fn fix_checksums(bytes: &mut [u8]) {
     let word = |bytes: &[u8], at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-    if bytes.len() < 16 {
+    let Some(mut at) = thunder_fuzz::fix_header_checksum(bytes) else {
         return;
-    }
-    let body_end = 16 + word(bytes, 12) as usize;
-    if body_end + 4 > bytes.len() {
-        return;
-    }
-    let crc = crc32c::crc32c(&bytes[..body_end]);
-    bytes[body_end..body_end + 4].copy_from_slice(&crc.to_le_bytes());
-    let mut at = body_end + 4;
+    };
     while at + 16 <= bytes.len() {
         let end = at + 16 + word(bytes, at + 8) as usize;
         if end > bytes.len() {
