@@ -328,25 +328,12 @@ impl Reader<'_> {
                         s.ending = Some(End::Exhausted);
                         return false;
                     };
-                    match self.screen(entry.created_at, entry.post_id) {
-                        Screen::Read => {
-                            self.tables.posts.prefetch_record(entry.slot);
-                            s.current = entry;
-                            return true;
-                        }
-                        Screen::Skip(skipped) if partnered => {
-                            // Decided in the merge's order (see `Stream::skip`).
-                            s.current = entry;
-                            s.skip = Skip::of(skipped);
-                            return true;
-                        }
-                        Screen::Skip(skipped) => {
-                            observer.decided(index, entry.post_id, entry.created_at, skipped)
-                        }
-                        Screen::End(end) => {
-                            s.ending = Some(End::of(end));
-                            return false;
-                        }
+                    let on_read = || self.tables.posts.prefetch_record(entry.slot);
+                    let at = (&mut s.current, &mut s.skip, &mut s.ending);
+                    if let Some(stands) =
+                        self.stop_at(entry, at, partnered, on_read, index, observer)
+                    {
+                        return stands;
                     }
                 }
             }
@@ -360,38 +347,60 @@ impl Reader<'_> {
                     let Some(entry) = base.entry(run, at) else {
                         continue;
                     };
-                    match self.screen(entry.created_at, entry.post_id) {
-                        Screen::Read => {
-                            s.current = TinyPost {
-                                post_id: entry.post_id,
-                                created_at: entry.created_at,
-                                // The granule: a base's references are `u32`.
-                                slot: entry.granule as u32,
-                            };
-                            return true;
-                        }
-                        Screen::Skip(skipped) if partnered => {
-                            s.current = TinyPost {
-                                post_id: entry.post_id,
-                                created_at: entry.created_at,
-                                slot: entry.granule as u32,
-                            };
-                            s.skip = Skip::of(skipped);
-                            return true;
-                        }
-                        Screen::Skip(skipped) => {
-                            observer.decided(index, entry.post_id, entry.created_at, skipped)
-                        }
-                        Screen::End(end) => {
-                            s.ending = Some(End::of(end));
-                            return false;
-                        }
+                    let entry = TinyPost {
+                        post_id: entry.post_id,
+                        created_at: entry.created_at,
+                        // The granule: a base's references are `u32`.
+                        slot: entry.granule as u32,
+                    };
+                    let at = (&mut s.current, &mut s.skip, &mut s.ending);
+                    if let Some(stands) = self.stop_at(entry, at, partnered, || (), index, observer)
+                    {
+                        return stands;
                     }
                 }
             }
         }
         s.ending = Some(End::Exhausted);
         false
+    }
+
+    /// What [`advance`](Self::advance) does with a stream's next entry, `entry`: `None` to go
+    /// on to the one after it (skipped, and told to the observer), or `Some` to stop: `true`
+    /// standing on it (`current`; read, after `on_read`, or, for a stream with a partner, a
+    /// skip decided in the merge's order, see `Stream::skip`), `false` at the stream's end
+    /// (`ending`). `at`: the stream's `current`, `skip` and `ending`.
+    #[inline(always)]
+    fn stop_at<O: QueryObserver>(
+        &self,
+        entry: TinyPost,
+        at: (&mut TinyPost, &mut Option<Skip>, &mut Option<End>),
+        partnered: bool,
+        on_read: impl FnOnce(),
+        index: usize,
+        observer: &mut O,
+    ) -> Option<bool> {
+        let (current, skip, ending) = at;
+        match self.screen(entry.created_at, entry.post_id) {
+            Screen::Read => {
+                on_read();
+                *current = entry;
+                Some(true)
+            }
+            Screen::Skip(skipped) if partnered => {
+                *current = entry;
+                *skip = Skip::of(skipped);
+                Some(true)
+            }
+            Screen::Skip(skipped) => {
+                observer.decided(index, entry.post_id, entry.created_at, skipped);
+                None
+            }
+            Screen::End(end) => {
+                *ending = Some(End::of(end));
+                Some(false)
+            }
+        }
     }
 
     /// What a stream does with an entry created at `created_at`: read it, skip it, or end
